@@ -1,0 +1,133 @@
+#pragma once
+// The backend op interface: the dozen ops the gpt-oss forward needs. The model (model/gpt_oss.cpp)
+// is written once against it; the CPU backend (plain loops, fp32, the oracle) and the CUDA backend
+// implement it. Conventions:
+//   - Tensors are views allocated by the same backend (alloc) or produced by upload*.
+//   - Activations have T rows (the step's tokens) and are row-major [T, features].
+//   - Weights follow PyTorch Linear: W is [out, in]; y = x W^T + b.
+//   - Ops that need token positions, block tables or KV slots read the StepPlan given to the last
+//     begin_step(); no op takes positions or tables as arguments.
+//   - Ops are asynchronous on an accelerator; to_host / sync order them with the host.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/step_plan.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/host_weights.h"
+
+namespace ossrt {
+
+// Expert weights of one layer in the backend's own format (bf16, fp8, mxfp4...). The format
+// is the backend's business; the model only passes the struct back to Backend::moe.
+struct ExpertWeights {
+  Tensor gate_up_w, gate_up_b;  // logical [E, 2I, H] (rows interleaved gate/up), [E, 2I]
+  Tensor down_w, down_b;        // logical [E, H, I], [E, H]
+  Tensor gate_up_scales, down_scales;  // for quantized formats; empty otherwise
+  int64_t experts = 0, hidden = 0, intermediate = 0;
+};
+
+// Shape of the KV cache storage, planned at start-up from the memory budget.
+struct KvCacheShape {
+  int num_full_layers = 0;
+  int num_sliding_layers = 0;
+  int num_full_blocks = 0;      // per full layer
+  int num_window_blocks = 0;    // per sliding layer
+  int block_size = 16;
+  int num_kv_heads = 8;
+  int head_dim = 64;
+};
+
+struct RopeParams {
+  // inv_freq[i] for i in [0, head_dim/2), and the YaRN concentration that scales cos and sin.
+  std::vector<float> inv_freq;
+  float concentration = 1.0f;
+};
+
+struct AttentionParams {
+  KvGroup group = KvGroup::Full;
+  int layer_in_group = 0;  // index among the layers of its group (which KV storage to use)
+  int window = 0;          // 0 = full causal; else keys j with i - j < window are visible
+  int num_q_heads = 64, num_kv_heads = 8, head_dim = 64;
+  float sm_scale = 0.125f;
+};
+
+struct SwigluParams {
+  float alpha = 1.702f;
+  float limit = 7.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  // dtype of the activations the model allocates (f32 on CPU, bf16 on CUDA) and of the residual stream.
+  virtual DType activation_dtype() const = 0;
+  virtual DType residual_dtype() const = 0;
+
+  // ---- memory (start-up only; never on the step path)
+  virtual Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) = 0;
+  // Copies a tensor to host memory as float32 (any activation dtype) or raw bytes for I32.
+  virtual std::vector<float> to_host_f32(const Tensor& t) = 0;
+  virtual void to_host(const Tensor& t, void* dst) = 0;
+  virtual void from_host(Tensor& t, const void* src) = 0;
+  virtual void sync() = 0;
+
+  // ---- weights: conversion from the checkpoint's host views to the backend's formats
+  virtual Tensor upload(const HostTensor& src) = 0;  // norms, biases, sinks, dense matrices
+  // Concatenates matrices (or vectors) along dim 0: the fused QKV weight and bias.
+  virtual Tensor upload_concat_rows(std::span<const HostTensor* const> parts) = 0;
+  virtual ExpertWeights upload_experts(const HostExperts& gate_up, const HostExperts& down) = 0;
+
+  // ---- KV cache storage
+  virtual void allocate_kv_cache(const KvCacheShape& shape) = 0;
+  // Bytes one block of one layer takes (K and V), for memory planning.
+  virtual size_t kv_block_bytes(const KvCacheShape& shape) const = 0;
+
+  // ---- one step
+  virtual void begin_step(const StepPlan& plan) = 0;
+
+  // out[t] = table[plan.token_ids[t]]
+  virtual void embedding(const Tensor& table, Tensor& out) = 0;
+  // out = rmsnorm(x) * w (fp32 math)
+  virtual void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // residual += delta; out = rmsnorm(residual) * w
+  virtual void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
+                           Tensor& out) = 0;
+  // residual += delta
+  virtual void add(Tensor& residual, const Tensor& delta) = 0;
+  // out = x w^T (+ bias)
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  // qkv: [T, (Hq + 2 Hkv) * D] with q, k, v concatenated per row. Rotates q and k in place
+  // (half-split NeoX RoPE at plan.positions), then writes k and v to the layer's KV storage at the
+  // plan's slots of `params.group`.
+  virtual void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) = 0;
+  // out[t, h*D + d] = attention of query head h of token t over its sequence's cached keys
+  // (causal, optional window), with the per-head sink logit in the softmax denominator.
+  virtual void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params,
+                         Tensor& out) = 0;
+  // Router: logits = x w^T + b; top-k experts by logit; weights = softmax over the k chosen logits.
+  // ids: I32 [T, k]; weights: F32 [T, k].
+  virtual void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids,
+                           Tensor& weights) = 0;
+  // out[t] = sum_k weights[t,k] * (W_down[e] swiglu(W_gu[e] x[t] + b_gu[e]) + b_down[e]), e = ids[t,k]
+  virtual void moe(const Tensor& x, const ExpertWeights& experts, const Tensor& ids, const Tensor& weights,
+                   const SwigluParams& swiglu, Tensor& out) = 0;
+  // out[r] = x[plan.logit_rows[r]]
+  virtual void gather_logit_rows(const Tensor& x, Tensor& out) = 0;
+};
+
+// Creates a backend by name: "cpu" (always), "cuda" (when built with CUDA). Throws on others.
+struct BackendOptions {
+  int threads = 0;                     // CPU: worker threads (0 = all cores)
+  int device_index = 0;                // CUDA
+  double gpu_memory_utilization = 0.9; // CUDA: fraction of device memory ossrt may take
+};
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});
+std::vector<std::string> available_backends();
+
+}  // namespace ossrt

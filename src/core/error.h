@@ -1,0 +1,26 @@
+#pragma once
+// Errors: load-time and request-time failures throw ossrt::Error with a message a user can act on
+// (which file, which tensor, which field). The step path does not throw.
+#include <fmt/format.h>
+#include <stdexcept>
+#include <string>
+
+namespace ossrt {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+template <typename... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
+  throw Error(fmt::format(f, std::forward<Args>(args)...));
+}
+
+}  // namespace ossrt
+
+// Throws ossrt::Error with a formatted message when cond is false.
+#define OSSRT_CHECK(cond, ...)                  \
+  do {                                          \
+    if (!(cond)) ::ossrt::fail(__VA_ARGS__);    \
+  } while (0)
