@@ -1,0 +1,95 @@
+#pragma once
+// The contract between the edge (HTTP server, CLI) and a generator (the Engine, or a scripted
+// replayer in tests): native structs in, a stream of token events out. JSON, Harmony and text stay
+// at the edge; the engine sees token ids only.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ossrt {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 = greedy
+  float top_p = 1.0f;
+  int top_k = 0;                    // 0 = off
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::map<int32_t, float> logit_bias;
+  std::optional<uint64_t> seed;     // same seed -> same tokens
+  int max_tokens = 16;
+  int min_tokens = 0;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS set unless ignore_eos
+  std::vector<std::string> stop_strings; // matched on decoded bytes, across token boundaries
+  bool include_stop_str_in_output = false;
+  bool ignore_eos = false;
+  int logprobs = -1;                // -1: none; 0: sampled token only; k > 0: plus top-k alternatives
+};
+
+struct GenerationRequest {
+  std::string id;                   // unique per request (for cancel, logs, metrics)
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+  std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+};
+
+enum class FinishReason : uint8_t { None, Stop, Length, Abort, Error };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // top alternatives, best first
+};
+
+// One event per engine step that produced tokens for the request (usually one token), plus a final
+// event with finished = true. Events of one request arrive in order, from the engine thread.
+struct GenerationEvent {
+  std::vector<int32_t> token_ids;       // new tokens (a matched stop token/string is excluded unless asked)
+  std::vector<TokenLogprob> logprobs;   // one per token when requested
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::None;
+  std::optional<int32_t> stop_token;    // the stop token id that ended it, if any
+  std::optional<std::string> stop_string;
+  std::string error;                    // when finish_reason == Error
+  // Usage, filled on the final event.
+  int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;         // prompt tokens served from the prefix cache
+  int completion_tokens = 0;
+  // Timing, filled on the final event (seconds).
+  double queue_time = 0, time_to_first_token = 0, e2e_latency = 0;
+};
+
+using EventCallback = std::function<void(const GenerationEvent&)>;
+
+struct GeneratorStats {
+  int running = 0, waiting = 0;
+  double kv_usage = 0.0;                // fraction of full-layer KV blocks in use
+  uint64_t preemptions = 0;
+  uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // in tokens
+  int total_kv_blocks = 0, free_kv_blocks = 0;
+};
+
+// What the server needs from whatever produces tokens. Implemented by Engine and by test replayers.
+class Generator {
+ public:
+  virtual ~Generator() = default;
+  // Queues a request. The callback is invoked from the generator's thread; it must not block.
+  // Returns false (and invokes nothing) when the waiting queue is full.
+  virtual bool submit(GenerationRequest request, EventCallback on_event) = 0;
+  // Cancels a queued or running request; its KV blocks are freed at once; a final event with
+  // FinishReason::Abort is delivered. Unknown ids are ignored.
+  virtual void cancel(const std::string& request_id) = 0;
+  virtual GeneratorStats stats() const = 0;
+  virtual int max_model_len() const = 0;
+  // Stops accepting work; waits up to `timeout` for running requests, aborts the rest.
+  virtual void drain(std::chrono::milliseconds timeout) = 0;
+};
+
+}  // namespace ossrt
