@@ -1,0 +1,69 @@
+#pragma once
+// Paged attention with per-head sinks for gpt-oss (head dim 64, 8 query heads per KV head), over
+// the bf16 KV cache of one layer laid out [num_blocks][num_kv_heads][block_size][64] for K and V.
+//
+//   bf16_sdpa_sinks_d64_prefill : any plan (prefill chunks, decode tokens, mixed); tiles of query
+//                                 tokens x the 8 heads of one KV head, tensor cores (mma.sync bf16).
+//   bf16_sdpa_sinks_d64_decode  : decode-only plans (every sequence runs exactly one token);
+//                                 split-KV over the context, then a combine pass that merges the
+//                                 partial softmax states and adds the sink exactly once.
+//
+// Semantics (SPEC.md 2.4): query token t of sequence s sits at position
+// p = context_begin + (t - token_begin); key j is visible iff j <= p and (window == 0 or p - j < window);
+// logits = q.k * sm_scale (fp32), the sink logit sinks[h] (unscaled) joins the softmax denominator,
+// output bf16 [T, Hq * 64] with head h at columns h*64 .. h*64+63. The cache must already hold K/V
+// for every visible position (rope_and_cache_write runs first).
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/kernels/device_plan.cuh"
+
+namespace ossrt::cuda {
+
+inline constexpr int kAttnHeadDim = 64;
+inline constexpr int kAttnQHeadsPerKvHead = 8;
+// Upper bound on decode splits per (sequence, KV head); sizes the decode workspace.
+inline constexpr int kAttnMaxDecodeSplits = 32;
+
+struct AttentionArgs {
+  DevicePlan plan;
+  // Which KV group the layer belongs to: selects the plan's full or window block table.
+  bool sliding = false;
+  int window = 0;  // 0 = full causal; else the sliding window (128 for gpt-oss)
+  int num_q_heads = 64;
+  int num_kv_heads = 8;
+  float sm_scale = 0.125f;
+
+  const uint16_t* qkv = nullptr;  // bf16 [T, (Hq + 2 Hkv) * 64]; q at column 0 (RoPE applied)
+  int64_t qkv_row_stride = 0;     // elements per qkv row: (Hq + 2 Hkv) * 64
+  const uint16_t* sinks = nullptr;    // bf16 [Hq]
+  const uint16_t* k_cache = nullptr;  // bf16 [num_blocks][Hkv][block_size][64] of this layer
+  const uint16_t* v_cache = nullptr;  // same layout
+  int num_blocks = 0;                 // blocks in this layer's pool (bounds-checks table entries)
+  uint16_t* out = nullptr;            // bf16 [T, Hq * 64]
+
+  // Decode only: scratch for the split partials; at least attention_decode_workspace_bytes(...)
+  // for this step's num_seqs and num_splits. Planned at start-up, never allocated per step.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  // Decode only: splits per (sequence, KV head), 1..kAttnMaxDecodeSplits. Each sequence divides its
+  // own visible range among the splits on the device, so a graph captured with a fixed count stays
+  // correct as contexts grow; choose it with attention_decode_splits().
+  int num_splits = 1;
+};
+
+// Splits that fill the GPU (~2 CTAs per SM) for num_seqs sequences whose contexts are at most
+// max_context; for graph capture pass the largest context the graph may ever see.
+int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms = 132);
+// Workspace the decode kernel needs for num_seqs sequences at num_splits.
+size_t attention_decode_workspace_bytes(int num_seqs, int num_q_heads, int num_splits);
+
+// Both validate the arguments on the host (throwing ossrt::Error) and launch on `stream`.
+void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& args, cudaStream_t stream);
+void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& args, cudaStream_t stream);
+// Picks decode when every sequence runs one token (plan.max_seq_tokens == 1), prefill otherwise.
+void launch_bf16_sdpa_sinks_d64(const AttentionArgs& args, cudaStream_t stream);
+
+}  // namespace ossrt::cuda
