@@ -72,7 +72,7 @@ NpyArray read_npy(const std::string& path) {
     a.i32.resize(size_t(n));
     f.read(reinterpret_cast<char*>(a.i32.data()), n * 4);
   } else if (a.descr == "<i8") {
-    std::vector<int64_t> tmp(size_t(n));
+    std::vector<int64_t> tmp(static_cast<size_t>(n));
     f.read(reinterpret_cast<char*>(tmp.data()), n * 8);
     a.i32.assign(tmp.begin(), tmp.end());
     a.descr = "<i4";
