@@ -9,6 +9,7 @@
 //     begin_step(); no op takes positions or tables as arguments.
 //   - Ops are asynchronous on an accelerator; to_host / sync order them with the host.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -87,9 +88,20 @@ class Backend {
   virtual void allocate_kv_cache(const KvCacheShape& shape) = 0;
   // Bytes one block of one layer takes (K and V), for memory planning.
   virtual size_t kv_block_bytes(const KvCacheShape& shape) const = 0;
+  // Bytes the KV cache may take, measured after weights and workspaces are allocated (CUDA:
+  // gpu_memory_utilization * total device memory - memory in use). 0 = the backend has no budget
+  // of its own (CPU): the caller decides (e.g. --kv-cache-bytes).
+  virtual size_t kv_cache_budget_bytes() const { return 0; }
 
   // ---- one step
   virtual void begin_step(const StepPlan& plan) = 0;
+
+  // Runs one whole step: `step` is the model's forward for a plan (it calls begin_step and the ops)
+  // and returns its logits. The default runs it as is; the CUDA backend replays a captured CUDA
+  // graph of it for decode-only plans (padded to a batch bucket). The returned tensor stays valid
+  // until the next step.
+  using StepFn = std::function<Tensor(const StepPlan& plan)>;
+  virtual Tensor run_step(const StepPlan& plan, const StepFn& step) { return step(plan); }
 
   // out[t] = table[plan.token_ids[t]]
   virtual void embedding(const Tensor& table, Tensor& out) = 0;
@@ -126,6 +138,10 @@ struct BackendOptions {
   int threads = 0;                     // CPU: worker threads (0 = all cores)
   int device_index = 0;                // CUDA
   double gpu_memory_utilization = 0.9; // CUDA: fraction of device memory ossrt may take
+  // CUDA: capacities its start-up memory plan is sized for (plan buffers, router/MoE/attention
+  // workspaces). A step beyond them is refused with an error, never served by a new allocation.
+  int max_step_tokens = 8192;
+  int max_seqs = 256;
 };
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});
 std::vector<std::string> available_backends();
