@@ -26,8 +26,9 @@ class Tokenizer {
   // Ordinary BPE: NEVER yields special ids. Text that spells "<|start|>" becomes ordinary tokens,
   // because user and tool text must not be able to forge Harmony structure.
   // Invalid UTF-8 in `text` never crashes: each maximal valid run is encoded normally and every
-  // invalid byte becomes its own piece (its single-byte token), so decode(encode(x)) == x holds
-  // for arbitrary bytes.
+  // invalid byte becomes its own piece (its single-byte token), so the concatenated token_bytes
+  // reproduce arbitrary input exactly (decode(encode(x)) == x for valid UTF-8 x; decode itself
+  // always returns valid UTF-8).
   std::vector<int32_t> encode(std::string_view text) const;
   // Like encode(), but the literal spelling of a special/added token becomes its id. Only for
   // trusted text (tests, tools); the Harmony renderer inserts special ids itself.
