@@ -5,12 +5,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace ossrt {
+#include "core/error_type.h"
 
-class Error : public std::runtime_error {
- public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
-};
+namespace ossrt {
 
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {

@@ -1,0 +1,39 @@
+#pragma once
+// Device-side view of one sequence's keys in the paged cache, shared by the prefill and decode
+// attention kernels: visible range of a query position and the block-table lookup.
+#include <cstdint>
+
+#include "backend/cuda/kernels/attention.cuh"
+
+namespace ossrt::cuda {
+
+// Keys [lo, hi] a query at position pos may see (SPEC.md 2.4: j <= pos and pos - j < window).
+__device__ __forceinline__ int first_visible_key(int pos, int window) {
+  return window > 0 ? max(0, pos - window + 1) : 0;
+}
+
+// Element offset of key j's row (K or V, same layout) for KV head kv_head, or -1 when the block
+// table does not cover j or names a block outside the pool: such keys are masked, never read.
+__device__ __forceinline__ int64_t kv_row_offset(const AttentionArgs& a, const SeqStep& seq, int kv_head,
+                                                 int j) {
+  const int bs = a.plan.block_size;
+  const int logical = j / bs;
+  int idx, len;
+  const int32_t* table;
+  if (a.sliding) {
+    // The window table starts at logical block window_first_block (older blocks are released).
+    idx = logical - seq.window_first_block;
+    len = seq.window_table_len;
+    table = a.plan.window_block_table + seq.window_table_begin;
+  } else {
+    idx = logical;
+    len = seq.full_table_len;
+    table = a.plan.full_block_table + seq.full_table_begin;
+  }
+  if (idx < 0 || idx >= len) return -1;
+  const int block = table[idx];
+  if (block < 0 || block >= a.num_blocks) return -1;
+  return ((int64_t(block) * a.num_kv_heads + kv_head) * bs + (j - logical * bs)) * kAttnHeadDim;
+}
+
+}  // namespace ossrt::cuda
