@@ -1,0 +1,110 @@
+// Routing and combine passes of the grouped MoE.
+//
+// Grouping uses atomics, so the order of pairs inside one expert's group varies from run to run;
+// that order never reaches the numbers: each grouped row is computed by the GEMM on its own (the
+// k-loop order does not depend on the row's position in a tile) and the combine reads rows back by
+// pair index and sums the k slots in slot order. A token's output is therefore bit-identical
+// whatever else is in the batch.
+#include "backend/cuda/kernels/attention_moe_common.cuh"
+#include "backend/cuda/kernels/moe.cuh"
+#include "backend/cuda/kernels/moe_passes.cuh"
+
+namespace ossrt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kPlanThreads = 1024;
+
+__global__ void moe_count_experts(const int32_t* ids, int pairs, int num_experts, int32_t* counts) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= pairs) return;
+  const int e = ids[i];
+  if (e >= 0 && e < num_experts) atomicAdd(&counts[e], 1);
+}
+
+// One CTA: prefix sums over experts (E <= 1024, a serial scan by one thread costs ~1 us) and the
+// tile list, written by one thread per expert.
+__global__ void __launch_bounds__(kPlanThreads) moe_plan_tiles(int num_experts, MoeWorkspace ws) {
+  __shared__ int row_start[kMoeMaxExperts + 1], tile_start[kMoeMaxExperts + 1];
+  if (threadIdx.x == 0) {
+    int rows = 0, tiles = 0;
+    for (int e = 0; e < num_experts; ++e) {
+      row_start[e] = rows;
+      tile_start[e] = tiles;
+      const int count = ws.counts[e];
+      rows += count;
+      tiles += (count + kMoeTileM - 1) / kMoeTileM;
+    }
+    row_start[num_experts] = rows;
+    tile_start[num_experts] = tiles;
+    *ws.num_tiles = tiles;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e <= num_experts; e += blockDim.x) ws.offsets[e] = row_start[e];
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
+    for (int t = tile_start[e]; t < tile_start[e + 1]; ++t) {
+      ws.tile_expert[t] = e;
+      ws.tile_row[t] = row_start[e] + (t - tile_start[e]) * kMoeTileM;
+    }
+  }
+}
+
+__global__ void moe_scatter_pairs(const int32_t* ids, int pairs, int num_experts, MoeWorkspace ws) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= pairs) return;
+  const int e = ids[i];
+  if (e < 0 || e >= num_experts) {
+    ws.pair_to_pos[i] = -1;  // dropped: contributes nothing, read nowhere
+    return;
+  }
+  const int pos = ws.offsets[e] + atomicAdd(&ws.cursor[e], 1);
+  ws.pos_to_pair[pos] = i;
+  ws.pair_to_pos[i] = pos;
+}
+
+// One CTA per token; each thread 4 consecutive features.
+__global__ void __launch_bounds__(kThreads) moe_combine(const float* weights, int top_k, int hidden, MoeWorkspace ws,
+                                                        void* out, bool out_bf16) {
+  const int t = blockIdx.x;
+  for (int n = threadIdx.x * 4; n < hidden; n += blockDim.x * 4) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < top_k; ++s) {
+      const int pos = ws.pair_to_pos[t * top_k + s];
+      if (pos < 0) continue;
+      const float w = weights[t * top_k + s];
+      const float4 y = *reinterpret_cast<const float4*>(ws.y + int64_t(pos) * hidden + n);
+      acc.x += w * y.x;
+      acc.y += w * y.y;
+      acc.z += w * y.z;
+      acc.w += w * y.w;
+    }
+    if (out_bf16) {
+      __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(static_cast<uint16_t*>(out) + int64_t(t) * hidden + n);
+      o[0] = __floats2bfloat162_rn(acc.x, acc.y);
+      o[1] = __floats2bfloat162_rn(acc.z, acc.w);
+    } else {
+      *reinterpret_cast<float4*>(static_cast<float*>(out) + int64_t(t) * hidden + n) = acc;
+    }
+  }
+}
+
+}  // namespace
+
+void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeWorkspace& ws, cudaStream_t stream) {
+  OSSRT_CUDA_CALL(cudaMemsetAsync(ws.counts, 0, sizeof(int32_t) * 2 * num_experts, stream));  // counts + cursor
+  const int blocks = (pairs + kThreads - 1) / kThreads;
+  moe_count_experts<<<blocks, kThreads, 0, stream>>>(ids, pairs, num_experts, ws.counts);
+  OSSRT_CHECK_LAUNCH("moe_count_experts");
+  moe_plan_tiles<<<1, kPlanThreads, 0, stream>>>(num_experts, ws);
+  OSSRT_CHECK_LAUNCH("moe_plan_tiles");
+  moe_scatter_pairs<<<blocks, kThreads, 0, stream>>>(ids, pairs, num_experts, ws);
+  OSSRT_CHECK_LAUNCH("moe_scatter_pairs");
+}
+
+void launch_moe_combine(const float* weights, int tokens, int top_k, int hidden, const MoeWorkspace& ws, void* out,
+                        bool out_bf16, cudaStream_t stream) {
+  moe_combine<<<tokens, kThreads, 0, stream>>>(weights, top_k, hidden, ws, out, out_bf16);
+  OSSRT_CHECK_LAUNCH("moe_combine");
+}
+
+}  // namespace ossrt::cuda
