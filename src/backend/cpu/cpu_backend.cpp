@@ -1,0 +1,363 @@
+// The CPU reference backend: owns host memory, converts weights to fp32, keeps the paged KV cache,
+// checks every op's shapes and the step plan (bad input is an ossrt::Error, never a wild read), and
+// hands the math to cpu_kernels.h.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "core/error.h"
+#include "core/threads.h"
+
+namespace ossrt {
+
+namespace {
+
+Tensor make_view(void* data, DType dtype, const std::vector<int64_t>& shape) {
+  OSSRT_CHECK(shape.size() <= size_t(kMaxDims), "tensor rank {} > {}", shape.size(), kMaxDims);
+  Tensor t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = Device::CPU;
+  t.ndim = int(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
+  return t;
+}
+
+void expect_f32(const Tensor& t, const char* op, const char* what) {
+  OSSRT_CHECK(!t.empty(), "{}: {} is empty", op, what);
+  OSSRT_CHECK(t.device == Device::CPU, "{}: {} is not a CPU tensor", op, what);
+  OSSRT_CHECK(t.dtype == DType::F32, "{}: {} has dtype {}, expected F32", op, what, dtype_name(t.dtype));
+}
+
+void expect_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* what) {
+  OSSRT_CHECK(t.ndim == 2 && t.dim(0) == rows && t.dim(1) == cols, "{}: {} has shape {}, expected [{}, {}]", op,
+              what, t.shape_str(), rows, cols);
+}
+
+void expect_vector(const Tensor& t, int64_t n, const char* op, const char* what) {
+  OSSRT_CHECK(t.numel() == n, "{}: {} has shape {}, expected {} elements", op, what, t.shape_str(), n);
+}
+
+// Storage of one KV group: per layer, K and V of [num_blocks][num_kv_heads][block_size][head_dim].
+struct KvGroupStorage {
+  std::vector<std::vector<float>> k, v;
+  int num_blocks = 0;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options) : pool_(options.threads) {}
+
+  std::string name() const override { return "cpu"; }
+  Device device() const override { return Device::CPU; }
+  DType activation_dtype() const override { return DType::F32; }
+  DType residual_dtype() const override { return DType::F32; }
+
+  Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) override {
+    return alloc_shape(dtype, std::vector<int64_t>(shape));
+  }
+
+  std::vector<float> to_host_f32(const Tensor& t) override {
+    std::vector<float> out(size_t(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      switch (t.dtype) {
+        case DType::F32: out[size_t(i)] = t.ptr<float>()[i]; break;
+        case DType::BF16: out[size_t(i)] = bf16_to_f32(t.ptr<uint16_t>()[i]); break;
+        case DType::F16: out[size_t(i)] = f16_to_f32(t.ptr<uint16_t>()[i]); break;
+        case DType::I32: out[size_t(i)] = float(t.ptr<int32_t>()[i]); break;
+        default: fail("to_host_f32: unsupported dtype {}", dtype_name(t.dtype));
+      }
+    }
+    return out;
+  }
+  void to_host(const Tensor& t, void* dst) override { std::memcpy(dst, t.data, t.bytes()); }
+  void from_host(Tensor& t, const void* src) override { std::memcpy(t.data, src, t.bytes()); }
+  void sync() override {}
+
+  Tensor upload(const HostTensor& src) override {
+    OSSRT_CHECK(!src.empty(), "upload: tensor '{}' has no data", src.name);
+    Tensor t = alloc_shape(DType::F32, src.shape);
+    src.to_f32(0, src.numel(), t.ptr<float>());
+    return t;
+  }
+
+  Tensor upload_concat_rows(std::span<const HostTensor* const> parts) override {
+    OSSRT_CHECK(!parts.empty(), "upload_concat_rows: no parts");
+    std::vector<int64_t> shape = parts[0]->shape;
+    OSSRT_CHECK(!shape.empty(), "upload_concat_rows: '{}' is a scalar", parts[0]->name);
+    int64_t rows = 0;
+    for (const HostTensor* p : parts) {
+      OSSRT_CHECK(!p->empty(), "upload_concat_rows: tensor '{}' has no data", p->name);
+      OSSRT_CHECK(p->shape.size() == shape.size() && std::equal(shape.begin() + 1, shape.end(), p->shape.begin() + 1),
+                  "upload_concat_rows: '{}' does not match the trailing dimensions of '{}'", p->name, parts[0]->name);
+      rows += p->shape[0];
+    }
+    shape[0] = rows;
+    Tensor t = alloc_shape(DType::F32, shape);
+    float* dst = t.ptr<float>();
+    for (const HostTensor* p : parts) {
+      p->to_f32(0, p->numel(), dst);
+      dst += p->numel();
+    }
+    return t;
+  }
+
+  ExpertWeights upload_experts(const HostExperts& gate_up, const HostExperts& down) override {
+    OSSRT_CHECK(gate_up.experts == down.experts && gate_up.out == 2 * down.in && gate_up.in == down.out,
+                "upload_experts: gate_up [{}, {}, {}] and down [{}, {}, {}] do not fit together", gate_up.experts,
+                gate_up.out, gate_up.in, down.experts, down.out, down.in);
+    ExpertWeights w;
+    w.experts = gate_up.experts;
+    w.hidden = gate_up.in;
+    w.intermediate = down.in;
+    w.gate_up_w = upload_expert_matrix(gate_up);
+    w.gate_up_b = upload_expert_bias(gate_up);
+    w.down_w = upload_expert_matrix(down);
+    w.down_b = upload_expert_bias(down);
+    return w;
+  }
+
+  void allocate_kv_cache(const KvCacheShape& shape) override {
+    OSSRT_CHECK(shape.block_size > 0 && shape.num_kv_heads > 0 && shape.head_dim > 0 && shape.num_full_blocks >= 0 &&
+                    shape.num_window_blocks >= 0 && shape.num_full_layers >= 0 && shape.num_sliding_layers >= 0,
+                "allocate_kv_cache: invalid shape");
+    kv_shape_ = shape;
+    auto make_group = [&](int layers, int blocks) {
+      KvGroupStorage g;
+      g.num_blocks = blocks;
+      const size_t elems = size_t(blocks) * size_t(shape.num_kv_heads) * size_t(shape.block_size) * size_t(shape.head_dim);
+      g.k.assign(size_t(layers), std::vector<float>(elems, 0.0f));
+      g.v.assign(size_t(layers), std::vector<float>(elems, 0.0f));
+      return g;
+    };
+    groups_[0] = make_group(shape.num_full_layers, shape.num_full_blocks);
+    groups_[1] = make_group(shape.num_sliding_layers, shape.num_window_blocks);
+    spdlog::debug("cpu: KV cache {} full blocks x {} layers, {} window blocks x {} layers", shape.num_full_blocks,
+                  shape.num_full_layers, shape.num_window_blocks, shape.num_sliding_layers);
+  }
+
+  size_t kv_block_bytes(const KvCacheShape& shape) const override {
+    return 2 * size_t(shape.num_kv_heads) * size_t(shape.block_size) * size_t(shape.head_dim) * sizeof(float);
+  }
+
+  void begin_step(const StepPlan& plan) override {
+    check_plan_consistency(plan);
+    plan_ = plan;  // a copy: the caller's plan may die before the step's ops run
+  }
+
+  void embedding(const Tensor& table, Tensor& out) override {
+    expect_f32(table, "embedding", "table");
+    expect_f32(out, "embedding", "out");
+    const int64_t T = plan_.num_tokens(), H = table.dim(1);
+    expect_matrix(out, T, H, "embedding", "out");
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = plan_.token_ids[size_t(t)];
+      OSSRT_CHECK(id >= 0 && id < table.dim(0), "embedding: token id {} at row {} outside the vocabulary of {}", id, t,
+                  table.dim(0));
+      std::copy_n(table.ptr<float>() + id * H, H, out.ptr<float>() + t * H);
+    }
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
+    expect_f32(x, "rmsnorm", "x"), expect_f32(w, "rmsnorm", "w"), expect_f32(out, "rmsnorm", "out");
+    const int64_t T = x.dim(0), H = x.row_elems();
+    expect_vector(w, H, "rmsnorm", "w");
+    expect_matrix(out, T, H, "rmsnorm", "out");
+    pool_.parallel_for(T, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) cpu::rmsnorm_row(x.ptr<float>() + t * H, w.ptr<float>(), H, eps, out.ptr<float>() + t * H);
+    });
+  }
+
+  void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) override {
+    add(residual, delta);
+    rmsnorm(residual, w, eps, out);
+  }
+
+  void add(Tensor& residual, const Tensor& delta) override {
+    expect_f32(residual, "add", "residual"), expect_f32(delta, "add", "delta");
+    OSSRT_CHECK(residual.numel() == delta.numel(), "add: residual {} and delta {} differ", residual.shape_str(),
+                delta.shape_str());
+    float* r = residual.ptr<float>();
+    const float* d = delta.ptr<float>();
+    for (int64_t i = 0; i < residual.numel(); ++i) r[i] += d[i];
+  }
+
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override {
+    expect_f32(x, "linear", "x"), expect_f32(w, "linear", "w"), expect_f32(out, "linear", "out");
+    OSSRT_CHECK(w.ndim == 2, "linear: weight has shape {}, expected [out, in]", w.shape_str());
+    const int64_t T = x.dim(0), in = w.dim(1), n_out = w.dim(0);
+    expect_matrix(x, T, in, "linear", "x");
+    expect_matrix(out, T, n_out, "linear", "out");
+    if (bias) expect_f32(*bias, "linear", "bias"), expect_vector(*bias, n_out, "linear", "bias");
+    cpu::linear(pool_, x.ptr<float>(), T, in, w.ptr<float>(), n_out, bias ? bias->ptr<float>() : nullptr,
+                out.ptr<float>());
+  }
+
+  void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) override {
+    const cpu::KvLayerView kv = check_attention_args(qkv, params, "rope_and_cache_write");
+    OSSRT_CHECK(int(rope.inv_freq.size()) * 2 == params.head_dim, "rope_and_cache_write: {} inv_freq for head_dim {}",
+                rope.inv_freq.size(), params.head_dim);
+    cpu::rope_and_cache_write(pool_, plan_, qkv.ptr<float>(), rope, params, kv);
+  }
+
+  void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params, Tensor& out) override {
+    const cpu::KvLayerView kv = check_attention_args(qkv, params, "attention");
+    expect_f32(sinks, "attention", "sinks"), expect_vector(sinks, params.num_q_heads, "attention", "sinks");
+    expect_f32(out, "attention", "out");
+    expect_matrix(out, plan_.num_tokens(), int64_t(params.num_q_heads) * params.head_dim, "attention", "out");
+    cpu::attention(pool_, plan_, qkv.ptr<float>(), sinks.ptr<float>(), params, kv, out.ptr<float>());
+  }
+
+  void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) override {
+    expect_f32(x, "router_topk", "x"), expect_f32(w, "router_topk", "w"), expect_f32(b, "router_topk", "b");
+    const int64_t T = x.dim(0), E = w.dim(0), H = w.dim(1);
+    expect_matrix(x, T, H, "router_topk", "x");
+    expect_vector(b, E, "router_topk", "b");
+    OSSRT_CHECK(k >= 1 && k <= E, "router_topk: k = {} with {} experts", k, E);
+    OSSRT_CHECK(ids.dtype == DType::I32, "router_topk: ids must be I32");
+    expect_f32(weights, "router_topk", "weights");
+    expect_matrix(ids, T, k, "router_topk", "ids");
+    expect_matrix(weights, T, k, "router_topk", "weights");
+    std::vector<float> logits(size_t(T * E));
+    cpu::linear(pool_, x.ptr<float>(), T, H, w.ptr<float>(), E, b.ptr<float>(), logits.data());
+    for (int64_t t = 0; t < T; ++t)
+      cpu::topk_softmax(logits.data() + t * E, E, k, ids.ptr<int32_t>() + t * k, weights.ptr<float>() + t * k);
+  }
+
+  void moe(const Tensor& x, const ExpertWeights& experts, const Tensor& ids, const Tensor& weights,
+           const SwigluParams& swiglu, Tensor& out) override {
+    expect_f32(x, "moe", "x"), expect_f32(weights, "moe", "weights"), expect_f32(out, "moe", "out");
+    const int64_t T = x.dim(0), H = experts.hidden, I = experts.intermediate, E = experts.experts;
+    expect_matrix(x, T, H, "moe", "x");
+    expect_matrix(out, T, H, "moe", "out");
+    OSSRT_CHECK(ids.dtype == DType::I32 && ids.ndim == 2 && ids.dim(0) == T, "moe: ids must be I32 [{}, k], got {}", T,
+                ids.shape_str());
+    const int k = int(ids.dim(1));
+    expect_matrix(weights, T, k, "moe", "weights");
+    expect_f32(experts.gate_up_w, "moe", "gate_up_w"), expect_f32(experts.down_w, "moe", "down_w");
+    expect_vector(experts.gate_up_w, E * 2 * I * H, "moe", "gate_up_w");
+    expect_vector(experts.gate_up_b, E * 2 * I, "moe", "gate_up_b");
+    expect_vector(experts.down_w, E * H * I, "moe", "down_w");
+    expect_vector(experts.down_b, E * H, "moe", "down_b");
+    for (int64_t i = 0; i < T * k; ++i)
+      OSSRT_CHECK(ids.ptr<int32_t>()[i] >= 0 && ids.ptr<int32_t>()[i] < E, "moe: expert id {} at [{}, {}] outside [0, {})",
+                  ids.ptr<int32_t>()[i], i / k, i % k, E);
+    const cpu::ExpertsView view{experts.gate_up_w.ptr<float>(), experts.gate_up_b.ptr<float>(),
+                                experts.down_w.ptr<float>(),    experts.down_b.ptr<float>(),
+                                E,                              H,
+                                I};
+    cpu::moe(pool_, x.ptr<float>(), T, view, ids.ptr<int32_t>(), weights.ptr<float>(), k, swiglu, out.ptr<float>());
+  }
+
+  void gather_logit_rows(const Tensor& x, Tensor& out) override {
+    expect_f32(x, "gather_logit_rows", "x"), expect_f32(out, "gather_logit_rows", "out");
+    const int64_t R = int64_t(plan_.logit_rows.size()), H = x.row_elems();
+    expect_matrix(out, R, H, "gather_logit_rows", "out");
+    for (int64_t r = 0; r < R; ++r) {
+      const int32_t row = plan_.logit_rows[size_t(r)];
+      OSSRT_CHECK(row >= 0 && row < x.dim(0), "gather_logit_rows: row {} outside [0, {})", row, x.dim(0));
+      std::copy_n(x.ptr<float>() + row * H, H, out.ptr<float>() + r * H);
+    }
+  }
+
+ private:
+  Tensor alloc_shape(DType dtype, const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) {
+      OSSRT_CHECK(d >= 0, "alloc: negative dimension {}", d);
+      n *= d;
+    }
+    // Zero-filled, so a workspace read before it is written is deterministic.
+    auto buffer = std::make_unique<std::byte[]>(std::max<size_t>(1, size_t(n) * dtype_size(dtype)));
+    Tensor t = make_view(buffer.get(), dtype, shape);
+    buffers_.push_back(std::move(buffer));
+    return t;
+  }
+
+  Tensor upload_expert_matrix(const HostExperts& src) {
+    Tensor t = alloc_shape(DType::F32, {src.experts, src.out, src.in});
+    float* dst = t.ptr<float>();
+    pool_.parallel_for(src.experts * src.out, [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row) src.row_f32(row / src.out, row % src.out, dst + row * src.in);
+    });
+    return t;
+  }
+
+  Tensor upload_expert_bias(const HostExperts& src) {
+    OSSRT_CHECK(src.bias.numel() == src.experts * src.out, "upload_experts: bias '{}' has {} elements, expected {}",
+                src.bias.name, src.bias.numel(), src.experts * src.out);
+    Tensor t = alloc_shape(DType::F32, {src.experts, src.out});
+    src.bias.to_f32(0, src.bias.numel(), t.ptr<float>());
+    return t;
+  }
+
+  // Plan invariants every op relies on; the slot and block-table checks that need a layer's KV
+  // geometry are in cpu::check_plan_against_layer.
+  static void check_plan_consistency(const StepPlan& plan) {
+    const size_t T = plan.token_ids.size();
+    OSSRT_CHECK(plan.block_size > 0, "plan: block_size {} must be positive", plan.block_size);
+    OSSRT_CHECK(plan.positions.size() == T && plan.token_seq.size() == T,
+                "plan: {} token ids but {} positions and {} sequence indices", T, plan.positions.size(),
+                plan.token_seq.size());
+    for (size_t t = 0; t < T; ++t) {
+      const int32_t si = plan.token_seq[t];
+      OSSRT_CHECK(si >= 0 && si < plan.num_seqs(), "plan: token {} belongs to sequence {} of {}", t, si, plan.num_seqs());
+      const SeqStep& s = plan.seqs[size_t(si)];
+      OSSRT_CHECK(int(t) >= s.token_begin && int(t) < s.token_begin + s.num_tokens,
+                  "plan: token {} is outside its sequence's rows [{}, {})", t, s.token_begin,
+                  s.token_begin + s.num_tokens);
+      OSSRT_CHECK(plan.positions[t] == s.context_begin + (int(t) - s.token_begin),
+                  "plan: token {} has position {} but its sequence puts it at {}", t, plan.positions[t],
+                  s.context_begin + (int(t) - s.token_begin));
+    }
+    for (int si = 0; si < plan.num_seqs(); ++si) {
+      const SeqStep& s = plan.seqs[size_t(si)];
+      OSSRT_CHECK(s.token_begin >= 0 && s.num_tokens >= 0 && size_t(s.token_begin + s.num_tokens) <= T &&
+                      s.context_begin >= 0,
+                  "plan: sequence {} rows [{}, +{}) at context {} do not fit {} tokens", si, s.token_begin,
+                  s.num_tokens, s.context_begin, T);
+      for (int t = s.token_begin; t < s.token_begin + s.num_tokens; ++t)
+        OSSRT_CHECK(plan.token_seq[size_t(t)] == si, "plan: row {} is in sequence {}'s range but marked {}", t, si,
+                    plan.token_seq[size_t(t)]);
+    }
+  }
+
+  cpu::KvLayerView check_attention_args(const Tensor& qkv, const AttentionParams& p, const char* op) {
+    expect_f32(qkv, op, "qkv");
+    OSSRT_CHECK(p.num_q_heads > 0 && p.num_kv_heads > 0 && p.num_q_heads % p.num_kv_heads == 0 && p.head_dim > 0 &&
+                    p.head_dim % 2 == 0 && p.window >= 0,
+                "{}: invalid attention params (Hq {}, Hkv {}, D {}, window {})", op, p.num_q_heads, p.num_kv_heads,
+                p.head_dim, p.window);
+    expect_matrix(qkv, plan_.num_tokens(), int64_t(p.num_q_heads + 2 * p.num_kv_heads) * p.head_dim, op, "qkv");
+    OSSRT_CHECK(p.num_kv_heads == kv_shape_.num_kv_heads && p.head_dim == kv_shape_.head_dim,
+                "{}: {} KV heads of dim {}, but the cache holds {} of dim {}", op, p.num_kv_heads, p.head_dim,
+                kv_shape_.num_kv_heads, kv_shape_.head_dim);
+    KvGroupStorage& g = groups_[p.group == KvGroup::Full ? 0 : 1];
+    OSSRT_CHECK(p.layer_in_group >= 0 && size_t(p.layer_in_group) < g.k.size(),
+                "{}: layer {} of the {} group, but the cache has {} such layers", op, p.layer_in_group,
+                p.group == KvGroup::Full ? "full" : "sliding", g.k.size());
+    cpu::KvLayerView kv{g.k[size_t(p.layer_in_group)].data(), g.v[size_t(p.layer_in_group)].data(), g.num_blocks,
+                        kv_shape_.num_kv_heads,               kv_shape_.block_size,                  kv_shape_.head_dim};
+    cpu::check_plan_against_layer(plan_, p, kv);
+    return kv;
+  }
+
+  ThreadPool pool_;
+  std::vector<std::unique_ptr<std::byte[]>> buffers_;
+  KvCacheShape kv_shape_;
+  KvGroupStorage groups_[2];  // [0] full layers, [1] sliding layers
+  StepPlan plan_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace ossrt
