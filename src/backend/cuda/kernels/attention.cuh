@@ -54,9 +54,11 @@ struct AttentionArgs {
   int num_splits = 1;
 };
 
-// Splits that fill the GPU (~2 CTAs per SM) for num_seqs sequences whose contexts are at most
-// max_context; for graph capture pass the largest context the graph may ever see.
-int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms = 132);
+// Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys
+// by its own length, 64 keys a split up to 32 splits, so results do not depend on the batch).
+// For CUDA graphs pass the largest context the graph may ever replay with (or simply
+// kAttnMaxDecodeSplits): a smaller count stays correct but loses batch invariance. The other
+// arguments do not change the result (kept so callers need not change if occupancy enters later).
 // Workspace the decode kernel needs for num_seqs sequences at num_splits.
 size_t attention_decode_workspace_bytes(int num_seqs, int num_q_heads, int num_splits);
 

@@ -28,7 +28,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kChunk = 32;  // keys per warp iteration: one per lane
 // A split never takes fewer keys than this, so short contexts use few splits (the rest exit).
-constexpr int kMinKeysPerSplit = kWarps * kChunk;
+constexpr int kMinKeysPerSplit = 2 * kChunk;
 
 struct DecodePartials {
   float* acc;  // [num_seqs][Hq][splits][64]
@@ -42,11 +42,16 @@ __host__ __device__ inline DecodePartials decode_partials(void* ws, int num_seqs
   return {base, base + states * kD, base + states * (kD + 1)};
 }
 
-// Key slice [begin, end) of split `split` within the visible range [lo, hi].
+// Key slice [begin, end) of split `split` within the visible range [lo, hi]. The slice size depends
+// only on the sequence's own visible length, not on the grid, so a sequence gets bit-identical
+// partials whatever the batch (batch invariance), as long as the grid has the splits it needs
+// (attention_decode_splits(max_context) guarantees that). With a smaller grid the slices grow to
+// cover the range anyway: never wrong, only not batch-invariant.
 __device__ inline void split_range(int lo, int hi, int splits, int split, int& begin, int& end) {
   const int n = hi - lo + 1;
-  int per = max((n + splits - 1) / splits, kMinKeysPerSplit);
-  per = (per + kChunk - 1) / kChunk * kChunk;
+  const int own = max((n + kAttnMaxDecodeSplits - 1) / kAttnMaxDecodeSplits, kMinKeysPerSplit);
+  const int cover = (n + splits - 1) / splits;
+  const int per = (max(own, cover) + kChunk - 1) / kChunk * kChunk;
   begin = lo + split * per;
   end = min(begin + per, hi + 1);
 }
@@ -205,10 +210,12 @@ void validate_attention_args(const AttentionArgs& a) {
 }
 
 int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms) {
-  const int ctas = std::max(1, num_seqs * num_kv_heads);
-  const int want = (2 * num_sms + ctas - 1) / ctas;
-  const int useful = std::max(1, (max_context + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
-  return std::clamp(std::min(want, useful), 1, kAttnMaxDecodeSplits);
+  // Only the context decides: each sequence slices its keys by its own length (split_range), so
+  // the grid needs as many splits as the longest context uses. Batch size and SM count do not
+  // enter, which keeps results independent of the batch.
+  (void)num_seqs, (void)num_kv_heads, (void)num_sms;
+  const int needed = (std::max(max_context, 1) + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+  return std::clamp(needed, 1, kAttnMaxDecodeSplits);
 }
 
 size_t attention_decode_workspace_bytes(int num_seqs, int num_q_heads, int num_splits) {
