@@ -1,0 +1,358 @@
+#include "engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/plan_builder.h"
+
+namespace ossrt {
+
+namespace {
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Bytes one cached K or V element takes in this backend (bf16 on CUDA, f32 on the CPU oracle).
+size_t kv_elem_bytes(const Backend& backend, const GptOssConfig& c, int block_size) {
+  KvCacheShape probe;
+  probe.block_size = block_size;
+  probe.num_kv_heads = c.num_key_value_heads;
+  probe.head_dim = c.head_dim;
+  const size_t per_elem_count = 2 * size_t(block_size) * size_t(c.num_key_value_heads) * size_t(c.head_dim);
+  const size_t bytes = backend.kv_block_bytes(probe);
+  OSSRT_CHECK(bytes > 0 && bytes % per_elem_count == 0, "backend reports {} bytes per KV block of {} elements",
+              bytes, per_elem_count);
+  return bytes / per_elem_count;
+}
+
+KvMemoryPlan plan_memory(GptOssModel& model, const EngineConfig& config) {
+  const GptOssConfig& mc = model.config();
+  OSSRT_CHECK(config.max_num_batched_tokens <= model.limits().max_step_tokens,
+              "engine: max_num_batched_tokens {} exceeds the model's step capacity {}", config.max_num_batched_tokens,
+              model.limits().max_step_tokens);
+  OSSRT_CHECK(config.max_num_seqs <= model.limits().max_logit_rows,
+              "engine: max_num_seqs {} exceeds the model's logit rows {}", config.max_num_seqs,
+              model.limits().max_logit_rows);
+  KvMemoryPlanRequest request;
+  request.kv_budget_bytes = config.kv_cache_bytes > 0 ? config.kv_cache_bytes : kDefaultKvCacheBytes;
+  request.elem_bytes = kv_elem_bytes(model.backend(), mc, config.block_size);
+  request.block_size = config.block_size;
+  request.max_num_seqs = config.max_num_seqs;
+  request.max_num_batched_tokens = config.max_num_batched_tokens;
+  request.num_full_blocks_override = config.num_full_blocks;
+  return plan_kv_memory(mc, request);
+}
+
+KvCacheConfig kv_config(const GptOssConfig& mc, const KvMemoryPlan& plan, const EngineConfig& config) {
+  KvCacheConfig c;
+  c.block_size = plan.block_size;
+  c.num_full_blocks = plan.num_full_blocks;
+  c.num_window_blocks = plan.num_window_blocks;
+  c.sliding_window = mc.sliding_window;
+  c.has_full_layers = mc.num_full_layers() > 0;
+  c.has_sliding_layers = mc.num_sliding_layers() > 0;
+  c.enable_prefix_caching = config.enable_prefix_caching;
+  return c;
+}
+
+int resolve_max_model_len(const GptOssConfig& mc, const KvMemoryPlan& plan, int requested) {
+  int64_t limit = mc.max_position_embeddings;
+  if (mc.num_full_layers() > 0) limit = std::min<int64_t>(limit, plan.full_token_capacity());
+  if (requested > 0 && requested > limit)
+    spdlog::warn("max_model_len {} exceeds what the model and KV cache hold; using {}", requested, limit);
+  return int(requested > 0 ? std::min<int64_t>(requested, limit) : limit);
+}
+
+void deliver(const EventCallback& cb, const GenerationEvent& ev, const std::string& request_id) {
+  try {
+    cb(ev);
+  } catch (const std::exception& e) {
+    spdlog::error("request {}: event callback threw: {}", request_id, e.what());
+  }
+}
+
+}  // namespace
+
+Engine::Engine(GptOssModel& model, EngineConfig config)
+    : model_(model),
+      config_(std::move(config)),
+      memory_plan_(plan_memory(model, config_)),
+      max_model_len_(resolve_max_model_len(model.config(), memory_plan_, config_.max_model_len)),
+      kv_(kv_config(model.config(), memory_plan_, config_)),
+      scheduler_(SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, kv_),
+      seed_source_(std::random_device{}()) {
+  OSSRT_CHECK(config_.max_queue > 0, "engine: max_queue must be positive, got {}", config_.max_queue);
+  const GptOssConfig& mc = model.config();
+  KvCacheShape shape;
+  shape.num_full_layers = mc.num_full_layers();
+  shape.num_sliding_layers = mc.num_sliding_layers();
+  shape.num_full_blocks = memory_plan_.num_full_blocks;
+  shape.num_window_blocks = memory_plan_.num_window_blocks;
+  shape.block_size = memory_plan_.block_size;
+  shape.num_kv_heads = mc.num_key_value_heads;
+  shape.head_dim = mc.head_dim;
+  model.backend().allocate_kv_cache(shape);
+  publish_stats();
+  if (config_.start_thread) thread_ = std::thread([this] { thread_main(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+    abort_all_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Engine::submit(GenerationRequest request, EventCallback on_event) {
+  {
+    std::lock_guard lk(mu_);
+    if (!accepting_ || stopping_) return false;
+    if (int(inbox_.size()) + stats_.waiting >= config_.max_queue) return false;
+    inbox_.push_back(Submission{std::move(request), std::move(on_event)});
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void Engine::cancel(const std::string& request_id) {
+  {
+    std::lock_guard lk(mu_);
+    cancels_.push_back(request_id);
+  }
+  cv_.notify_one();
+}
+
+GeneratorStats Engine::stats() const {
+  std::lock_guard lk(mu_);
+  return stats_;
+}
+
+void Engine::drain(std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard lk(mu_);
+    accepting_ = false;
+  }
+  if (!thread_.joinable()) {
+    run_until_idle();
+    return;
+  }
+  std::unique_lock lk(mu_);
+  if (!idle_cv_.wait_for(lk, timeout, [&] { return !busy_ && inbox_.empty(); })) {
+    abort_all_ = true;
+    cv_.notify_one();
+    idle_cv_.wait(lk, [&] { return !busy_ && inbox_.empty() && !abort_all_; });
+  }
+}
+
+void Engine::thread_main() {
+  for (;;) {
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stopping_ || abort_all_ || busy_ || !inbox_.empty() || !cancels_.empty(); });
+      if (stopping_) break;
+    }
+    try {
+      run_step();
+    } catch (const std::exception& e) {
+      spdlog::error("engine step failed: {}", e.what());
+      fail_all(e.what());
+      publish_stats();
+    }
+  }
+  drain_inbox();  // aborts whatever is left (abort_all_ is set by the destructor)
+  publish_stats();
+}
+
+std::string Engine::validate(const GenerationRequest& r) const {
+  const int vocab = model_.config().vocab_size;
+  const SamplingParams& p = r.sampling;
+  if (r.prompt_ids.empty()) return "the prompt is empty";
+  for (size_t i = 0; i < r.prompt_ids.size(); ++i)
+    if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= vocab)
+      return fmt::format("prompt token {} (at index {}) is outside the vocabulary [0, {})", r.prompt_ids[i], i,
+                         vocab);
+  if (int64_t(r.prompt_ids.size()) >= max_model_len_)
+    return fmt::format("the prompt has {} tokens but the maximum context length is {} tokens", r.prompt_ids.size(),
+                       max_model_len_);
+  if (p.max_tokens < 1) return fmt::format("max_tokens must be at least 1, got {}", p.max_tokens);
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens)
+    return fmt::format("min_tokens must be in [0, max_tokens={}], got {}", p.max_tokens, p.min_tokens);
+  if (!(p.temperature >= 0.0f)) return fmt::format("temperature must be >= 0, got {}", p.temperature);
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return fmt::format("top_p must be in (0, 1], got {}", p.top_p);
+  if (p.top_k < -1) return fmt::format("top_k must be -1 or 0 (off) or positive, got {}", p.top_k);
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return fmt::format("min_p must be in [0, 1], got {}", p.min_p);
+  if (!(p.repetition_penalty > 0.0f))
+    return fmt::format("repetition_penalty must be > 0, got {}", p.repetition_penalty);
+  if (p.logprobs > vocab) return fmt::format("logprobs {} exceeds the vocabulary size {}", p.logprobs, vocab);
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < 0 || id >= vocab) return fmt::format("logit_bias token {} is outside the vocabulary [0, {})", id, vocab);
+  for (int32_t id : p.stop_token_ids)
+    if (id < 0 || id >= vocab) return fmt::format("stop token {} is outside the vocabulary [0, {})", id, vocab);
+  if (!p.stop_strings.empty() && !config_.token_bytes)
+    return "stop strings need a tokenizer, and this engine has none";
+  for (const auto& s : p.stop_strings)
+    if (s.empty()) return "stop strings must not be empty";
+  return {};
+}
+
+std::vector<int32_t> Engine::stop_ids_for(const SamplingParams& params) const {
+  std::vector<int32_t> ids = params.stop_token_ids;
+  if (!params.ignore_eos) ids.insert(ids.end(), model_.config().eos_token_ids.begin(), model_.config().eos_token_ids.end());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+void Engine::admit_submission(Submission sub) {
+  const std::string error = validate(sub.request);
+  if (!error.empty()) {
+    GenerationEvent ev;
+    ev.finished = true;
+    ev.finish_reason = FinishReason::Error;
+    ev.error = error;
+    ev.prompt_tokens = int(sub.request.prompt_ids.size());
+    deliver(sub.on_event, ev, sub.request.id);
+    return;
+  }
+  const uint64_t seed = sub.request.sampling.seed ? *sub.request.sampling.seed : seed_source_();
+  std::vector<int32_t> stop_ids = stop_ids_for(sub.request.sampling);
+  scheduler_.add_waiting(std::make_unique<Sequence>(next_sequence_id_++, std::move(sub.request),
+                                                    std::move(sub.on_event), seed, std::move(stop_ids),
+                                                    config_.token_bytes));
+}
+
+void Engine::drain_inbox() {
+  std::vector<Submission> inbox;
+  std::vector<std::string> cancels;
+  bool abort_all;
+  {
+    std::lock_guard lk(mu_);
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+    abort_all = abort_all_;
+  }
+  for (auto& sub : inbox) admit_submission(std::move(sub));
+  for (const auto& id : cancels)
+    while (Sequence* seq = scheduler_.find_by_request_id(id)) finish(*seq, FinishInfo{FinishReason::Abort, {}, {}, {}});
+  if (abort_all) {
+    while (!scheduler_.running().empty()) finish(*scheduler_.running().front(), FinishInfo{FinishReason::Abort, {}, {}, {}});
+    while (!scheduler_.waiting().empty()) finish(*scheduler_.waiting().front(), FinishInfo{FinishReason::Abort, {}, {}, {}});
+    std::lock_guard lk(mu_);
+    abort_all_ = false;
+  }
+}
+
+bool Engine::run_step() {
+  drain_inbox();
+  std::vector<ScheduledSequence> scheduled = scheduler_.schedule();
+  if (scheduled.empty() && scheduler_.has_work() && scheduler_.num_running() == 0) {
+    // Nothing runs and the oldest waiting request still does not fit: it never will.
+    finish(*scheduler_.waiting().front(),
+           FinishInfo{FinishReason::Error, {}, {}, "the request needs more KV cache blocks than the engine has"});
+  }
+  if (!scheduled.empty()) execute(scheduled);
+  publish_stats();
+  return !scheduled.empty();
+}
+
+void Engine::run_until_idle() {
+  for (;;) {
+    run_step();
+    std::lock_guard lk(mu_);
+    if (!busy_ && inbox_.empty() && cancels_.empty()) return;
+  }
+}
+
+void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
+  const StepPlan plan = build_step_plan(scheduled, kv_);
+  const Tensor logits_device = model_.forward(plan);
+  std::vector<float> logits;
+  if (!plan.logit_rows.empty()) logits = model_.backend().to_host_f32(logits_device);
+
+  std::vector<Sequence*> sampling_seqs;
+  std::vector<SamplingRow> rows;
+  for (const ScheduledSequence& s : scheduled) {
+    s.seq->num_computed += s.num_tokens;
+    kv_.commit(s.seq->id, s.seq->tokens, s.seq->num_computed);
+    if (!s.samples) continue;
+    sampling_seqs.push_back(s.seq);
+    rows.push_back(SamplingRow{&s.seq->request.sampling, &s.seq->sampling, s.seq->filter.stop_ids()});
+  }
+  if (rows.empty()) return;
+  const int64_t vocab = model_.config().vocab_size;
+  std::vector<SampledToken> sampled = sampler_.sample(logits, vocab, rows);
+
+  const Clock::time_point now = Clock::now();
+  for (size_t i = 0; i < sampling_seqs.size(); ++i) {
+    Sequence& seq = *sampling_seqs[i];
+    const int32_t token = sampled[i].id;
+    seq.sampling.observe(token);
+    seq.tokens.push_back(token);
+    if (seq.first_token == Clock::time_point{}) seq.first_token = now;
+    const bool at_limit = int64_t(seq.tokens.size()) >= max_model_len_;
+    FilterResult r = seq.filter.push(token, std::move(sampled[i].logprob), seq.num_output(), at_limit);
+    if (!r.released.empty()) {
+      GenerationEvent ev;
+      ev.token_ids = std::move(r.released);
+      ev.logprobs = std::move(r.released_logprobs);
+      deliver(seq.on_event, ev, seq.request.id);
+    }
+    if (r.finished) finish(seq, FinishInfo{r.reason, r.stop_token, r.stop_string, {}});
+  }
+}
+
+void Engine::finish(Sequence& seq, FinishInfo info) {
+  const Clock::time_point now = Clock::now();
+  GenerationEvent ev;
+  ev.finished = true;
+  ev.finish_reason = info.reason;
+  ev.stop_token = info.stop_token;
+  ev.stop_string = std::move(info.stop_string);
+  ev.error = std::move(info.error);
+  ev.prompt_tokens = seq.prompt_len;
+  ev.cached_prompt_tokens = std::max(0, seq.cached_prompt_tokens);
+  ev.completion_tokens = seq.num_output();
+  const Clock::time_point arrival = seq.request.arrival;
+  ev.queue_time = seconds_between(arrival, seq.first_scheduled == Clock::time_point{} ? now : seq.first_scheduled);
+  if (seq.first_token != Clock::time_point{}) ev.time_to_first_token = seconds_between(arrival, seq.first_token);
+  ev.e2e_latency = seconds_between(arrival, now);
+  // Free the blocks before telling the caller, so a stats() call from the callback sees them back.
+  std::unique_ptr<Sequence> owned = scheduler_.remove(seq.id);
+  deliver(owned->on_event, ev, owned->request.id);
+}
+
+void Engine::fail_all(const std::string& error) {
+  while (!scheduler_.running().empty())
+    finish(*scheduler_.running().front(), FinishInfo{FinishReason::Error, {}, {}, error});
+  while (!scheduler_.waiting().empty())
+    finish(*scheduler_.waiting().front(), FinishInfo{FinishReason::Error, {}, {}, error});
+}
+
+void Engine::publish_stats() {
+  GeneratorStats s;
+  s.running = scheduler_.num_running();
+  s.waiting = scheduler_.num_waiting();
+  s.kv_usage = kv_.usage();
+  s.preemptions = scheduler_.stats().preemptions;
+  s.prefix_cache_queries = scheduler_.stats().prefix_cache_queries;
+  s.prefix_cache_hits = scheduler_.stats().prefix_cache_hits;
+  const BlockPool& pool = kv_.config().has_full_layers ? kv_.full_pool() : kv_.window_pool();
+  s.total_kv_blocks = pool.num_blocks();
+  s.free_kv_blocks = pool.num_free();
+  bool idle;
+  {
+    std::lock_guard lk(mu_);
+    stats_ = s;
+    busy_ = scheduler_.has_work();
+    idle = !busy_ && inbox_.empty();
+  }
+  if (idle) idle_cv_.notify_all();
+}
+
+}  // namespace ossrt

@@ -1,0 +1,113 @@
+#pragma once
+// Engine: continuous batching of GenerationRequests over one GptOssModel (any backend).
+// One engine thread owns the scheduler, the KV block accounting and the backend: it runs steps while
+// work exists and sleeps on a condition variable otherwise. submit()/cancel() only touch a
+// mutex-protected inbox that the thread drains at the start of every step; event callbacks run on
+// the engine thread.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/output_filter.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "kvcache/kv_cache.h"
+#include "kvcache/memory_plan.h"
+#include "model/gpt_oss.h"
+#include "sampling/sampler.h"
+
+namespace ossrt {
+
+struct EngineConfig {
+  int max_num_seqs = 64;               // running sequences at most (<= the model's max_logit_rows)
+  int max_num_batched_tokens = 2048;   // token budget per step (<= the model's max_step_tokens)
+  int max_queue = 1024;                // waiting requests at most; submit() returns false beyond
+  int block_size = 16;
+  size_t kv_cache_bytes = 0;           // KV budget for both layer groups (0: kDefaultKvCacheBytes)
+  int num_full_blocks = 0;             // > 0: exactly this many full-layer blocks (overrides bytes)
+  bool enable_prefix_caching = true;
+  int max_model_len = 0;               // 0: the model's max positions, capped by the KV capacity
+  TokenBytesFn token_bytes;            // token -> bytes, for stop strings (optional)
+  bool start_thread = true;            // false: the caller drives run_step() (tests, benchmarks)
+};
+
+inline constexpr size_t kDefaultKvCacheBytes = size_t(1) << 30;
+
+class Engine : public Generator {
+ public:
+  Engine(GptOssModel& model, EngineConfig config);
+  ~Engine() override;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  bool submit(GenerationRequest request, EventCallback on_event) override;
+  void cancel(const std::string& request_id) override;
+  GeneratorStats stats() const override;
+  int max_model_len() const override { return max_model_len_; }
+  void drain(std::chrono::milliseconds timeout) override;
+
+  // Runs one step on the calling thread (only when constructed with start_thread = false).
+  // Returns false when there was nothing to do.
+  bool run_step();
+  // Steps until no request is waiting or running (start_thread = false).
+  void run_until_idle();
+
+  const KvMemoryPlan& memory_plan() const { return memory_plan_; }
+  const KvCache& kv_cache() const { return kv_; }
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  struct Submission {
+    GenerationRequest request;
+    EventCallback on_event;
+  };
+  void thread_main();
+  void drain_inbox();
+  void admit_submission(Submission sub);
+  void execute(const std::vector<ScheduledSequence>& scheduled);
+  struct FinishInfo {
+    FinishReason reason = FinishReason::None;
+    std::optional<int32_t> stop_token;
+    std::optional<std::string> stop_string;
+    std::string error;
+  };
+  // Removes the sequence (freeing its KV blocks at once) and delivers its final event.
+  void finish(Sequence& seq, FinishInfo info);
+  void fail_all(const std::string& error);
+  void publish_stats();
+  std::vector<int32_t> stop_ids_for(const SamplingParams& params) const;
+  std::string validate(const GenerationRequest& request) const;
+
+  GptOssModel& model_;
+  EngineConfig config_;
+  KvMemoryPlan memory_plan_;
+  int max_model_len_ = 0;
+  KvCache kv_;
+  Scheduler scheduler_;
+  Sampler sampler_;
+  SequenceId next_sequence_id_ = 1;
+  std::mt19937_64 seed_source_;  // seeds for requests without one
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;        // wakes the engine thread
+  std::condition_variable idle_cv_;   // wakes drain()
+  std::vector<Submission> inbox_;
+  std::vector<std::string> cancels_;
+  bool abort_all_ = false;
+  bool stopping_ = false;
+  bool accepting_ = true;
+  int queued_ = 0;                    // inbox + waiting, for the queue bound
+  bool busy_ = false;                 // the engine thread holds work
+  GeneratorStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace ossrt

@@ -1,0 +1,46 @@
+#pragma once
+// Sequence: the engine's record of one request while it is waiting or running. Phase-free: a
+// sequence only knows its tokens (prompt + output so far) and how many have their K/V cached; the
+// scheduler gives it tokens to compute until none are pending, and it samples when it catches up.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/output_filter.h"
+#include "engine/request.h"
+#include "kvcache/kv_cache.h"
+#include "sampling/sampler.h"
+
+namespace ossrt {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sequence {
+  Sequence(SequenceId id_, GenerationRequest req, EventCallback cb, uint64_t seed, std::vector<int32_t> stop_ids,
+           TokenBytesFn token_bytes)
+      : id(id_),
+        request(std::move(req)),
+        on_event(std::move(cb)),
+        tokens(request.prompt_ids),
+        prompt_len(int(request.prompt_ids.size())),
+        sampling(seed, request.prompt_ids, request.sampling),
+        filter(request.sampling, std::move(stop_ids), std::move(token_bytes)) {}
+
+  SequenceId id;
+  GenerationRequest request;
+  EventCallback on_event;
+  std::vector<int32_t> tokens;  // prompt then output; a resumed (preempted) sequence recomputes all
+  int prompt_len;
+  int num_computed = 0;         // tokens whose K/V is in the cache
+  int cached_prompt_tokens = -1;  // prefix-cache hit at first admission (-1: not admitted yet)
+  SamplingState sampling;
+  OutputFilter filter;
+  int num_preemptions = 0;
+  Clock::time_point first_scheduled{}, first_token{};
+
+  int num_output() const { return int(tokens.size()) - prompt_len; }
+  int num_pending() const { return int(tokens.size()) - num_computed; }
+};
+
+}  // namespace ossrt

@@ -1,0 +1,72 @@
+#pragma once
+// The sampler turns a step's logits (F32 [R, V] on the host, one row per sequence that samples)
+// into one token per row. It is batch-shaped on purpose so a GPU sampler can replace it later with
+// the same inputs: per-row parameters and per-row state.
+//
+// Reproducibility: the random draw for a sequence's n-th output token is a pure function of
+// (seed, n) (a counter-based generator), so the same seed yields the same tokens regardless of
+// batching, chunking or preemption (a preempted sequence resumes with its counter intact).
+//
+// Logprobs are those of the RAW model distribution (log-softmax of the logits before bias,
+// penalties, temperature and truncation), like OpenAI's API; vLLM's default also returns raw ones.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/request.h"  // SamplingParams, TokenLogprob (plain data, no engine code)
+
+namespace ossrt {
+
+// Per-request sampling state; lives as long as the request, across preemptions.
+class SamplingState {
+ public:
+  SamplingState(uint64_t seed, std::span<const int32_t> prompt_ids, const SamplingParams& params);
+
+  uint64_t seed() const { return seed_; }
+  int num_generated() const { return num_generated_; }
+  // Records a sampled token (penalty counts, RNG counter).
+  void observe(int32_t token);
+
+  const std::unordered_set<int32_t>& prompt_tokens() const { return prompt_tokens_; }
+  const std::unordered_map<int32_t, int>& output_counts() const { return output_counts_; }
+
+ private:
+  uint64_t seed_;
+  int num_generated_ = 0;
+  std::unordered_set<int32_t> prompt_tokens_;  // filled only when a repetition penalty is set
+  std::unordered_map<int32_t, int> output_counts_;
+};
+
+// Uniform double in [0, 1) for the n-th draw of `seed`; a pure function (counter-based splitmix).
+double uniform_draw(uint64_t seed, uint64_t counter);
+
+struct SamplingRow {
+  const SamplingParams* params = nullptr;
+  const SamplingState* state = nullptr;
+  // Ids masked while the request is below min_tokens (EOS and stop ids); empty otherwise.
+  std::span<const int32_t> suppressed_ids;
+};
+
+struct SampledToken {
+  int32_t id = 0;
+  std::optional<TokenLogprob> logprob;  // when params->logprobs >= 0
+};
+
+class Sampler {
+ public:
+  // logits: rows.size() rows of `vocab` floats, row-major. Does not modify the states: the caller
+  // calls state.observe(token) once it accepts the token.
+  std::vector<SampledToken> sample(std::span<const float> logits, int64_t vocab,
+                                   std::span<const SamplingRow> rows);
+
+  // One row (the loop body of sample()); public for tests.
+  SampledToken sample_row(std::span<const float> raw_logits, const SamplingRow& row);
+
+ private:
+  std::vector<float> work_, probs_, logprobs_;
+};
+
+}  // namespace ossrt
