@@ -59,6 +59,7 @@ struct AttentionArgs {
 // For CUDA graphs pass the largest context the graph may ever replay with (or simply
 // kAttnMaxDecodeSplits): a smaller count stays correct but loses batch invariance. The other
 // arguments do not change the result (kept so callers need not change if occupancy enters later).
+int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms = 132);
 // Workspace the decode kernel needs for num_seqs sequences at num_splits.
 size_t attention_decode_workspace_bytes(int num_seqs, int num_q_heads, int num_splits);
 

@@ -1,0 +1,504 @@
+// GPU tests of the paged attention kernels (bf16_sdpa_sinks_d64_prefill / _decode) against an
+// fp64 reference computed here from the same bf16 inputs, at the gpt-oss shapes (64 query heads,
+// 8 KV heads, head dim 64) and at the edges: one token, the window boundary +-1, a sequence over
+// hundreds of blocks, decode batches of 1 and 256, mixed prefill+decode plans, chunked prefill over
+// cached context. Everything the kernels must not read (unused cache blocks and slots, the k/v
+// columns of qkv, the output before the kernel writes it) is filled with NaN, so a wrong block
+// lookup or a missing write shows up as NaN instead of passing by luck.
+// Skipped (GTEST_SKIP) when no GPU is present; the argument checks run everywhere.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/kernels/attention.cuh"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace ossrt::cuda {
+namespace {
+
+constexpr int kHq = 64, kHkv = 8, kD = 64;
+constexpr int kGroupHeads = kHq / kHkv;
+constexpr int64_t kQkvStride = int64_t(kHq + 2 * kHkv) * kD;
+constexpr int kGptOssWindow = 128;
+constexpr float kSmScale = 0.125f;
+constexpr uint16_t kBf16NaN = 0x7fc0;
+
+bool gpu_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define REQUIRE_GPU() \
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device"
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Owning device copy of a host vector.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<T>& host) : n_(host.size()) {
+    cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, n_) * sizeof(T)), "cudaMalloc");
+    if (n_) cuda_ok(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  explicit DeviceArray(size_t bytes_only) : n_(0) { cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, bytes_only)), "cudaMalloc"); }
+  ~DeviceArray() { cudaFree(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* get() const { return ptr_; }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    if (n_) cuda_ok(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    return host;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_;
+};
+
+struct SeqSpec {
+  int cached;      // tokens already in the cache (context_begin)
+  int new_tokens;  // query tokens this step
+};
+
+struct Case {
+  std::vector<SeqSpec> seqs;
+  bool sliding_group = false;  // read the window block table (sliding layers) instead of the full one
+  int window = 0;
+  int block_size = 16;
+  uint64_t seed = 1;
+};
+
+enum class Kernel { Prefill, Decode, Auto };
+
+// A step's plan, cache contents and q, on the host, plus the values the reference reads.
+struct Problem {
+  Case spec;
+  StepPlan plan;
+  int num_blocks = 0;
+  std::vector<uint16_t> qkv, sinks, k_cache, v_cache;
+  std::vector<std::vector<float>> keys, values;  // per sequence [pos][kv_head][d], bf16-exact
+};
+
+float bf16_value(std::mt19937_64& rng, float lo, float hi) {
+  return round_to_bf16(std::uniform_real_distribution<float>(lo, hi)(rng));
+}
+
+Problem make_problem(const Case& c) {
+  Problem p;
+  p.spec = c;
+  std::mt19937_64 rng(c.seed);
+  const int bs = c.block_size;
+  StepPlan& plan = p.plan;
+  plan.block_size = bs;
+
+  // Logical blocks each sequence keeps in the group under test; sliding tables start at the block
+  // holding the first key the step's first query can see (older blocks are released).
+  struct Range { int first_block, end_block; };
+  std::vector<Range> ranges;
+  int needed = 0;
+  for (const SeqSpec& s : c.seqs) {
+    const int total = s.cached + s.new_tokens;
+    const int first_key = c.sliding_group && c.window > 0 ? std::max(0, s.cached - c.window + 1) : 0;
+    const Range r{first_key / bs, (total + bs - 1) / bs};
+    ranges.push_back(r);
+    needed += r.end_block - r.first_block;
+  }
+  // Physical blocks: a shuffled pool with spare blocks that stay NaN.
+  p.num_blocks = needed + 7;
+  std::vector<int32_t> physical(p.num_blocks);
+  for (int i = 0; i < p.num_blocks; ++i) physical[i] = i;
+  std::shuffle(physical.begin(), physical.end(), rng);
+
+  const size_t cache_elems = size_t(p.num_blocks) * kHkv * bs * kD;
+  p.k_cache.assign(cache_elems, kBf16NaN);
+  p.v_cache.assign(cache_elems, kBf16NaN);
+  int next_physical = 0;
+  int token_begin = 0;
+  for (size_t si = 0; si < c.seqs.size(); ++si) {
+    const SeqSpec& s = c.seqs[si];
+    const int total = s.cached + s.new_tokens;
+    const Range r = ranges[si];
+    SeqStep step;
+    step.token_begin = token_begin;
+    step.num_tokens = s.new_tokens;
+    step.context_begin = s.cached;
+    std::vector<int32_t> table;
+    for (int b = r.first_block; b < r.end_block; ++b) table.push_back(physical[next_physical++]);
+    // The group not under test gets a table of -1: reading it would mask every key and fail.
+    const int full_len = (total + bs - 1) / bs;
+    step.full_table_begin = int(plan.full_block_table.size());
+    step.window_table_begin = int(plan.window_block_table.size());
+    if (c.sliding_group) {
+      plan.window_block_table.insert(plan.window_block_table.end(), table.begin(), table.end());
+      plan.full_block_table.insert(plan.full_block_table.end(), full_len, -1);
+      step.window_first_block = r.first_block;
+    } else {
+      plan.full_block_table.insert(plan.full_block_table.end(), table.begin(), table.end());
+      step.window_first_block = 0;
+    }
+    step.full_table_len = int(plan.full_block_table.size()) - step.full_table_begin;
+    step.window_table_len = int(plan.window_block_table.size()) - step.window_table_begin;
+    plan.seqs.push_back(step);
+
+    // Cache contents of every position the group keeps.
+    std::vector<float> keys(size_t(total) * kHkv * kD, NAN), values(size_t(total) * kHkv * kD, NAN);
+    for (int pos = r.first_block * bs; pos < total; ++pos) {
+      const int block = table[pos / bs - r.first_block];
+      for (int g = 0; g < kHkv; ++g) {
+        for (int d = 0; d < kD; ++d) {
+          const float kv = bf16_value(rng, -1.f, 1.f), vv = bf16_value(rng, -1.f, 1.f);
+          const size_t slot = ((size_t(block) * kHkv + g) * bs + pos % bs) * kD + d;
+          p.k_cache[slot] = f32_to_bf16(kv);
+          p.v_cache[slot] = f32_to_bf16(vv);
+          keys[(size_t(pos) * kHkv + g) * kD + d] = kv;
+          values[(size_t(pos) * kHkv + g) * kD + d] = vv;
+        }
+      }
+    }
+    p.keys.push_back(std::move(keys));
+    p.values.push_back(std::move(values));
+    for (int i = 0; i < s.new_tokens; ++i) {
+      plan.token_ids.push_back(0);
+      plan.positions.push_back(s.cached + i);
+      plan.token_seq.push_back(int(si));
+      plan.full_slots.push_back(-1);
+      plan.window_slots.push_back(-1);
+    }
+    token_begin += s.new_tokens;
+  }
+
+  // q scaled up so the softmax is far from uniform; k/v columns of qkv are NaN (never read).
+  const int T = plan.num_tokens();
+  p.qkv.assign(size_t(T) * kQkvStride, kBf16NaN);
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < kHq * kD; ++i) p.qkv[size_t(t) * kQkvStride + i] = f32_to_bf16(bf16_value(rng, -3.f, 3.f));
+  // Sinks from clearly negligible to dominant.
+  for (int h = 0; h < kHq; ++h) p.sinks.push_back(f32_to_bf16(bf16_value(rng, -2.f, 6.f)));
+  return p;
+}
+
+// fp64 reference: out[t, h*64 + d].
+std::vector<double> reference_row(const Problem& p, int t, int head) {
+  const int s = p.plan.token_seq[t];
+  const int pos = p.plan.positions[t];
+  const int g = head / kGroupHeads;
+  const int lo = p.spec.window > 0 ? std::max(0, pos - p.spec.window + 1) : 0;
+  std::vector<double> q(kD);
+  for (int d = 0; d < kD; ++d) q[d] = bf16_to_f32(p.qkv[size_t(t) * kQkvStride + head * kD + d]);
+  const double sink = bf16_to_f32(p.sinks[head]);
+  std::vector<double> logits;
+  double m = sink;
+  for (int j = lo; j <= pos; ++j) {
+    const float* k = &p.keys[s][(size_t(j) * kHkv + g) * kD];
+    double dot = 0;
+    for (int d = 0; d < kD; ++d) dot += q[d] * k[d];
+    logits.push_back(dot * kSmScale);
+    m = std::max(m, logits.back());
+  }
+  double denom = std::exp(sink - m);
+  std::vector<double> out(kD, 0.0);
+  for (int j = lo; j <= pos; ++j) {
+    const double w = std::exp(logits[j - lo] - m);
+    denom += w;
+    const float* v = &p.values[s][(size_t(j) * kHkv + g) * kD];
+    for (int d = 0; d < kD; ++d) out[d] += w * v[d];
+  }
+  for (double& o : out) o /= denom;
+  return out;
+}
+
+struct DevicePlanStorage {
+  DeviceArray<int32_t> positions, token_seq, full_slots, window_slots, full_table, window_table;
+  DeviceArray<SeqStep> seqs;
+  DevicePlan view;
+
+  explicit DevicePlanStorage(const StepPlan& plan)
+      : positions(plan.positions), token_seq(plan.token_seq), full_slots(plan.full_slots),
+        window_slots(plan.window_slots), full_table(plan.full_block_table), window_table(plan.window_block_table),
+        seqs(plan.seqs) {
+    view.num_tokens = plan.num_tokens();
+    view.num_seqs = plan.num_seqs();
+    view.block_size = plan.block_size;
+    view.max_context = plan.max_context();
+    for (const SeqStep& s : plan.seqs) view.max_seq_tokens = std::max(view.max_seq_tokens, s.num_tokens);
+    view.positions = positions.get();
+    view.token_seq = token_seq.get();
+    view.full_slots = full_slots.get();
+    view.window_slots = window_slots.get();
+    view.seqs = seqs.get();
+    view.full_block_table = full_table.get();
+    view.window_block_table = window_table.get();
+  }
+};
+
+struct DeviceProblem {
+  DevicePlanStorage plan;
+  DeviceArray<uint16_t> qkv, sinks, k_cache, v_cache;
+  explicit DeviceProblem(const Problem& p)
+      : plan(p.plan), qkv(p.qkv), sinks(p.sinks), k_cache(p.k_cache), v_cache(p.v_cache) {}
+};
+
+AttentionArgs make_args(const Problem& p, const DeviceProblem& dev, const DevicePlan& plan, uint16_t* out) {
+  AttentionArgs a;
+  a.plan = plan;
+  a.sliding = p.spec.sliding_group;
+  a.window = p.spec.window;
+  a.num_q_heads = kHq;
+  a.num_kv_heads = kHkv;
+  a.sm_scale = kSmScale;
+  a.qkv = dev.qkv.get();
+  a.qkv_row_stride = kQkvStride;
+  a.sinks = dev.sinks.get();
+  a.k_cache = dev.k_cache.get();
+  a.v_cache = dev.v_cache.get();
+  a.num_blocks = p.num_blocks;
+  a.out = out;
+  return a;
+}
+
+// Runs one kernel on the problem; returns the output [T, Hq*64] as float. num_splits 0 = the
+// launcher's recommendation.
+std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, const DevicePlan& plan, Kernel kernel,
+                                 int num_splits = 0) {
+  const size_t out_elems = size_t(plan.num_tokens) * kHq * kD;
+  DeviceArray<uint16_t> out(std::vector<uint16_t>(out_elems, kBf16NaN));
+  AttentionArgs a = make_args(p, dev, plan, out.get());
+  a.num_splits = num_splits > 0 ? num_splits : attention_decode_splits(plan.num_seqs, kHkv, plan.max_context);
+  const size_t ws_bytes = attention_decode_workspace_bytes(plan.num_seqs, kHq, a.num_splits);
+  DeviceArray<char> workspace(ws_bytes);
+  a.workspace = workspace.get();
+  a.workspace_bytes = ws_bytes;
+  switch (kernel) {
+    case Kernel::Prefill: launch_bf16_sdpa_sinks_d64_prefill(a, nullptr); break;
+    case Kernel::Decode: launch_bf16_sdpa_sinks_d64_decode(a, nullptr); break;
+    case Kernel::Auto: launch_bf16_sdpa_sinks_d64(a, nullptr); break;
+  }
+  cuda_ok(cudaDeviceSynchronize(), "attention kernel");
+  const std::vector<uint16_t> bits = out.download();
+  std::vector<float> result(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) result[i] = bf16_to_f32(bits[i]);
+  return result;
+}
+
+// Every output element is finite (all rows are written, nothing NaN leaked in), and the rows in
+// `rows` (all rows when empty) match the reference: relative L2 over them < 1e-2, and per row < 2e-2
+// so one bad boundary row cannot hide in the average.
+void expect_matches_reference(const Problem& p, const std::vector<float>& out, std::vector<int> rows = {}) {
+  const int T = p.plan.num_tokens();
+  ASSERT_EQ(out.size(), size_t(T) * kHq * kD);
+  size_t non_finite = 0;
+  for (float v : out) non_finite += !std::isfinite(v);
+  ASSERT_EQ(non_finite, 0u) << "non-finite outputs (unwritten rows or NaN read from outside the context)";
+  if (rows.empty())
+    for (int t = 0; t < T; ++t) rows.push_back(t);
+  double err2 = 0, ref2 = 0;
+  for (int t : rows) {
+    for (int h = 0; h < kHq; ++h) {
+      const std::vector<double> ref = reference_row(p, t, h);
+      double row_err2 = 0, row_ref2 = 0;
+      for (int d = 0; d < kD; ++d) {
+        const double e = out[(size_t(t) * kHq + h) * kD + d] - ref[d];
+        row_err2 += e * e;
+        row_ref2 += ref[d] * ref[d];
+      }
+      err2 += row_err2;
+      ref2 += row_ref2;
+      ASSERT_LT(std::sqrt(row_err2 / std::max(row_ref2, 1e-30)), 2e-2)
+          << "token row " << t << " (position " << p.plan.positions[t] << ", seq " << p.plan.token_seq[t] << "), head "
+          << h;
+    }
+  }
+  EXPECT_LT(std::sqrt(err2 / ref2), 1e-2);
+}
+
+void check_case(const Case& c, Kernel kernel, std::vector<int> rows = {}) {
+  const Problem p = make_problem(c);
+  const DeviceProblem dev(p);
+  expect_matches_reference(p, run_attention(p, dev, dev.plan.view, kernel), std::move(rows));
+}
+
+Case full_causal(std::vector<SeqSpec> seqs, uint64_t seed) { return Case{std::move(seqs), false, 0, 16, seed}; }
+Case sliding(std::vector<SeqSpec> seqs, uint64_t seed) { return Case{std::move(seqs), true, kGptOssWindow, 16, seed}; }
+// The window applied on the full table: every older key is present in the cache, so only the mask
+// keeps it out (a kernel that ignored the window would read real, finite keys and fail).
+Case window_on_full_table(std::vector<SeqSpec> seqs, uint64_t seed) {
+  return Case{std::move(seqs), false, kGptOssWindow, 16, seed};
+}
+
+TEST(AttentionKernels, SingleTokenSequence) {
+  REQUIRE_GPU();
+  for (Kernel k : {Kernel::Prefill, Kernel::Decode}) {
+    check_case(full_causal({{0, 1}}, 11), k);
+    check_case(sliding({{0, 1}}, 12), k);
+  }
+}
+
+TEST(AttentionKernels, DecodeAtWindowBoundary) {
+  REQUIRE_GPU();
+  // Contexts 127, 128, 129 (position = cached) and a few further out: keys with pos - j = 127 are
+  // visible, pos - j = 128 are not.
+  const std::vector<SeqSpec> seqs = {{126, 1}, {127, 1}, {128, 1}, {129, 1}, {255, 1}, {256, 1}, {257, 1}};
+  for (Kernel k : {Kernel::Decode, Kernel::Prefill}) {
+    check_case(sliding(seqs, 21), k);
+    check_case(window_on_full_table(seqs, 22), k);
+    check_case(full_causal(seqs, 23), k);
+  }
+}
+
+TEST(AttentionKernels, PrefillAcrossWindowBoundary) {
+  REQUIRE_GPU();
+  // Every query row from 0 to 299: rows 126..130 straddle the first boundary, later rows see
+  // exactly 128 keys.
+  check_case(window_on_full_table({{0, 300}}, 31), Kernel::Prefill);
+  // Chunks that start before and after the window edge, on the sliding table.
+  check_case(sliding({{120, 20}, {200, 57}, {127, 2}, {128, 3}}, 32), Kernel::Prefill);
+}
+
+TEST(AttentionKernels, LongSequencePrefill) {
+  REQUIRE_GPU();
+  // 5000 tokens = 313 blocks of 16; the reference checks a spread of rows (all rows are checked
+  // for NaN).
+  std::vector<int> rows;
+  for (int t = 0; t < 8; ++t) rows.push_back(t);
+  for (int t = 8; t < 4992; t += 97) rows.push_back(t);
+  for (int t = 4992; t < 5000; ++t) rows.push_back(t);
+  check_case(full_causal({{0, 5000}}, 41), Kernel::Prefill, rows);
+  check_case(window_on_full_table({{0, 5000}}, 42), Kernel::Prefill, rows);
+}
+
+TEST(AttentionKernels, LongSequenceDecode) {
+  REQUIRE_GPU();
+  check_case(full_causal({{4999, 1}}, 51), Kernel::Decode);
+  check_case(sliding({{4999, 1}}, 52), Kernel::Decode);
+  // Fewer splits than the context wants: slices grow to cover it (still exact).
+  const Problem p = make_problem(full_causal({{4999, 1}, {300, 1}}, 53));
+  const DeviceProblem dev(p);
+  for (int splits : {1, 3})
+    expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::Decode, splits));
+}
+
+std::vector<SeqSpec> random_decode_batch(int n, int max_context, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<SeqSpec> seqs;
+  for (int i = 0; i < n; ++i) seqs.push_back({int(rng() % max_context), 1});
+  return seqs;
+}
+
+TEST(AttentionKernels, DecodeBatch1And256) {
+  REQUIRE_GPU();
+  check_case(full_causal({{777, 1}}, 61), Kernel::Decode);
+  const std::vector<SeqSpec> batch = random_decode_batch(256, 2048, 62);
+  check_case(full_causal(batch, 63), Kernel::Decode);
+  check_case(sliding(batch, 64), Kernel::Decode);
+  check_case(full_causal(batch, 65), Kernel::Auto);  // the dispatcher picks decode
+}
+
+TEST(AttentionKernels, MixedPrefillAndDecodePlan) {
+  REQUIRE_GPU();
+  const std::vector<SeqSpec> seqs = {{50, 1}, {0, 37}, {300, 1}, {1000, 64}, {5, 1}, {0, 1}, {129, 9}};
+  check_case(full_causal(seqs, 71), Kernel::Auto);
+  check_case(sliding(seqs, 72), Kernel::Auto);
+}
+
+TEST(AttentionKernels, ChunkedPrefillOverCachedContext) {
+  REQUIRE_GPU();
+  check_case(full_causal({{1000, 300}}, 81), Kernel::Prefill);
+  check_case(sliding({{1000, 300}}, 82), Kernel::Prefill);
+}
+
+TEST(AttentionKernels, OtherBlockSize) {
+  REQUIRE_GPU();
+  Case c = full_causal({{100, 40}, {33, 1}, {0, 70}}, 91);
+  c.block_size = 32;
+  check_case(c, Kernel::Prefill);
+  Case d = sliding({{100, 1}, {333, 1}}, 92);
+  d.block_size = 32;
+  check_case(d, Kernel::Decode);
+}
+
+TEST(AttentionKernels, DecodeIsBatchInvariant) {
+  REQUIRE_GPU();
+  // Sequence 0 alone and inside a batch of 64 longer ones (which raises the split count): its
+  // output row must be bit-identical.
+  std::vector<SeqSpec> seqs = {{1500, 1}};
+  for (const SeqSpec& s : random_decode_batch(63, 4000, 101)) seqs.push_back(s);
+  const Problem p = make_problem(full_causal(seqs, 102));
+  const DeviceProblem dev(p);
+  const std::vector<float> batched = run_attention(p, dev, dev.plan.view, Kernel::Decode);
+  DevicePlan alone = dev.plan.view;
+  alone.num_tokens = 1;
+  alone.num_seqs = 1;
+  alone.max_context = seqs[0].cached + 1;
+  const std::vector<float> single = run_attention(p, dev, alone, Kernel::Decode);
+  ASSERT_EQ(single.size(), size_t(kHq) * kD);
+  for (int i = 0; i < kHq * kD; ++i) ASSERT_EQ(std::memcmp(&single[i], &batched[i], sizeof(float)), 0) << "element " << i;
+  expect_matches_reference(p, batched);
+}
+
+TEST(AttentionKernels, RejectsBadArguments) {
+  // Validation happens on the host before any launch, so this runs without a GPU.
+  const auto fake = [](uintptr_t at) { return reinterpret_cast<uint16_t*>(at); };
+  SeqStep step;
+  step.num_tokens = 1;
+  AttentionArgs a;
+  a.plan.num_tokens = 1;
+  a.plan.num_seqs = 1;
+  a.plan.max_seq_tokens = 1;
+  a.plan.block_size = 16;
+  a.plan.seqs = &step;  // never dereferenced: validation fails first
+  a.plan.full_block_table = reinterpret_cast<const int32_t*>(fake(256));
+  a.qkv = fake(512);
+  a.qkv_row_stride = kQkvStride;
+  a.sinks = fake(768);
+  a.k_cache = fake(1024);
+  a.v_cache = fake(2048);
+  a.out = fake(4096);
+  a.num_blocks = 4;
+  a.num_splits = 2;
+  a.workspace = fake(8192);
+  a.workspace_bytes = attention_decode_workspace_bytes(1, kHq, 2) - 4;  // one float short
+
+  EXPECT_THROW(launch_bf16_sdpa_sinks_d64_decode(a, nullptr), Error);  // workspace too small
+  AttentionArgs heads = a;
+  heads.num_q_heads = 60;
+  EXPECT_THROW(launch_bf16_sdpa_sinks_d64_prefill(heads, nullptr), Error);
+  AttentionArgs multi = a;
+  multi.plan.max_seq_tokens = 2;
+  multi.workspace_bytes = attention_decode_workspace_bytes(1, kHq, 2);
+  EXPECT_THROW(launch_bf16_sdpa_sinks_d64_decode(multi, nullptr), Error);  // decode takes one token
+  AttentionArgs stride = a;
+  stride.qkv_row_stride = 100;
+  EXPECT_THROW(launch_bf16_sdpa_sinks_d64_prefill(stride, nullptr), Error);
+  AttentionArgs misaligned = a;
+  misaligned.k_cache = fake(1026);
+  EXPECT_THROW(launch_bf16_sdpa_sinks_d64_prefill(misaligned, nullptr), Error);
+  AttentionArgs no_table = a;
+  no_table.sliding = true;  // the plan has no window table
+  EXPECT_THROW(launch_bf16_sdpa_sinks_d64_prefill(no_table, nullptr), Error);
+}
+
+TEST(AttentionKernels, DecodeSplitsCoverContextsUpToTheMaximum) {
+  // Host-only: the split count must give every context up to max_context its own slicing
+  // (64 keys per split, at most kAttnMaxDecodeSplits), independent of the batch size.
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 1), 1);
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 64), 1);
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 65), 2);
+  EXPECT_EQ(attention_decode_splits(256, kHkv, 65), 2);
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 1 << 20), kAttnMaxDecodeSplits);
+  EXPECT_EQ(attention_decode_workspace_bytes(2, kHq, 3), size_t(2) * kHq * 3 * (kD + 2) * sizeof(float));
+}
+
+}  // namespace
+}  // namespace ossrt::cuda
