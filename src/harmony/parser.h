@@ -110,6 +110,8 @@ class StreamParser {
   // Further push() calls after finish() start a new, role-less stream state.
   std::vector<ParserEvent> finish();
 
+  // Every message so far, in order; an open message (no terminator yet) is last, with
+  // terminator Cut until it closes.
   const std::vector<ParsedMessage>& messages() const { return messages_; }
   // The message being received (header parsed, no terminator yet), if any.
   const ParsedMessage* open_message() const;
@@ -120,6 +122,7 @@ class StreamParser {
  private:
   enum class State { ExpectStart, Header, Content };
 
+  bool is_ordinary(int32_t id) const;  // plain BPE text (not special, not out of range)
   void begin_header(std::optional<Role> preset_role);
   void handle_expect_start(int32_t id, std::vector<ParserEvent>& out);
   void handle_header(int32_t id, std::vector<ParserEvent>& out);
