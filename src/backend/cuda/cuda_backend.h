@@ -1,9 +1,135 @@
 #pragma once
+// The CUDA backend for sm_90a (H100/H200): bf16 activations, fp32 residual stream, bf16 weights
+// (MXFP4 experts dequantized at load), bf16 paged KV cache, cuBLASLt for the dense GEMMs, our own
+// kernels for the rest (src/backend/cuda/kernels/), CUDA graphs for decode buckets.
+//
+// Memory is planned at start-up: every buffer comes from alloc/upload/allocate_kv_cache or from the
+// workspaces sized in the constructor by BackendOptions (max_step_tokens, max_seqs). The step path
+// never allocates; a plan larger than the planned capacity is refused with an ossrt::Error.
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "backend/backend.h"
 
+struct CUstream_st;
+struct cublasLtContext;
+
 namespace ossrt {
+
+// Per-row sampling parameters for CudaBackend::sample (the GPU sampler; SPEC-independent policy
+// documented in docs/cuda_backend.md):
+//   temperature <= 0 -> greedy argmax (ties -> lowest id);
+//   otherwise p = softmax(logits / temperature) restricted to the tokens whose logit is >= the
+//   top_k-th largest (top_k <= 0 or >= vocab: all), then to the smallest set of most probable
+//   tokens whose mass reaches top_p of the remaining mass (ties at the edge kept), then one draw
+//   by inverse CDF in token-id order with a Philox4x32-10 uniform keyed by seed at counter offset.
+struct SamplingRowParams {
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  uint32_t seed_lo = 0, seed_hi = 0;  // the request's seed
+  uint32_t offset = 0;                // draw index (e.g. tokens generated so far)
+  uint32_t pad_ = 0;
+};
+
+namespace cuda {
+class DeviceBuffers;
+class CublasLinear;
+class StepPlanUploader;
+class DecodeGraphCache;
+}  // namespace cuda
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  Device device() const override { return Device::CUDA; }
+  DType activation_dtype() const override { return DType::BF16; }
+  DType residual_dtype() const override { return DType::F32; }
+
+  Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) override;
+  std::vector<float> to_host_f32(const Tensor& t) override;
+  void to_host(const Tensor& t, void* dst) override;
+  void from_host(Tensor& t, const void* src) override;
+  void sync() override;
+
+  Tensor upload(const HostTensor& src) override;
+  Tensor upload_concat_rows(std::span<const HostTensor* const> parts) override;
+  ExpertWeights upload_experts(const HostExperts& gate_up, const HostExperts& down) override;
+
+  void allocate_kv_cache(const KvCacheShape& shape) override;
+  size_t kv_block_bytes(const KvCacheShape& shape) const override;
+  size_t kv_cache_budget_bytes() const override;
+
+  void begin_step(const StepPlan& plan) override;
+  void embedding(const Tensor& table, Tensor& out) override;
+  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) override;
+  void add(Tensor& residual, const Tensor& delta) override;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) override;
+  void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params, Tensor& out) override;
+  void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids,
+                   Tensor& weights) override;
+  void moe(const Tensor& x, const ExpertWeights& experts, const Tensor& ids, const Tensor& weights,
+           const SwigluParams& swiglu, Tensor& out) override;
+  void gather_logit_rows(const Tensor& x, Tensor& out) override;
+
+  // Decode-only plans run as CUDA graphs captured per batch bucket (see cuda_graphs.cpp); anything
+  // else runs `step` eagerly.
+  Tensor run_step(const StepPlan& plan, const StepFn& step) override;
+
+  // ---- CUDA-only API (tests, the engine's GPU sampler)
+  // Samples one token per row of logits (F32 [R, V] on this device); only the ids come back.
+  std::vector<int32_t> sample(const Tensor& logits, std::span<const SamplingRowParams> params);
+  void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
+  bool graphs_enabled() const { return graphs_enabled_; }
+  int graph_count() const;
+  int graph_replays() const { return graph_replays_; }
+  // Bytes this backend holds on the device (weights, workspaces, KV cache).
+  size_t device_bytes_allocated() const;
+  CUstream_st* stream() const { return stream_; }
+  static bool device_available();
+
+ private:
+  friend class cuda::DecodeGraphCache;
+  struct KvStorage;
+  void* device_alloc(size_t bytes, const char* what);
+  void copy_to_device(void* dst, const void* src, size_t bytes);
+  const KvStorage& kv_storage(KvGroup group) const;
+
+  BackendOptions options_;
+  int device_ = 0;
+  int num_sms_ = 132;
+  CUstream_st* stream_ = nullptr;
+  std::unique_ptr<cuda::DeviceBuffers> buffers_;
+  std::unique_ptr<cuda::CublasLinear> blas_;
+  std::unique_ptr<cuda::StepPlanUploader> plan_;
+  std::unique_ptr<cuda::DecodeGraphCache> graphs_;
+  std::unique_ptr<KvStorage> kv_;
+
+  // Workspaces planned in the constructor / at upload_experts.
+  void* router_logits_ = nullptr;  // f32 [max_step_tokens, max experts]
+  size_t router_logits_bytes_ = 0;
+  void* attn_workspace_ = nullptr;
+  size_t attn_workspace_bytes_ = 0;
+  void* moe_workspace_ = nullptr;
+  size_t moe_workspace_bytes_ = 0;
+  void* sample_params_ = nullptr;  // device SamplingRowParams [max_logit_rows]
+  void* sample_ids_ = nullptr;     // device int32 [max_logit_rows]
+  int max_sample_rows_ = 0;
+
+  bool graphs_enabled_ = true;
+  int graph_replays_ = 0;
+};
+
 // The CUDA backend for sm_90a (H100/H200).
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
+
 }  // namespace ossrt

@@ -1,0 +1,218 @@
+// CudaBackend: construction, the start-up memory plan, host <-> device transfers, the KV cache and
+// the per-step plan upload. The ops are in cuda_ops.cpp, weight conversion in cuda_weights.cpp,
+// graphs in cuda_graphs.cpp, sampling in cuda_sampling.cpp.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cublas_linear.h"
+#include "backend/cuda/cuda_backend_internal.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_graphs.h"
+#include "backend/cuda/device_buffers.h"
+#include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/router.cuh"
+#include "backend/cuda/plan_upload.h"
+
+namespace ossrt {
+
+namespace {
+// Decode buckets reach 256 sequences whatever max_seqs says, so the plan buffers hold them.
+constexpr int kMinPlanSeqs = 256;
+// Attention kernels are built for gpt-oss's 64 query heads (both models); the decode workspace is
+// sized for them.
+constexpr int kPlannedQueryHeads = 64;
+// Left free beyond the KV budget: CUDA graph executables, cuBLASLt's internal state, fragmentation.
+constexpr size_t kKvBudgetReserveBytes = size_t(512) << 20;
+}  // namespace
+
+bool CudaBackend::device_available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), device_(options.device_index) {
+  OSSRT_CHECK(device_available(), "--backend cuda: no CUDA device is visible");
+  OSSRT_CHECK(options.gpu_memory_utilization > 0.0 && options.gpu_memory_utilization <= 1.0,
+              "--gpu-memory-utilization must be in (0, 1], got {}", options.gpu_memory_utilization);
+  OSSRT_CHECK(options.max_step_tokens >= 1 && options.max_seqs >= 1, "CUDA backend: max_step_tokens {} / max_seqs {}",
+              options.max_step_tokens, options.max_seqs);
+  OSSRT_CUDA_CHECK(cudaSetDevice(device_));
+  cudaDeviceProp prop{};
+  OSSRT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  OSSRT_CHECK(prop.major >= 9, "CUDA backend needs sm_90 (Hopper); device {} is {} (sm_{}{})", device_, prop.name,
+              prop.major, prop.minor);
+  num_sms_ = prop.multiProcessorCount;
+  cudaStream_t s = nullptr;
+  OSSRT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream_ = s;
+
+  buffers_ = std::make_unique<cuda::DeviceBuffers>();
+  blas_ = std::make_unique<cuda::CublasLinear>(*buffers_);
+  cuda::PlanCapacity cap;
+  cap.max_tokens = options.max_step_tokens;
+  cap.max_seqs = std::max(options.max_seqs, kMinPlanSeqs);
+  plan_ = std::make_unique<cuda::StepPlanUploader>(*buffers_, cap);
+  graphs_ = std::make_unique<cuda::DecodeGraphCache>(*this);
+
+  router_logits_bytes_ = size_t(cap.max_tokens) * cuda::kRouterMaxExperts * sizeof(float);
+  router_logits_ = device_alloc(router_logits_bytes_, "router logits workspace");
+  attn_workspace_bytes_ =
+      cuda::attention_decode_workspace_bytes(cap.max_seqs, kPlannedQueryHeads, cuda::kAttnMaxDecodeSplits);
+  attn_workspace_ = device_alloc(attn_workspace_bytes_, "attention decode workspace");
+  max_sample_rows_ = std::max(cap.max_tokens, cap.max_seqs);
+  sample_params_ = device_alloc(size_t(max_sample_rows_) * sizeof(SamplingRowParams), "sampling parameters");
+  sample_ids_ = device_alloc(size_t(max_sample_rows_) * sizeof(int32_t), "sampled ids");
+  spdlog::info("cuda: {} ({} SMs), workspaces {:.1f} MiB planned for {} tokens / {} sequences per step", prop.name,
+               num_sms_, buffers_->device_bytes() / 1048576.0, cap.max_tokens, cap.max_seqs);
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  graphs_.reset();
+  blas_.reset();
+  plan_.reset();
+  buffers_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void* CudaBackend::device_alloc(size_t bytes, const char* what) { return buffers_->allocate(bytes, what, stream_); }
+
+size_t CudaBackend::device_bytes_allocated() const { return buffers_->device_bytes(); }
+
+Tensor CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
+  Tensor t(nullptr, dtype, shape, Device::CUDA);
+  for (int i = 0; i < t.ndim; ++i) OSSRT_CHECK(t.shape[i] >= 0, "alloc: negative dimension in {}", t.shape_str());
+  t.data = device_alloc(t.bytes(), "activation workspace");
+  return t;
+}
+
+void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  OSSRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  // Host sources may be freed right after return (conversion buffers): finish the copy first.
+  OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::to_host(const Tensor& t, void* dst) {
+  OSSRT_CHECK(t.device == Device::CUDA, "to_host: tensor {} is not on the CUDA device", t.shape_str());
+  if (t.bytes() == 0) return;
+  OSSRT_CUDA_CHECK(cudaMemcpyAsync(dst, t.data, t.bytes(), cudaMemcpyDeviceToHost, stream_));
+  OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+std::vector<float> CudaBackend::to_host_f32(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  switch (t.dtype) {
+    case DType::F32: to_host(t, out.data()); break;
+    case DType::BF16: {
+      std::vector<uint16_t> raw(out.size());
+      to_host(t, raw.data());
+      for (size_t i = 0; i < raw.size(); ++i) out[i] = bf16_to_f32(raw[i]);
+      break;
+    }
+    case DType::I32: {
+      std::vector<int32_t> raw(out.size());
+      to_host(t, raw.data());
+      for (size_t i = 0; i < raw.size(); ++i) out[i] = float(raw[i]);
+      break;
+    }
+    default: fail("to_host_f32: unsupported dtype {}", dtype_name(t.dtype));
+  }
+  return out;
+}
+
+void CudaBackend::from_host(Tensor& t, const void* src) {
+  OSSRT_CHECK(t.device == Device::CUDA, "from_host: tensor {} is not on the CUDA device", t.shape_str());
+  copy_to_device(t.data, src, t.bytes());
+}
+
+void CudaBackend::sync() { OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+// ---- KV cache
+
+size_t CudaBackend::kv_block_bytes(const KvCacheShape& s) const {
+  return 2 * size_t(s.num_kv_heads) * size_t(s.block_size) * size_t(s.head_dim) * sizeof(uint16_t);
+}
+
+void CudaBackend::allocate_kv_cache(const KvCacheShape& shape) {
+  OSSRT_CHECK(!kv_, "allocate_kv_cache: the KV cache is already allocated");
+  OSSRT_CHECK(shape.head_dim == 64, "CUDA backend supports head_dim 64 only (got {})", shape.head_dim);
+  OSSRT_CHECK(shape.block_size > 0 && shape.num_kv_heads > 0 && shape.num_full_blocks >= 0 &&
+                  shape.num_window_blocks >= 0,
+              "allocate_kv_cache: bad shape (block_size {}, kv heads {}, blocks {} / {})", shape.block_size,
+              shape.num_kv_heads, shape.num_full_blocks, shape.num_window_blocks);
+  kv_ = std::make_unique<KvStorage>();
+  kv_->shape = shape;
+  // One extra block per pool, invisible to the engine: padded graph rows write and read it.
+  kv_->internal = shape;
+  kv_->internal.num_full_blocks += 1;
+  kv_->internal.num_window_blocks += 1;
+  const size_t block_bytes = kv_block_bytes(shape);
+  auto allocate_group = [&](KvStorage::Group& g, int layers, int blocks, const char* what) {
+    g.num_blocks = blocks;
+    g.scratch_block = blocks - 1;
+    const size_t half = block_bytes / 2 * size_t(blocks);  // K or V of one layer
+    if (layers == 0) return;
+    char* base = static_cast<char*>(device_alloc(half * 2 * size_t(layers), what));
+    // Zeroed so never-written slots (the scratch block before first use) hold finite values.
+    OSSRT_CUDA_CHECK(cudaMemsetAsync(base, 0, half * 2 * size_t(layers), stream_));
+    for (int l = 0; l < layers; ++l) {
+      g.k.push_back(base + half * 2 * size_t(l));
+      g.v.push_back(base + half * (2 * size_t(l) + 1));
+    }
+  };
+  allocate_group(kv_->full, shape.num_full_layers, kv_->internal.num_full_blocks, "KV cache (full layers)");
+  allocate_group(kv_->window, shape.num_sliding_layers, kv_->internal.num_window_blocks, "KV cache (sliding layers)");
+  sync();
+  spdlog::info("cuda: KV cache {} full blocks x {} layers, {} window blocks x {} layers ({:.1f} MiB)",
+               shape.num_full_blocks, shape.num_full_layers, shape.num_window_blocks, shape.num_sliding_layers,
+               (double(shape.num_full_blocks + 1) * shape.num_full_layers +
+                double(shape.num_window_blocks + 1) * shape.num_sliding_layers) *
+                   block_bytes / 1048576.0);
+}
+
+const CudaBackend::KvStorage& CudaBackend::kv_storage(KvGroup) const {
+  OSSRT_CHECK(kv_ != nullptr, "the KV cache is not allocated (call allocate_kv_cache first)");
+  return *kv_;
+}
+
+size_t CudaBackend::kv_cache_budget_bytes() const {
+  size_t free_b = 0, total_b = 0;
+  OSSRT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const double allowed = options_.gpu_memory_utilization * double(total_b);
+  const double used = double(total_b - free_b);
+  const double budget = allowed - used - double(kKvBudgetReserveBytes);
+  return budget > 0 ? size_t(budget) : 0;
+}
+
+// ---- plan
+
+void CudaBackend::begin_step(const StepPlan& plan) {
+  cuda::validate_step_plan(plan, plan_->capacity(), kv_ ? &kv_->internal : nullptr);
+  plan_->upload(plan, stream_, /*copy=*/!graphs_->capturing());
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  return std::make_unique<CudaBackend>(options);
+}
+
+}  // namespace ossrt
+
+namespace ossrt {
+
+Tensor CudaBackend::run_step(const StepPlan& plan, const StepFn& step) {
+  if (!graphs_enabled_ || !graphs_->graphable(plan)) return step(plan);
+  return graphs_->run(plan, step);
+}
+
+int CudaBackend::graph_count() const { return graphs_->size(); }
+
+}  // namespace ossrt

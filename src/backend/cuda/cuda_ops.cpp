@@ -1,0 +1,274 @@
+// The per-step ops of the CUDA backend: argument checks on the host (cheap, and the only place a
+// bad shape can be reported clearly), then one launcher or cuBLASLt call on the backend's stream.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cublas_linear.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_backend_internal.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/embedding.cuh"
+#include "backend/cuda/kernels/gather.cuh"
+#include "backend/cuda/kernels/moe.cuh"
+#include "backend/cuda/kernels/norm.cuh"
+#include "backend/cuda/kernels/rope_cache.cuh"
+#include "backend/cuda/kernels/router.cuh"
+#include "backend/cuda/plan_upload.h"
+
+namespace ossrt {
+namespace {
+
+void check_on_device(const Tensor& t, const char* op, const char* what) {
+  OSSRT_CHECK(t.device == Device::CUDA && t.data != nullptr, "{}: {} is not a CUDA tensor", op, what);
+}
+
+void check_float(const Tensor& t, const char* op, const char* what) {
+  check_on_device(t, op, what);
+  OSSRT_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, "{}: {} has dtype {}, expected f32 or bf16", op, what,
+              dtype_name(t.dtype));
+}
+
+cuda::RowsRef rows_ref(const Tensor& t) { return {t.data, t.dtype == DType::F32}; }
+
+// Rows of a [rows, features] activation, checked against the step's token count.
+int64_t step_rows(const Tensor& t, int expected, const char* op, const char* what) {
+  OSSRT_CHECK(t.ndim >= 1 && t.dim(0) >= expected, "{}: {} {} has fewer than the step's {} rows", op, what,
+              t.shape_str(), expected);
+  return expected;
+}
+
+}  // namespace
+
+void CudaBackend::embedding(const Tensor& table, Tensor& out) {
+  check_on_device(table, "embedding", "table");
+  check_float(out, "embedding", "out");
+  OSSRT_CHECK(table.dtype == DType::BF16 && table.ndim == 2, "embedding: table must be bf16 [V, H], got {} {}",
+              dtype_name(table.dtype), table.shape_str());
+  const StepPlan& plan = plan_->host_plan();
+  const int t = plan.num_tokens();
+  step_rows(out, t, "embedding", "out");
+  OSSRT_CHECK(out.row_elems() == table.dim(1), "embedding: out {} vs table {}", out.shape_str(), table.shape_str());
+  for (int32_t id : plan.token_ids)
+    OSSRT_CHECK(id >= 0 && id < table.dim(0), "embedding: token id {} outside the vocabulary [0, {})", id, table.dim(0));
+  cuda::EmbeddingGatherArgs a{static_cast<const __nv_bfloat16*>(table.data), plan_->device_plan().token_ids, out.data,
+                              t, int(table.dim(1)), out.dtype == DType::F32};
+  OSSRT_CUDA_CHECK(cuda::launch_bf16_embedding_gather(a, stream_));
+}
+
+void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  check_float(x, "rmsnorm", "x");
+  check_float(w, "rmsnorm", "w");
+  check_float(out, "rmsnorm", "out");
+  const int64_t h = w.numel();
+  OSSRT_CHECK(x.row_elems() == h && out.row_elems() == h && out.dim(0) >= x.dim(0),
+              "rmsnorm: x {} / w {} / out {} disagree", x.shape_str(), w.shape_str(), out.shape_str());
+  cuda::RmsNormArgs a{rows_ref(x), nullptr, {nullptr, true}, rows_ref(w), out.data, out.dtype == DType::F32,
+                      int(x.dim(0)), int(h), eps};
+  OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
+}
+
+void CudaBackend::add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) {
+  check_on_device(residual, "add_rmsnorm", "residual");
+  OSSRT_CHECK(residual.dtype == DType::F32, "add_rmsnorm: the residual stream must be f32");
+  check_float(delta, "add_rmsnorm", "delta");
+  check_float(w, "add_rmsnorm", "w");
+  check_float(out, "add_rmsnorm", "out");
+  const int64_t h = w.numel();
+  const int64_t rows = residual.dim(0);
+  OSSRT_CHECK(residual.row_elems() == h && delta.row_elems() == h && out.row_elems() == h && delta.dim(0) >= rows &&
+                  out.dim(0) >= rows,
+              "add_rmsnorm: residual {} / delta {} / w {} / out {} disagree", residual.shape_str(), delta.shape_str(),
+              w.shape_str(), out.shape_str());
+  cuda::RmsNormArgs a{{nullptr, true}, residual.ptr<float>(), rows_ref(delta), rows_ref(w), out.data,
+                      out.dtype == DType::F32, int(rows), int(h), eps};
+  OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
+}
+
+void CudaBackend::add(Tensor& residual, const Tensor& delta) {
+  check_on_device(residual, "add", "residual");
+  OSSRT_CHECK(residual.dtype == DType::F32, "add: the residual stream must be f32");
+  check_float(delta, "add", "delta");
+  OSSRT_CHECK(delta.row_elems() == residual.row_elems() && delta.dim(0) >= residual.dim(0),
+              "add: residual {} / delta {} disagree", residual.shape_str(), delta.shape_str());
+  cuda::RmsNormArgs a{{nullptr, true}, residual.ptr<float>(), rows_ref(delta), {nullptr, true}, nullptr, true,
+                      int(residual.dim(0)), int(residual.row_elems()), 0.f};
+  OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  check_on_device(x, "linear", "x");
+  check_on_device(w, "linear", "w");
+  check_float(out, "linear", "out");
+  OSSRT_CHECK(x.dtype == DType::BF16 && w.dtype == DType::BF16, "linear: x and w must be bf16 (got {} / {})",
+              dtype_name(x.dtype), dtype_name(w.dtype));
+  OSSRT_CHECK(w.ndim == 2 && x.row_elems() == w.dim(1) && out.row_elems() == w.dim(0) && out.dim(0) >= x.dim(0),
+              "linear: x {} / w {} / out {} disagree", x.shape_str(), w.shape_str(), out.shape_str());
+  if (bias) {
+    check_on_device(*bias, "linear", "bias");
+    OSSRT_CHECK(bias->dtype == DType::BF16 && bias->numel() == w.dim(0), "linear: bias {} {} for w {}",
+                dtype_name(bias->dtype), bias->shape_str(), w.shape_str());
+  }
+  blas_->matmul(x.data, w.data, bias ? bias->data : nullptr, out.data, x.dim(0), w.dim(0), w.dim(1),
+                out.dtype == DType::F32, stream_);
+}
+
+void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& p) {
+  check_on_device(qkv, "rope_and_cache_write", "qkv");
+  const StepPlan& plan = plan_->host_plan();
+  const int t = plan.num_tokens();
+  OSSRT_CHECK(p.head_dim == cuda::kRopeHeadDim && rope.inv_freq.size() == size_t(cuda::kRopeHalf),
+              "rope_and_cache_write: head_dim {} with {} frequencies; the CUDA path supports head_dim 64", p.head_dim,
+              rope.inv_freq.size());
+  OSSRT_CHECK(qkv.dtype == DType::BF16 && qkv.row_elems() == int64_t(p.num_q_heads + 2 * p.num_kv_heads) * p.head_dim,
+              "rope_and_cache_write: qkv {} {} does not match {} q + {} kv heads", dtype_name(qkv.dtype),
+              qkv.shape_str(), p.num_q_heads, p.num_kv_heads);
+  step_rows(qkv, t, "rope_and_cache_write", "qkv");
+  const KvStorage& kv = kv_storage(p.group);
+  const KvStorage::Group& g = kv.group(p.group);
+  OSSRT_CHECK(p.layer_in_group >= 0 && size_t(p.layer_in_group) < g.k.size(),
+              "rope_and_cache_write: layer {} of the {} group, which has {} layers", p.layer_in_group,
+              p.group == KvGroup::Full ? "full" : "sliding", g.k.size());
+  OSSRT_CHECK(p.num_kv_heads == kv.shape.num_kv_heads, "rope_and_cache_write: {} kv heads, cache has {}",
+              p.num_kv_heads, kv.shape.num_kv_heads);
+  const cuda::DevicePlan& dp = plan_->device_plan();
+  cuda::RopeCacheWriteArgs a{};
+  a.qkv = static_cast<__nv_bfloat16*>(qkv.data);
+  a.positions = dp.positions;
+  a.slots = p.group == KvGroup::Full ? dp.full_slots : dp.window_slots;
+  a.k_cache = static_cast<__nv_bfloat16*>(g.k[size_t(p.layer_in_group)]);
+  a.v_cache = static_cast<__nv_bfloat16*>(g.v[size_t(p.layer_in_group)]);
+  a.num_tokens = t;
+  a.num_q_heads = p.num_q_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.block_size = kv.shape.block_size;
+  std::copy(rope.inv_freq.begin(), rope.inv_freq.end(), a.inv_freq);
+  a.concentration = rope.concentration;
+  OSSRT_CUDA_CHECK(cuda::launch_bf16_rope_kv_cache_write(a, stream_));
+}
+
+void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& p, Tensor& out) {
+  check_on_device(qkv, "attention", "qkv");
+  check_on_device(sinks, "attention", "sinks");
+  check_on_device(out, "attention", "out");
+  OSSRT_CHECK(sinks.dtype == DType::BF16 && sinks.numel() == p.num_q_heads, "attention: sinks {} {} for {} heads",
+              dtype_name(sinks.dtype), sinks.shape_str(), p.num_q_heads);
+  OSSRT_CHECK(out.dtype == DType::BF16 && out.row_elems() == int64_t(p.num_q_heads) * p.head_dim,
+              "attention: out {} {} for {} heads", dtype_name(out.dtype), out.shape_str(), p.num_q_heads);
+  const cuda::DevicePlan& dp = plan_->device_plan();
+  step_rows(qkv, dp.num_tokens, "attention", "qkv");
+  step_rows(out, dp.num_tokens, "attention", "out");
+  const KvStorage& kv = kv_storage(p.group);
+  const KvStorage::Group& g = kv.group(p.group);
+  OSSRT_CHECK(p.layer_in_group >= 0 && size_t(p.layer_in_group) < g.k.size(), "attention: layer {} of a group of {}",
+              p.layer_in_group, g.k.size());
+  cuda::AttentionArgs a;
+  a.plan = dp;
+  a.sliding = p.group == KvGroup::Sliding;
+  a.window = p.window;
+  a.num_q_heads = p.num_q_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.sm_scale = p.sm_scale;
+  a.qkv = static_cast<const uint16_t*>(qkv.data);
+  a.qkv_row_stride = qkv.row_elems();
+  a.sinks = static_cast<const uint16_t*>(sinks.data);
+  a.k_cache = static_cast<const uint16_t*>(g.k[size_t(p.layer_in_group)]);
+  a.v_cache = static_cast<const uint16_t*>(g.v[size_t(p.layer_in_group)]);
+  a.num_blocks = g.num_blocks;
+  a.out = static_cast<uint16_t*>(out.data);
+  if (dp.max_seq_tokens == 1) {
+    // The maximum split count always: each sequence slices its own keys by its own length, so the
+    // result is batch-invariant and a captured graph stays valid as contexts grow.
+    a.num_splits = cuda::kAttnMaxDecodeSplits;
+    OSSRT_CHECK(cuda::attention_decode_workspace_bytes(dp.num_seqs, p.num_q_heads, a.num_splits) <= attn_workspace_bytes_,
+                "attention: decode workspace too small for {} sequences x {} heads", dp.num_seqs, p.num_q_heads);
+  }
+  a.workspace = attn_workspace_;
+  a.workspace_bytes = attn_workspace_bytes_;
+  cuda::launch_bf16_sdpa_sinks_d64(a, stream_);
+  OSSRT_CUDA_CHECK(cudaGetLastError());
+}
+
+void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) {
+  check_on_device(x, "router_topk", "x");
+  check_on_device(w, "router_topk", "w");
+  check_float(b, "router_topk", "b");
+  check_on_device(ids, "router_topk", "ids");
+  check_on_device(weights, "router_topk", "weights");
+  const int64_t t = x.dim(0), e = w.dim(0);
+  OSSRT_CHECK(x.dtype == DType::BF16 && w.dtype == DType::BF16 && w.ndim == 2 && x.row_elems() == w.dim(1),
+              "router_topk: x {} / w {} disagree (bf16 expected)", x.shape_str(), w.shape_str());
+  OSSRT_CHECK(e <= cuda::kRouterMaxExperts && k >= 1 && k <= cuda::kRouterMaxTopK && k <= e && b.numel() == e,
+              "router_topk: {} experts top-{} (bias {}); supported: up to {} experts, k up to {}", e, k, b.numel(),
+              cuda::kRouterMaxExperts, cuda::kRouterMaxTopK);
+  OSSRT_CHECK(ids.dtype == DType::I32 && weights.dtype == DType::F32 && ids.row_elems() == k &&
+                  weights.row_elems() == k && ids.dim(0) >= t && weights.dim(0) >= t,
+              "router_topk: ids {} {} / weights {} {} must be I32/F32 [T, {}]", dtype_name(ids.dtype), ids.shape_str(),
+              dtype_name(weights.dtype), weights.shape_str(), k);
+  OSSRT_CHECK(size_t(t * e) * sizeof(float) <= router_logits_bytes_, "router_topk: {} tokens exceed the planned {}", t,
+              options_.max_step_tokens);
+  // Router logits in fp32 (SPEC 2.6 recommends fp32 logits and softmax); the bias joins in the top-k kernel.
+  blas_->matmul(x.data, w.data, nullptr, router_logits_, t, e, w.dim(1), /*out_f32=*/true, stream_);
+  cuda::RouterTopkArgs a{static_cast<const float*>(router_logits_), b.data, b.dtype == DType::F32, ids.ptr<int32_t>(),
+                         weights.ptr<float>(), int(t), int(e), k};
+  OSSRT_CUDA_CHECK(cuda::launch_f32_router_topk_softmax(a, stream_));
+}
+
+void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& ids, const Tensor& weights,
+                      const SwigluParams& swiglu, Tensor& out) {
+  check_on_device(x, "moe", "x");
+  check_on_device(ids, "moe", "ids");
+  check_on_device(weights, "moe", "weights");
+  check_float(out, "moe", "out");
+  const int64_t t = x.dim(0);
+  const int k = int(ids.row_elems());
+  OSSRT_CHECK(x.dtype == DType::BF16 && x.row_elems() == ex.hidden && out.row_elems() == ex.hidden && out.dim(0) >= t,
+              "moe: x {} / out {} for hidden {}", x.shape_str(), out.shape_str(), ex.hidden);
+  OSSRT_CHECK(ids.dtype == DType::I32 && weights.dtype == DType::F32 && weights.row_elems() == k && ids.dim(0) >= t &&
+                  weights.dim(0) >= t,
+              "moe: ids {} / weights {} for {} tokens", ids.shape_str(), weights.shape_str(), t);
+  OSSRT_CHECK(ex.gate_up_w.dtype == DType::BF16 && ex.gate_up_b.dtype == DType::F32,
+              "moe: expert weights were not uploaded by the CUDA backend");
+  const size_t need = cuda::moe_workspace_bytes(int(t), k, int(ex.experts), int(ex.hidden), int(ex.intermediate));
+  OSSRT_CHECK(need <= moe_workspace_bytes_, "moe: {} tokens x top-{} need {} workspace bytes, {} planned", t, k, need,
+              moe_workspace_bytes_);
+  cuda::MoeArgs a;
+  a.num_tokens = int(t);
+  a.top_k = k;
+  a.num_experts = int(ex.experts);
+  a.hidden = int(ex.hidden);
+  a.intermediate = int(ex.intermediate);
+  a.swiglu_alpha = swiglu.alpha;
+  a.swiglu_limit = swiglu.limit;
+  a.x = static_cast<const uint16_t*>(x.data);
+  a.ids = ids.ptr<int32_t>();
+  a.weights = weights.ptr<float>();
+  a.gate_up_w = static_cast<const uint16_t*>(ex.gate_up_w.data);
+  a.gate_up_b = ex.gate_up_b.data;
+  a.down_w = static_cast<const uint16_t*>(ex.down_w.data);
+  a.down_b = ex.down_b.data;
+  a.bias_bf16 = false;
+  a.out = out.data;
+  a.out_bf16 = out.dtype == DType::BF16;
+  a.workspace = moe_workspace_;
+  a.workspace_bytes = moe_workspace_bytes_;
+  cuda::launch_bf16_bf16w_moe(a, stream_);
+  OSSRT_CUDA_CHECK(cudaGetLastError());
+}
+
+void CudaBackend::gather_logit_rows(const Tensor& x, Tensor& out) {
+  check_float(x, "gather_logit_rows", "x");
+  check_float(out, "gather_logit_rows", "out");
+  const StepPlan& plan = plan_->host_plan();
+  const int r = int(plan.logit_rows.size());
+  OSSRT_CHECK(out.dtype == x.dtype && out.row_elems() == x.row_elems() && out.dim(0) >= r,
+              "gather_logit_rows: x {} / out {} for {} rows", x.shape_str(), out.shape_str(), r);
+  for (int32_t row : plan.logit_rows)
+    OSSRT_CHECK(row < x.dim(0), "gather_logit_rows: row {} outside x {}", row, x.shape_str());
+  cuda::GatherRowsArgs a{x.data, plan_->device_plan().logit_rows, out.data, r,
+                         int64_t(x.row_elems() * int64_t(dtype_size(x.dtype)))};
+  OSSRT_CUDA_CHECK(cuda::launch_gather_rows(a, stream_));
+}
+
+}  // namespace ossrt

@@ -1,0 +1,184 @@
+// Weight conversion for the CUDA backend: everything becomes bf16 on the device (checkpoints are
+// bf16 already; f32/f16 sources are rounded), expert biases become f32 (the MoE kernels add them in
+// fp32), and MXFP4 experts are expanded to bf16 on the device, once, at load time.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/moe.cuh"
+#include "backend/cuda/mxfp4_dequant.h"
+
+namespace ossrt {
+namespace {
+
+// gpt-oss routes every token to 4 experts (both models); the MoE workspace is planned for that.
+constexpr int kPlannedTopK = 4;
+// Expert chunk dequantized per staging round: bounds the temporary device memory at load time.
+constexpr size_t kDequantStagingBytes = size_t(256) << 20;
+
+void check_float_dtype(const HostTensor& t) {
+  OSSRT_CHECK(t.dtype == DType::BF16 || t.dtype == DType::F32 || t.dtype == DType::F16,
+              "CUDA upload: tensor {} has dtype {}, expected bf16/f16/f32", t.name, dtype_name(t.dtype));
+  OSSRT_CHECK(t.data != nullptr, "CUDA upload: tensor {} has no data", t.name);
+}
+
+// Elements [begin, begin + n) of t as bf16 bits, appended to dst.
+void append_bf16(const HostTensor& t, int64_t begin, int64_t n, std::vector<uint16_t>& dst) {
+  const size_t at = dst.size();
+  dst.resize(at + size_t(n));
+  if (t.dtype == DType::BF16) {
+    const auto* src = static_cast<const uint16_t*>(t.data) + begin;
+    std::copy(src, src + n, dst.begin() + std::ptrdiff_t(at));
+    return;
+  }
+  std::vector<float> f(static_cast<size_t>(n));
+  t.to_f32(begin, n, f.data());
+  for (int64_t i = 0; i < n; ++i) dst[at + size_t(i)] = f32_to_bf16(f[size_t(i)]);
+}
+
+Tensor make_tensor(void* data, DType dtype, const std::vector<int64_t>& shape) {
+  Tensor t(data, dtype, {}, Device::CUDA);
+  OSSRT_CHECK(shape.size() <= size_t(kMaxDims), "tensor rank {} > {}", shape.size(), kMaxDims);
+  for (int64_t d : shape) t.shape[t.ndim++] = d;
+  return t;
+}
+
+}  // namespace
+
+Tensor CudaBackend::upload(const HostTensor& src) {
+  check_float_dtype(src);
+  Tensor t = make_tensor(nullptr, DType::BF16, src.shape);
+  t.data = device_alloc(t.bytes(), "weights");
+  if (src.dtype == DType::BF16) {
+    copy_to_device(t.data, src.data, t.bytes());  // straight from the mapped file
+  } else {
+    std::vector<uint16_t> host;
+    host.reserve(size_t(src.numel()));
+    append_bf16(src, 0, src.numel(), host);
+    copy_to_device(t.data, host.data(), t.bytes());
+  }
+  return t;
+}
+
+Tensor CudaBackend::upload_concat_rows(std::span<const HostTensor* const> parts) {
+  OSSRT_CHECK(!parts.empty(), "upload_concat_rows: no parts");
+  std::vector<int64_t> shape = parts[0]->shape;
+  OSSRT_CHECK(!shape.empty(), "upload_concat_rows: {} is a scalar", parts[0]->name);
+  int64_t rows = 0;
+  std::vector<uint16_t> host;
+  for (const HostTensor* p : parts) {
+    check_float_dtype(*p);
+    OSSRT_CHECK(p->shape.size() == shape.size() && std::equal(p->shape.begin() + 1, p->shape.end(), shape.begin() + 1),
+                "upload_concat_rows: {} has a shape incompatible with {}", p->name, parts[0]->name);
+    rows += p->shape[0];
+    append_bf16(*p, 0, p->numel(), host);
+  }
+  shape[0] = rows;
+  Tensor t = make_tensor(nullptr, DType::BF16, shape);
+  t.data = device_alloc(t.bytes(), "weights (concatenated)");
+  copy_to_device(t.data, host.data(), t.bytes());
+  return t;
+}
+
+namespace {
+
+// Expands one expert projection into bf16 [E, out, in] at dst.
+void upload_expert_matrix(const HostExperts& x, uint16_t* dst, cudaStream_t stream) {
+  const int64_t e_count = x.experts, out = x.out, in = x.in;
+  switch (x.format) {
+    case HostExperts::Format::Mxfp4: {
+      OSSRT_CHECK(in % kMxfp4BlockElems == 0, "experts {}: in {} is not a multiple of 32", x.blocks.name, in);
+      OSSRT_CHECK(x.blocks.data && x.scales.data, "experts {}: missing blocks or scales", x.blocks.name);
+      const size_t block_bytes_per_expert = size_t(out) * size_t(in / 2);
+      const size_t scale_bytes_per_expert = size_t(out) * size_t(in / kMxfp4BlockElems);
+      const int64_t chunk = std::max<int64_t>(1, int64_t(kDequantStagingBytes / block_bytes_per_expert));
+      uint8_t* staging = nullptr;
+      const size_t staging_bytes = size_t(std::min(chunk, e_count)) * (block_bytes_per_expert + scale_bytes_per_expert);
+      // A load-time temporary, freed below: not part of the steady-state memory plan.
+      OSSRT_CUDA_CHECK(cudaMalloc(&staging, staging_bytes));
+      for (int64_t e0 = 0; e0 < e_count; e0 += chunk) {
+        const int64_t n = std::min(chunk, e_count - e0);
+        uint8_t* d_blocks = staging;
+        uint8_t* d_scales = staging + size_t(n) * block_bytes_per_expert;
+        OSSRT_CUDA_CHECK(cudaMemcpy(d_blocks, static_cast<const uint8_t*>(x.blocks.data) + size_t(e0) * block_bytes_per_expert,
+                                    size_t(n) * block_bytes_per_expert, cudaMemcpyHostToDevice));
+        OSSRT_CUDA_CHECK(cudaMemcpy(d_scales, static_cast<const uint8_t*>(x.scales.data) + size_t(e0) * scale_bytes_per_expert,
+                                    size_t(n) * scale_bytes_per_expert, cudaMemcpyHostToDevice));
+        cuda::Mxfp4DequantArgs args{d_blocks, d_scales, dst + size_t(e0) * size_t(out) * size_t(in), n * out, in};
+        OSSRT_CUDA_CHECK(cuda::launch_mxfp4_to_bf16_dequant(args, stream));
+        OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      }
+      OSSRT_CUDA_CHECK(cudaFree(staging));
+      return;
+    }
+    case HostExperts::Format::Dense:
+      if (x.weight.dtype == DType::BF16) {
+        OSSRT_CUDA_CHECK(cudaMemcpy(dst, x.weight.data, size_t(e_count * out * in) * 2, cudaMemcpyHostToDevice));
+        return;
+      }
+      [[fallthrough]];
+    case HostExperts::Format::DenseTransposed: {
+      // Per expert through HostExperts::row_f32 (exact), rounded to bf16.
+      std::vector<float> row(static_cast<size_t>(in));
+      std::vector<uint16_t> host(static_cast<size_t>(out * in));
+      for (int64_t e = 0; e < e_count; ++e) {
+        for (int64_t r = 0; r < out; ++r) {
+          x.row_f32(e, r, row.data());
+          for (int64_t i = 0; i < in; ++i) host[size_t(r * in + i)] = f32_to_bf16(row[size_t(i)]);
+        }
+        OSSRT_CUDA_CHECK(cudaMemcpy(dst + size_t(e) * size_t(out * in), host.data(), host.size() * 2,
+                                    cudaMemcpyHostToDevice));
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+ExpertWeights CudaBackend::upload_experts(const HostExperts& gate_up, const HostExperts& down) {
+  OSSRT_CHECK(gate_up.experts == down.experts && gate_up.out == 2 * down.in && gate_up.in == down.out,
+              "upload_experts: gate_up [{}, {}, {}] and down [{}, {}, {}] do not fit together", gate_up.experts,
+              gate_up.out, gate_up.in, down.experts, down.out, down.in);
+  OSSRT_CHECK(gate_up.experts <= cuda::kMoeMaxExperts, "upload_experts: {} experts > {}", gate_up.experts,
+              cuda::kMoeMaxExperts);
+  ExpertWeights w;
+  w.experts = gate_up.experts;
+  w.hidden = gate_up.in;
+  w.intermediate = down.in;
+  auto upload_matrix = [&](const HostExperts& x, const char* what) {
+    Tensor t(nullptr, DType::BF16, {x.experts, x.out, x.in}, Device::CUDA);
+    t.data = device_alloc(t.bytes(), what);
+    upload_expert_matrix(x, static_cast<uint16_t*>(t.data), stream_);
+    return t;
+  };
+  auto upload_bias = [&](const HostExperts& x, const char* what) {
+    check_float_dtype(x.bias);
+    OSSRT_CHECK(x.bias.numel() == x.experts * x.out, "expert bias {} has {} elements, expected {}", x.bias.name,
+                x.bias.numel(), x.experts * x.out);
+    std::vector<float> host(static_cast<size_t>(x.bias.numel()));
+    x.bias.to_f32(0, x.bias.numel(), host.data());
+    Tensor t(nullptr, DType::F32, {x.experts, x.out}, Device::CUDA);
+    t.data = device_alloc(t.bytes(), what);
+    copy_to_device(t.data, host.data(), t.bytes());
+    return t;
+  };
+  w.gate_up_w = upload_matrix(gate_up, "expert weights (gate_up)");
+  w.down_w = upload_matrix(down, "expert weights (down)");
+  w.gate_up_b = upload_bias(gate_up, "expert biases (gate_up)");
+  w.down_b = upload_bias(down, "expert biases (down)");
+
+  const size_t need = cuda::moe_workspace_bytes(options_.max_step_tokens, kPlannedTopK, int(w.experts),
+                                                int(w.hidden), int(w.intermediate));
+  if (need > moe_workspace_bytes_) {
+    // Every layer has the same shape, so this allocates once per model.
+    moe_workspace_ = device_alloc(need, "MoE workspace");
+    moe_workspace_bytes_ = need;
+  }
+  return w;
+}
+
+}  // namespace ossrt

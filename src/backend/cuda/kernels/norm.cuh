@@ -1,0 +1,32 @@
+#pragma once
+// RMSNorm over the residual stream, optionally fused with the residual add, and the plain add.
+// Math in fp32 (SPEC 2.3): y = x * rsqrt(mean(x^2) + eps) * w, cast to the output dtype.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ossrt::cuda {
+
+// A row-major [rows, hidden] operand that is either f32 or bf16.
+struct RowsRef {
+  const void* data;
+  bool is_f32;
+};
+
+struct RmsNormArgs {
+  RowsRef x;          // input rows (ignored when residual is set: the residual is the input)
+  float* residual;    // fused add: residual += delta first, then normalize the residual; null = plain
+  RowsRef delta;      // [rows, hidden] when residual is set
+  RowsRef weight;     // [hidden]
+  void* out;          // [rows, hidden]; null = no normalized output (plain residual add)
+  bool out_f32;
+  int rows;
+  int hidden;
+  float eps;
+};
+
+// out = rmsnorm(x) * w, or (fused) residual += delta; out = rmsnorm(residual) * w,
+// or (out == null) residual += delta only.
+cudaError_t launch_f32_rmsnorm(const RmsNormArgs& args, cudaStream_t stream);
+
+}  // namespace ossrt::cuda

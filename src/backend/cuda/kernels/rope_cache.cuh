@@ -1,0 +1,31 @@
+#pragma once
+// YaRN RoPE on q and k of the fused qkv rows (half-split / NeoX, SPEC 2.5), then k and v written
+// into one layer's paged KV cache [num_blocks][num_kv_heads][block_size][head_dim].
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ossrt::cuda {
+
+inline constexpr int kRopeHeadDim = 64;  // gpt-oss head dim; the only one the CUDA path builds
+inline constexpr int kRopeHalf = kRopeHeadDim / 2;
+
+struct RopeCacheWriteArgs {
+  __nv_bfloat16* qkv;        // [num_tokens, (Hq + 2 Hkv) * 64], rotated in place
+  const int32_t* positions;  // [num_tokens] absolute positions
+  const int32_t* slots;      // [num_tokens] block_id * block_size + offset; < 0 = do not cache
+  __nv_bfloat16* k_cache;    // this layer's K storage
+  __nv_bfloat16* v_cache;    // this layer's V storage
+  int num_tokens;
+  int num_q_heads;
+  int num_kv_heads;
+  int block_size;
+  // Passed by value (128 bytes) so a captured graph never depends on a host buffer's lifetime.
+  float inv_freq[kRopeHalf];
+  float concentration;       // YaRN attention factor multiplying cos and sin
+};
+
+cudaError_t launch_bf16_rope_kv_cache_write(const RopeCacheWriteArgs& args, cudaStream_t stream);
+
+}  // namespace ossrt::cuda

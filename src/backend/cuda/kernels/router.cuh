@@ -1,0 +1,26 @@
+#pragma once
+// Router top-k (SPEC 2.6): given fp32 router logits (x W^T from cuBLASLt) plus the bias, pick the k
+// largest (ties -> lower expert id) and softmax over those k logits only, in fp32.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ossrt::cuda {
+
+inline constexpr int kRouterMaxExperts = 256;  // 32 lanes x 8 values per lane
+inline constexpr int kRouterMaxTopK = 8;
+
+struct RouterTopkArgs {
+  const float* logits;  // [num_tokens, num_experts], without bias
+  const void* bias;     // [num_experts]
+  bool bias_f32;
+  int32_t* ids;         // [num_tokens, k]
+  float* weights;       // [num_tokens, k]
+  int num_tokens;
+  int num_experts;
+  int k;
+};
+
+cudaError_t launch_f32_router_topk_softmax(const RouterTopkArgs& args, cudaStream_t stream);
+
+}  // namespace ossrt::cuda

@@ -1,0 +1,203 @@
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include <cfloat>
+
+#include "backend/cuda/kernels/sample.cuh"
+#include "backend/cuda/kernels/sample_philox.cuh"
+
+namespace ossrt::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kRadixBins = 256;
+
+// Order-preserving map float -> uint32 (larger float, larger key), so thresholds are exact keys.
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// NaN logits are treated as -inf: they can never be sampled, and never poison the sums.
+__device__ __forceinline__ float logit_at(const float* row, int i) {
+  const float v = row[i];
+  return v != v ? -INFINITY : v;
+}
+
+struct ArgMax {
+  float value;
+  int index;
+};
+
+struct ArgMaxOp {
+  __device__ ArgMax operator()(const ArgMax& a, const ArgMax& b) const {
+    if (a.value > b.value || (a.value == b.value && a.index < b.index)) return a;
+    return b;
+  }
+};
+
+// Exact key of the k-th largest logit: 4 rounds of an 8-bit radix histogram, each narrowing the
+// candidates to those sharing the already-decided high bytes.
+__device__ uint32_t kth_largest_key(const float* row, int vocab, int k, uint32_t* hist) {
+  uint32_t prefix = 0, mask = 0;
+  __shared__ uint32_t s_digit, s_remaining;
+  uint32_t remaining = uint32_t(k);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < kRadixBins; b += kThreads) hist[b] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const uint32_t key = order_key(logit_at(row, i));
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint32_t cum = 0, digit = 0;
+      for (int b = kRadixBins - 1; b >= 0; --b) {
+        if (cum + hist[b] >= remaining) {
+          digit = uint32_t(b);
+          break;
+        }
+        cum += hist[b];
+      }
+      s_digit = digit;
+      s_remaining = remaining - cum;
+    }
+    __syncthreads();
+    prefix |= s_digit << shift;
+    mask |= 0xFFu << shift;
+    remaining = s_remaining;
+    __syncthreads();
+  }
+  return prefix;
+}
+
+// Key tau of the smallest set {key >= tau} (within keys >= floor_key) whose unnormalized mass
+// reaches `target`: mass(key > tau) < target <= mass(key >= tau).
+__device__ uint32_t top_p_key(const float* row, int vocab, uint32_t floor_key, float target, float max_logit,
+                              float inv_t, float* hist) {
+  uint32_t prefix = 0, mask = 0;
+  __shared__ uint32_t s_digit;
+  __shared__ float s_target;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < kRadixBins; b += kThreads) hist[b] = 0.f;
+    __syncthreads();
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const float l = logit_at(row, i);
+      const uint32_t key = order_key(l);
+      if (key >= floor_key && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], __expf((l - max_logit) * inv_t));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float cum = 0.f;
+      int digit = -1, lowest_nonempty = 0;
+      for (int b = kRadixBins - 1; b >= 0; --b) {
+        if (hist[b] > 0.f) lowest_nonempty = b;
+        if (digit < 0 && hist[b] > 0.f && cum + hist[b] >= target) {
+          digit = b;
+          s_target = target - cum;
+        }
+        if (digit < 0) cum += hist[b];
+      }
+      if (digit < 0) {  // rounding left the target just above the total: take the lowest bucket
+        digit = lowest_nonempty;
+        s_target = hist[digit];
+      }
+      s_digit = uint32_t(digit);
+    }
+    __syncthreads();
+    prefix |= s_digit << shift;
+    mask |= 0xFFu << shift;
+    target = s_target;
+    __syncthreads();
+  }
+  return prefix;
+}
+
+__global__ void __launch_bounds__(kThreads) f32_sample_topk_topp(SampleArgs a) {
+  using Reduce = cub::BlockReduce<ArgMax, kThreads>;
+  using SumReduce = cub::BlockReduce<float, kThreads>;
+  using Scan = cub::BlockScan<float, kThreads>;
+  __shared__ union {
+    typename Reduce::TempStorage reduce;
+    typename SumReduce::TempStorage sum;
+    typename Scan::TempStorage scan;
+    uint32_t hist_u[kRadixBins];
+    float hist_f[kRadixBins];
+  } smem;
+  __shared__ ArgMax s_best;
+  __shared__ float s_total;
+  __shared__ int s_choice;
+
+  const int r = blockIdx.x;
+  const float* row = a.logits + int64_t(r) * a.vocab;
+  const SampleRowParams p = a.params[r];
+  const int vocab = a.vocab;
+
+  ArgMax local{-INFINITY, INT32_MAX};
+  for (int i = threadIdx.x; i < vocab; i += kThreads) local = ArgMaxOp()(local, ArgMax{logit_at(row, i), i});
+  const ArgMax best = Reduce(smem.reduce).Reduce(local, ArgMaxOp());
+  if (threadIdx.x == 0) s_best = best;
+  __syncthreads();
+  const int greedy = s_best.index < vocab ? s_best.index : 0;
+  if (!(p.temperature > 0.f) || !isfinite(s_best.value)) {
+    if (threadIdx.x == 0) a.out_ids[r] = greedy;
+    return;
+  }
+  const float max_logit = s_best.value;
+  const float inv_t = 1.0f / p.temperature;
+
+  uint32_t floor_key = 0;  // keep every key >= floor_key
+  if (p.top_k > 0 && p.top_k < vocab) floor_key = kth_largest_key(row, vocab, p.top_k, smem.hist_u);
+  if (p.top_p > 0.f && p.top_p < 1.f) {
+    float mass = 0.f;
+    for (int i = threadIdx.x; i < vocab; i += kThreads) {
+      const float l = logit_at(row, i);
+      if (order_key(l) >= floor_key) mass += __expf((l - max_logit) * inv_t);
+    }
+    const float total = SumReduce(smem.sum).Sum(mass);
+    if (threadIdx.x == 0) s_total = total;
+    __syncthreads();
+    const uint32_t tau = top_p_key(row, vocab, floor_key, p.top_p * s_total, max_logit, inv_t, smem.hist_f);
+    floor_key = max(floor_key, tau);
+  }
+
+  // Inverse CDF in token-id order: each thread owns a contiguous chunk; a block scan of the chunk
+  // masses finds the chunk holding the target, whose owner walks it.
+  const int chunk = (vocab + kThreads - 1) / kThreads;
+  const int begin = min(vocab, int(threadIdx.x) * chunk), end = min(vocab, begin + chunk);
+  float chunk_mass = 0.f;
+  for (int i = begin; i < end; ++i) {
+    const float l = logit_at(row, i);
+    if (order_key(l) >= floor_key) chunk_mass += __expf((l - max_logit) * inv_t);
+  }
+  float before = 0.f, total = 0.f;
+  __syncthreads();
+  Scan(smem.scan).ExclusiveSum(chunk_mass, before, total);
+  if (threadIdx.x == 0) s_choice = -1;
+  __syncthreads();
+  const float target = philox_uniform(p.seed_lo, p.seed_hi, p.offset) * total;
+  if (chunk_mass > 0.f && target >= before && target < before + chunk_mass) {
+    float acc = before;
+    int last_kept = -1, choice = -1;
+    for (int i = begin; i < end && choice < 0; ++i) {
+      const float l = logit_at(row, i);
+      if (order_key(l) < floor_key) continue;
+      last_kept = i;
+      acc += __expf((l - max_logit) * inv_t);
+      if (target < acc) choice = i;
+    }
+    s_choice = choice >= 0 ? choice : last_kept;  // float re-association can leave target at the edge
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) a.out_ids[r] = s_choice >= 0 ? s_choice : greedy;
+}
+
+}  // namespace
+
+cudaError_t launch_f32_sample_topk_topp(const SampleArgs& args, cudaStream_t stream) {
+  if (args.rows <= 0) return cudaSuccess;
+  f32_sample_topk_topp<<<args.rows, kThreads, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+}  // namespace ossrt::cuda
