@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -353,6 +354,29 @@ void apply_response_format(const Json& body, Conversation& conversation) {
 
 HarmonyRequestError::HarmonyRequestError(std::string param, const std::string& message)
     : ossrt::Error(fmt::format("{}: {}", param, message)), param_(std::move(param)) {}
+
+std::string today_utc_date() {
+  const auto today = std::chrono::floor<std::chrono::days>(std::chrono::system_clock::now());
+  const std::chrono::year_month_day ymd{today};
+  return fmt::format("{:04}-{:02}-{:02}", static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
+                     static_cast<unsigned>(ymd.day()));
+}
+
+bool is_valid_date(std::string_view text) {
+  if (text.size() != 10 || text[4] != '-' || text[7] != '-') return false;
+  for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9}) {
+    if (text[i] < '0' || text[i] > '9') return false;
+  }
+  const auto number = [&](size_t at, size_t len) {
+    int value = 0;
+    for (size_t i = at; i < at + len; ++i) value = value * 10 + (text[i] - '0');
+    return value;
+  };
+  const std::chrono::year_month_day ymd{std::chrono::year{number(0, 4)},
+                                        std::chrono::month{static_cast<unsigned>(number(5, 2))},
+                                        std::chrono::day{static_cast<unsigned>(number(8, 2))}};
+  return ymd.ok();
+}
 
 std::optional<ReasoningEffort> parse_reasoning_effort(std::string_view text) {
   if (text == "low" || text == "minimal") return ReasoningEffort::Low;

@@ -52,6 +52,12 @@ struct ChatConversation {
 ChatConversation conversation_from_chat_request(const nlohmann::ordered_json& body,
                                                 const ChatRequestOptions& options = {});
 
+// Today's date in UTC as YYYY-MM-DD: the "Current date" the server and `ossrt render` use unless
+// one is configured.
+std::string today_utc_date();
+// True for a well-formed calendar date YYYY-MM-DD (checks the day exists).
+bool is_valid_date(std::string_view text);
+
 // "low" | "medium" | "high" ("minimal" -> low); nullopt for anything else.
 std::optional<ReasoningEffort> parse_reasoning_effort(std::string_view text);
 

@@ -2,6 +2,8 @@
 // every rejection (the server's HTTP 400 `param`).
 #include <gtest/gtest.h>
 
+#include <ctime>
+
 #include "../harmony/harmony_test_support.h"
 #include "harmony/chat_request.h"
 #include "harmony/renderer.h"
@@ -183,6 +185,35 @@ TEST(HarmonyChatRequest, ErrorMessageSaysWhatWasExpected) {
   } catch (const HarmonyRequestError& e) {
     EXPECT_STREQ(e.what(), "messages[2].tool_calls[0].function.name: expected a string, got a number");
   }
+}
+
+}  // namespace
+}  // namespace ossrt::harmony
+
+namespace ossrt::harmony {
+namespace {
+
+TEST(HarmonyChatRequest, DatesForTheSystemMessage) {
+  EXPECT_TRUE(is_valid_date("2025-06-28"));
+  EXPECT_TRUE(is_valid_date("2024-02-29"));
+  EXPECT_FALSE(is_valid_date("2025-02-29"));
+  EXPECT_FALSE(is_valid_date("2025-13-01"));
+  EXPECT_FALSE(is_valid_date("2025-6-28"));
+  EXPECT_FALSE(is_valid_date("none"));
+  // Independent clock reading: C's gmtime + strftime (checked twice around the call so a
+  // midnight rollover cannot make the test flaky).
+  auto c_date = [] {
+    std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    char buffer[16];
+    std::strftime(buffer, sizeof buffer, "%Y-%m-%d", &utc);
+    return std::string(buffer);
+  };
+  const std::string before = c_date();
+  const std::string ours = today_utc_date();
+  const std::string after = c_date();
+  EXPECT_TRUE(ours == before || ours == after) << ours;
 }
 
 }  // namespace
