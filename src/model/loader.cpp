@@ -122,14 +122,18 @@ HostExperts bind_mxfp4_experts(const TensorBinder& b, const std::string& blocks,
 
 // Dense experts: HF's GptOssExperts stores [E, in, out] (used as x @ W). A checkpoint written by
 // other tools may hold PyTorch-Linear [E, out, in]; the shape tells them apart, except when in == out
-// (down_proj with intermediate_size == hidden_size, as in gpt-oss itself), where HF's layout wins.
+// (down_proj with intermediate_size == hidden_size, as in gpt-oss itself). Then `square_format`
+// decides: the orientation gate_up_proj showed (its [H, 2I] is never square), else HF's layout.
 HostExperts bind_dense_experts(const TensorBinder& b, const std::string& weight, const std::string& bias,
-                               int64_t E, int64_t out, int64_t in) {
+                               int64_t E, int64_t out, int64_t in,
+                               HostExperts::Format square_format = HostExperts::Format::DenseTransposed) {
   HostExperts x;
   x.experts = E, x.out = out, x.in = in;
   x.weight = b.floats_any_shape(weight);
   const Shape& s = x.weight.shape;
-  if (s == Shape{E, in, out}) {
+  if (in == out && s == Shape{E, in, out}) {
+    x.format = square_format;
+  } else if (s == Shape{E, in, out}) {
     x.format = HostExperts::Format::DenseTransposed;
   } else if (s == Shape{E, out, in}) {
     x.format = HostExperts::Format::Dense;
@@ -180,8 +184,9 @@ HostLayerWeights bind_layer(const TensorBinder& b, const Names& n, const GptOssC
   } else {
     w.gate_up = bind_dense_experts(b, n.layer(l, "mlp.experts.gate_up_proj", "mlp.mlp1_weight"),
                                    n.layer(l, "mlp.experts.gate_up_proj_bias", "mlp.mlp1_bias"), E, 2 * I, H);
+    const auto square = w.gate_up.out == w.gate_up.in ? HostExperts::Format::DenseTransposed : w.gate_up.format;
     w.down = bind_dense_experts(b, n.layer(l, "mlp.experts.down_proj", "mlp.mlp2_weight"),
-                                n.layer(l, "mlp.experts.down_proj_bias", "mlp.mlp2_bias"), E, H, I);
+                                n.layer(l, "mlp.experts.down_proj_bias", "mlp.mlp2_bias"), E, H, I, square);
   }
   return w;
 }
