@@ -1,0 +1,107 @@
+#pragma once
+// Helpers shared by the CUDA backend's GPU tests (ops, graph, sample, model, golden_cuda): owned
+// host tensors, the same data on two backends, error metrics. Every comparison is against the CPU
+// backend (the oracle) or a reference computed in the test itself.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/dtype.h"
+
+namespace ossrt::test {
+
+#define OSSRT_SKIP_WITHOUT_GPU()                                                    \
+  do {                                                                              \
+    if (!::ossrt::CudaBackend::device_available()) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+// Host data in bf16 with the HostTensor view the backends upload from.
+struct OwnedHost {
+  std::vector<uint16_t> bf16;
+  std::vector<uint8_t> bytes;
+  HostTensor view;
+};
+
+inline std::vector<float> random_floats(std::mt19937_64& rng, size_t n, float scale, float offset = 0.f) {
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_to_bf16(offset + scale * dist(rng));
+  return v;
+}
+
+inline std::shared_ptr<OwnedHost> host_bf16(const std::vector<float>& values, std::vector<int64_t> shape,
+                                            const std::string& name) {
+  auto h = std::make_shared<OwnedHost>();
+  h->bf16.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) h->bf16[i] = f32_to_bf16(values[i]);
+  h->view.data = h->bf16.data();
+  h->view.dtype = DType::BF16;
+  h->view.shape = std::move(shape);
+  h->view.name = name;
+  return h;
+}
+
+// A tensor of `dtype` on backend b holding `values` (rounded to bf16 when dtype is BF16).
+inline Tensor put(Backend& b, DType dtype, std::initializer_list<int64_t> shape, const std::vector<float>& values) {
+  Tensor t = b.alloc(dtype, shape);
+  EXPECT_EQ(size_t(t.numel()), values.size());
+  if (dtype == DType::F32) {
+    b.from_host(t, values.data());
+  } else if (dtype == DType::BF16) {
+    std::vector<uint16_t> h(values.size());
+    for (size_t i = 0; i < values.size(); ++i) h[i] = f32_to_bf16(values[i]);
+    b.from_host(t, h.data());
+  } else if (dtype == DType::I32) {
+    std::vector<int32_t> h(values.begin(), values.end());
+    b.from_host(t, h.data());
+  }
+  return t;
+}
+
+// The activation-dtype tensor each backend's model would use (f32 on CPU, bf16 on CUDA).
+inline Tensor put_act(Backend& b, std::initializer_list<int64_t> shape, const std::vector<float>& values) {
+  return put(b, b.activation_dtype(), shape, values);
+}
+
+struct ErrorStats {
+  double rel_l2 = 0;
+  double max_abs = 0;
+  size_t nan_count = 0;
+};
+
+inline ErrorStats compare(const std::vector<float>& got, const std::vector<float>& ref) {
+  ErrorStats s;
+  double num = 0, den = 0;
+  const size_t n = std::min(got.size(), ref.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(got[i])) ++s.nan_count;
+    const double d = double(got[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+    s.max_abs = std::max(s.max_abs, std::abs(d));
+  }
+  if (got.size() != ref.size()) s.nan_count += 1;  // a size mismatch must never pass
+  s.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return s;
+}
+
+// The bar of the issue: relative L2 under `tol` (1e-2 for bf16) and no NaN/Inf, ever.
+#define OSSRT_EXPECT_CLOSE(got, ref, tol, what)                                                             \
+  do {                                                                                                      \
+    const auto ossrt_stats_ = ::ossrt::test::compare((got), (ref));                                         \
+    EXPECT_EQ(ossrt_stats_.nan_count, 0u) << what << ": non-finite values";                                \
+    EXPECT_LT(ossrt_stats_.rel_l2, (tol)) << what << ": rel L2 " << ossrt_stats_.rel_l2 << " max |d| "      \
+                                          << ossrt_stats_.max_abs;                                          \
+    std::printf("[metric] %s: rel_l2 %.3g max_abs %.3g\n", std::string(what).c_str(), ossrt_stats_.rel_l2, \
+                ossrt_stats_.max_abs);                                                                      \
+  } while (0)
+
+}  // namespace ossrt::test

@@ -1,0 +1,171 @@
+// The whole gpt-oss forward on CUDA against the CPU backend (tiny preset, dummy weights, a prompt
+// longer than two windows, chunked prefill), and the gpt-oss-20b dummy-weight benchmark the device
+// script runs (enabled by OSSRT_BENCH_OUT=<json path>; skipped otherwise).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+
+#include "cuda_test_util.h"
+#include "model/gpt_oss.h"
+#include "model/loader.h"
+#include "model/single_sequence.h"
+
+namespace ossrt {
+namespace {
+
+TEST(CudaModel, TinyForwardMatchesCpuAtEveryPosition) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  const GptOssConfig config = preset_config("tiny");
+  const HostModelWeights weights = make_dummy_weights(config, 11);
+  auto cpu = make_backend("cpu");
+  auto gpu = make_backend("cuda");
+  GptOssModel cpu_model(*cpu, weights, ModelLimits{512, 256});
+  GptOssModel gpu_model(*gpu, weights, ModelLimits{512, 256});
+  SingleSequenceRunner cpu_run(cpu_model, 1024), gpu_run(gpu_model, 1024);
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int32_t> tok(0, config.vocab_size - 1);
+  std::vector<int32_t> tokens(300);
+  for (auto& t : tokens) t = tok(rng);
+  // Chunks of 100 on the GPU vs one pass of 256 + 44 on the CPU: positions continue from the cache.
+  const auto want = cpu_run.run(tokens, 256, SingleSequenceRunner::Logits::EveryRow);
+  const auto got = gpu_run.run(tokens, 100, SingleSequenceRunner::Logits::EveryRow);
+  ASSERT_EQ(got.size(), want.size());
+  const size_t v = size_t(config.vocab_size);
+  double worst = 0;
+  int worst_pos = -1, argmax_checked = 0;
+  for (size_t p = 0; p < tokens.size(); ++p) {
+    std::vector<float> g(got.begin() + std::ptrdiff_t(p * v), got.begin() + std::ptrdiff_t((p + 1) * v));
+    std::vector<float> w(want.begin() + std::ptrdiff_t(p * v), want.begin() + std::ptrdiff_t((p + 1) * v));
+    const auto s = test::compare(g, w);
+    ASSERT_EQ(s.nan_count, 0u) << "position " << p;
+    if (s.rel_l2 > worst) worst = s.rel_l2, worst_pos = int(p);
+    // Greedy agreement wherever the CPU's top-2 margin is clear.
+    std::vector<float> sorted = w;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+    if (sorted[0] - sorted[1] > 0.5f) {
+      ++argmax_checked;
+      EXPECT_EQ(std::max_element(g.begin(), g.end()) - g.begin(), std::max_element(w.begin(), w.end()) - w.begin())
+          << "position " << p;
+    }
+  }
+  std::printf("[metric] tiny model CUDA vs CPU: worst rel L2 %.3g at position %d; argmax checked at %d positions\n",
+              worst, worst_pos, argmax_checked);
+  EXPECT_LT(worst, 2e-2) << "worst position " << worst_pos;
+}
+
+// ---------------------------------------------------------------- gpt-oss-20b benchmark
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(CudaBench, GptOss20bDummyDecodeAndPrefill) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  const char* out_path = std::getenv("OSSRT_BENCH_OUT");
+  if (!out_path) GTEST_SKIP() << "set OSSRT_BENCH_OUT=<json> to run the gpt-oss-20b benchmark";
+  const std::string model_name = std::getenv("OSSRT_BENCH_MODEL") ? std::getenv("OSSRT_BENCH_MODEL") : "gpt-oss-20b";
+  const GptOssConfig config = preset_config(model_name);
+  constexpr int kBlock = 16, kPrompt = 128, kDecodeSteps = 32, kWarmupSteps = 3;
+  const int batches[] = {1, 8, 64};
+  const int prefill_lengths[] = {1024, 8192};
+
+  auto t0 = std::chrono::steady_clock::now();
+  BackendOptions options;
+  options.max_step_tokens = 8192;
+  CudaBackend backend(options);
+  std::unique_ptr<GptOssModel> model;
+  {
+    const HostModelWeights weights = make_dummy_weights(config, 0);
+    std::printf("[bench] dummy weights generated in %.1f s\n", seconds_since(t0));
+    t0 = std::chrono::steady_clock::now();
+    model = std::make_unique<GptOssModel>(backend, weights, ModelLimits{8192, 256});
+    backend.sync();
+    std::printf("[bench] uploaded in %.1f s; device memory held %.2f GiB\n", seconds_since(t0),
+                backend.device_bytes_allocated() / 1073741824.0);
+  }
+  const int max_seqs = 64;
+  const int ring = window_ring_blocks(config.sliding_window, 8192, kBlock);
+  const int full_per_seq = (8192 + kPrompt + 64) / kBlock + 1;
+  KvCacheShape shape;
+  shape.num_full_layers = config.num_full_layers();
+  shape.num_sliding_layers = config.num_sliding_layers();
+  shape.num_full_blocks = max_seqs * full_per_seq;
+  shape.num_window_blocks = max_seqs * ring;
+  shape.block_size = kBlock;
+  shape.num_kv_heads = config.num_key_value_heads;
+  shape.head_dim = config.head_dim;
+  const size_t budget = backend.kv_cache_budget_bytes();
+  backend.allocate_kv_cache(shape);
+  std::vector<LinearKvLayout> layouts;
+  for (int s = 0; s < max_seqs; ++s) layouts.push_back({kBlock, s * full_per_seq, s * ring, ring});
+  std::mt19937_64 rng(1);
+  std::uniform_int_distribution<int32_t> tok(0, 199999);
+  auto fwd = [&](const StepPlan& p) { return model->forward(p); };
+
+  nlohmann::json result;
+  result["model"] = model_name;
+  result["weights"] = "dummy (seeded random; MXFP4 experts dequantized to bf16 at load)";
+  result["kv_budget_bytes_at_0.9"] = budget;
+  result["note"] = "random weights route tokens nearly uniformly across experts";
+  // Prefill latency: one sequence, logits of the last row, median of 3 after a warm-up.
+  for (int len : prefill_lengths) {
+    std::vector<int32_t> tokens(size_t(len));
+    for (auto& t : tokens) t = tok(rng);
+    StepPlan plan;
+    append_sequence_step(plan, layouts[0], tokens, 0, config.sliding_window, false);
+    std::vector<double> times;
+    for (int rep = 0; rep < 4; ++rep) {
+      backend.sync();
+      const auto t = std::chrono::steady_clock::now();
+      model->forward(plan);
+      backend.sync();
+      if (rep > 0) times.push_back(seconds_since(t) * 1e3);
+    }
+    std::sort(times.begin(), times.end());
+    result["prefill_ms"][std::to_string(len)] = times[1];
+    std::printf("[bench] prefill %d tokens: %.2f ms (median of 3)\n", len, times[1]);
+  }
+  // Decode: B sequences with 128-token prompts, greedy on the GPU, CUDA graphs.
+  for (int b : batches) {
+    std::vector<int> lengths(size_t(b), 0);
+    std::vector<int32_t> last(size_t(b));
+    StepPlan prefill;
+    for (int s = 0; s < b; ++s) {
+      std::vector<int32_t> prompt(kPrompt);
+      for (auto& t : prompt) t = tok(rng);
+      append_sequence_step(prefill, layouts[size_t(s)], prompt, 0, config.sliding_window, false);
+      lengths[size_t(s)] = kPrompt;
+    }
+    std::vector<SamplingRowParams> greedy(size_t(b));
+    last = backend.sample(model->forward(prefill), greedy);
+    double elapsed = 0;
+    for (int step = 0; step < kWarmupSteps + kDecodeSteps; ++step) {
+      StepPlan plan;
+      for (int s = 0; s < b; ++s) {
+        const int32_t id = last[size_t(s)];
+        append_sequence_step(plan, layouts[size_t(s)], std::span<const int32_t>(&id, 1), lengths[size_t(s)],
+                             config.sliding_window, false);
+        lengths[size_t(s)] += 1;
+      }
+      const auto t = std::chrono::steady_clock::now();
+      last = backend.sample(backend.run_step(plan, fwd), greedy);  // ids back to the host each step
+      if (step >= kWarmupSteps) elapsed += seconds_since(t);
+    }
+    const double tok_s = double(b) * kDecodeSteps / elapsed;
+    result["decode_tok_s"][std::to_string(b)] = tok_s;
+    result["decode_step_ms"][std::to_string(b)] = elapsed / kDecodeSteps * 1e3;
+    std::printf("[bench] decode batch %d: %.1f tok/s (%.2f ms/step)\n", b, tok_s, elapsed / kDecodeSteps * 1e3);
+  }
+  result["graphs"] = backend.graph_count();
+  result["graph_replays"] = backend.graph_replays();
+  EXPECT_GT(backend.graph_replays(), 0);
+  std::ofstream(out_path) << result.dump(2) << "\n";
+}
+
+}  // namespace
+}  // namespace ossrt

@@ -1,0 +1,431 @@
+// Every CUDA op against the CPU backend (the oracle) through the Backend interface, at gpt-oss
+// shapes (hidden 2880, 64 query / 8 KV heads of dim 64, 32 and 128 experts top-4) and at the edges
+// (one token, window boundary +-1, a sequence spanning many blocks, batch 1 and 256): the same
+// inputs are uploaded to both backends, the same StepPlan is used, outputs are compared by
+// relative L2 (< 1e-2 for bf16) and must be finite.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "model/config.h"
+#include "model/gpt_oss.h"
+
+namespace ossrt {
+namespace {
+
+using test::put;
+using test::put_act;
+using test::random_floats;
+
+constexpr int64_t kHidden = 2880;
+constexpr int kQHeads = 64, kKvHeads = 8, kHeadDim = 64;
+constexpr int64_t kQkvDim = (kQHeads + 2 * kKvHeads) * kHeadDim;
+constexpr int kWindow = 128;
+constexpr int kBlock = 16;
+
+struct Backends {
+  std::unique_ptr<Backend> cpu = make_backend("cpu");
+  std::unique_ptr<Backend> gpu = make_backend("cuda");
+};
+
+// ---------------------------------------------------------------- norms and residual adds
+
+TEST(CudaOps, RmsNormAddRmsNormAndAdd) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  Backends b;
+  std::mt19937_64 rng(1);
+  auto w_host = test::host_bf16(random_floats(rng, kHidden, 0.2f, 1.0f), {kHidden}, "norm.w");
+  Tensor w_cpu = b.cpu->upload(w_host->view), w_gpu = b.gpu->upload(w_host->view);
+  for (int64_t t : {1, 7, 256}) {
+    const auto x = random_floats(rng, size_t(t * kHidden), 3.0f);
+    const auto delta = random_floats(rng, size_t(t * kHidden), 1.0f);
+    StepPlan empty;
+    // rmsnorm: f32 residual in, activation out
+    Tensor xc = put(*b.cpu, DType::F32, {t, kHidden}, x), xg = put(*b.gpu, DType::F32, {t, kHidden}, x);
+    Tensor oc = b.cpu->alloc(DType::F32, {t, kHidden}), og = b.gpu->alloc(DType::BF16, {t, kHidden});
+    b.cpu->rmsnorm(xc, w_cpu, 1e-5f, oc);
+    b.gpu->rmsnorm(xg, w_gpu, 1e-5f, og);
+    OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2, fmt::format("rmsnorm T={}", t));
+    // add_rmsnorm: residual += bf16 delta, normalized out
+    Tensor dc = put_act(*b.cpu, {t, kHidden}, delta), dg = put_act(*b.gpu, {t, kHidden}, delta);
+    b.cpu->add_rmsnorm(xc, dc, w_cpu, 1e-5f, oc);
+    b.gpu->add_rmsnorm(xg, dg, w_gpu, 1e-5f, og);
+    OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(xg), b.cpu->to_host_f32(xc), 1e-5, fmt::format("add_rmsnorm residual T={}", t));
+    OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2, fmt::format("add_rmsnorm out T={}", t));
+    // add
+    b.cpu->add(xc, dc);
+    b.gpu->add(xg, dg);
+    OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(xg), b.cpu->to_host_f32(xc), 1e-5, fmt::format("add T={}", t));
+  }
+}
+
+// ---------------------------------------------------------------- cuBLASLt linears
+
+TEST(CudaOps, LinearQkvOutputAndUnembedding) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  Backends b;
+  std::mt19937_64 rng(2);
+  struct Case {
+    int64_t out, in;
+    bool bias, f32_out;
+    std::vector<int64_t> tokens;
+  };
+  const Case cases[] = {{kQkvDim, kHidden, true, false, {1, 7, 256, 1000}},
+                        {kHidden, kQHeads * kHeadDim, true, false, {1, 33}},
+                        {201088, kHidden, false, true, {1, 3}}};
+  for (const Case& c : cases) {
+    auto w = test::host_bf16(random_floats(rng, size_t(c.out * c.in), 1.0f / std::sqrt(float(c.in))), {c.out, c.in}, "w");
+    auto bias = test::host_bf16(random_floats(rng, size_t(c.out), 0.5f), {c.out}, "b");
+    Tensor wc = b.cpu->upload(w->view), wg = b.gpu->upload(w->view);
+    Tensor bc = b.cpu->upload(bias->view), bg = b.gpu->upload(bias->view);
+    for (int64_t t : c.tokens) {
+      const auto x = random_floats(rng, size_t(t * c.in), 1.0f);
+      Tensor xc = put_act(*b.cpu, {t, c.in}, x), xg = put_act(*b.gpu, {t, c.in}, x);
+      Tensor yc = b.cpu->alloc(DType::F32, {t, c.out});
+      Tensor yg = b.gpu->alloc(c.f32_out ? DType::F32 : DType::BF16, {t, c.out});
+      b.cpu->linear(xc, wc, c.bias ? &bc : nullptr, yc);
+      b.gpu->linear(xg, wg, c.bias ? &bg : nullptr, yg);
+      OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(yg), b.cpu->to_host_f32(yc), 1e-2,
+                         fmt::format("linear [{}x{}] -> {} bias {}", t, c.in, c.out, c.bias));
+    }
+  }
+}
+
+TEST(CudaOps, LinearRejectsMismatchedShapes) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  auto gpu = make_backend("cuda");
+  Tensor x = gpu->alloc(DType::BF16, {4, 64}), w = gpu->alloc(DType::BF16, {32, 65}), y = gpu->alloc(DType::BF16, {4, 32});
+  EXPECT_THROW(gpu->linear(x, w, nullptr, y), Error);
+}
+
+// ---------------------------------------------------------------- embedding and logit rows
+
+TEST(CudaOps, EmbeddingGatherAndLogitRows) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  Backends b;
+  std::mt19937_64 rng(3);
+  const int64_t vocab = 201088;
+  auto table = test::host_bf16(random_floats(rng, size_t(vocab * kHidden), 1.0f), {vocab, kHidden}, "embed");
+  Tensor tc = b.cpu->upload(table->view), tg = b.gpu->upload(table->view);
+  StepPlan plan;
+  plan.token_ids = {0, 200019, 201087, 17, 17, 123456, 5};
+  const int t = plan.num_tokens();
+  plan.positions.resize(size_t(t));
+  std::iota(plan.positions.begin(), plan.positions.end(), 0);
+  plan.token_seq.assign(size_t(t), 0);
+  plan.full_slots.resize(size_t(t));
+  std::iota(plan.full_slots.begin(), plan.full_slots.end(), 0);
+  plan.window_slots = plan.full_slots;
+  plan.seqs.push_back(SeqStep{0, t, 0, 0, 1, 0, 1, 0});
+  plan.full_block_table = {0};
+  plan.window_block_table = {0};
+  plan.logit_rows = {6, 2, 0};
+  b.cpu->begin_step(plan);
+  b.gpu->begin_step(plan);
+  Tensor ec = b.cpu->alloc(DType::F32, {t, kHidden}), eg = b.gpu->alloc(DType::F32, {t, kHidden});
+  b.cpu->embedding(tc, ec);
+  b.gpu->embedding(tg, eg);
+  const auto got = b.gpu->to_host_f32(eg), want = b.cpu->to_host_f32(ec);
+  EXPECT_EQ(got, want) << "embedding rows are exact copies";
+  Tensor rc = b.cpu->alloc(DType::F32, {3, kHidden}), rg = b.gpu->alloc(DType::F32, {3, kHidden});
+  b.cpu->gather_logit_rows(ec, rc);
+  b.gpu->gather_logit_rows(eg, rg);
+  EXPECT_EQ(b.gpu->to_host_f32(rg), b.cpu->to_host_f32(rc));
+  // A token id outside the vocabulary is an error, not an out-of-bounds read.
+  plan.token_ids[3] = int32_t(vocab);
+  b.gpu->begin_step(plan);
+  EXPECT_THROW(b.gpu->embedding(tg, eg), Error);
+}
+
+// ---------------------------------------------------------------- router
+
+TEST(CudaOps, RouterTopkSoftmax) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  Backends b;
+  std::mt19937_64 rng(4);
+  const int k = 4;
+  for (int64_t experts : {32, 128}) {
+    auto w = test::host_bf16(random_floats(rng, size_t(experts * kHidden), 0.05f), {experts, kHidden}, "router.w");
+    auto bias = test::host_bf16(random_floats(rng, size_t(experts), 0.3f), {experts}, "router.b");
+    Tensor wc = b.cpu->upload(w->view), wg = b.gpu->upload(w->view);
+    Tensor bc = b.cpu->upload(bias->view), bg = b.gpu->upload(bias->view);
+    for (int64_t t : {1, 7, 256}) {
+      const auto x = random_floats(rng, size_t(t * kHidden), 1.0f);
+      Tensor xc = put_act(*b.cpu, {t, kHidden}, x), xg = put_act(*b.gpu, {t, kHidden}, x);
+      Tensor ic = b.cpu->alloc(DType::I32, {t, k}), ig = b.gpu->alloc(DType::I32, {t, k});
+      Tensor pc = b.cpu->alloc(DType::F32, {t, k}), pg = b.gpu->alloc(DType::F32, {t, k});
+      b.cpu->router_topk(xc, wc, bc, k, ic, pc);
+      b.gpu->router_topk(xg, wg, bg, k, ig, pg);
+      const auto ids_c = b.cpu->to_host_f32(ic), ids_g = b.gpu->to_host_f32(ig);
+      const auto p_c = b.cpu->to_host_f32(pc), p_g = b.gpu->to_host_f32(pg);
+      // Independent reference logits in double: ids must agree wherever the k-th and (k+1)-th
+      // logits are separated by more than accumulation-order noise.
+      int compared = 0;
+      for (int64_t r = 0; r < t; ++r) {
+        std::vector<std::pair<double, int>> logits;
+        for (int64_t e = 0; e < experts; ++e) {
+          double acc = bias->view.at(e);
+          for (int64_t h = 0; h < kHidden; ++h) acc += double(x[size_t(r * kHidden + h)]) * w->view.at(e * kHidden + h);
+          logits.push_back({acc, int(e)});
+        }
+        std::sort(logits.begin(), logits.end(), [](auto& a, auto& c) { return a.first > c.first; });
+        if (logits[k - 1].first - logits[k].first < 1e-3) continue;
+        ++compared;
+        for (int j = 0; j < k; ++j) {
+          EXPECT_EQ(int(ids_g[size_t(r * k + j)]), logits[size_t(j)].second) << "E=" << experts << " row " << r;
+          EXPECT_EQ(ids_g[size_t(r * k + j)], ids_c[size_t(r * k + j)]) << "E=" << experts << " row " << r;
+        }
+      }
+      EXPECT_GT(compared, 0);
+      OSSRT_EXPECT_CLOSE(p_g, p_c, 1e-3, fmt::format("router weights E={} T={}", experts, t));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- experts (upload incl. MXFP4)
+
+struct HostExpertSet {
+  std::vector<uint8_t> gu_blocks, gu_scales, down_blocks, down_scales;
+  std::vector<uint16_t> gu_bias, down_bias;
+  HostExperts gate_up, down;
+};
+
+// Random MXFP4 experts in the checkpoint layout: codes uniform, scales 2^-7..2^-5 so a row of 2880
+// products has unit-scale output.
+std::unique_ptr<HostExpertSet> random_mxfp4_experts(std::mt19937_64& rng, int64_t e, int64_t h, int64_t inter) {
+  auto s = std::make_unique<HostExpertSet>();
+  std::uniform_int_distribution<int> byte(0, 255), scale(127 - 7, 127 - 5);
+  auto fill = [&](HostExperts& x, std::vector<uint8_t>& blocks, std::vector<uint8_t>& scales,
+                  std::vector<uint16_t>& bias, int64_t out, int64_t in, const char* name) {
+    blocks.resize(size_t(e * out * in / 2));
+    scales.resize(size_t(e * out * in / 32));
+    for (auto& v : blocks) v = uint8_t(byte(rng));
+    for (auto& v : scales) v = uint8_t(scale(rng));
+    const auto b = random_floats(rng, size_t(e * out), 0.2f);
+    bias.resize(b.size());
+    for (size_t i = 0; i < b.size(); ++i) bias[i] = f32_to_bf16(b[i]);
+    x.format = HostExperts::Format::Mxfp4;
+    x.experts = e, x.out = out, x.in = in;
+    x.blocks = HostTensor{blocks.data(), DType::U8, {e, out, in / 32, 16}, std::string(name) + "_blocks"};
+    x.scales = HostTensor{scales.data(), DType::U8, {e, out, in / 32}, std::string(name) + "_scales"};
+    x.bias = HostTensor{bias.data(), DType::BF16, {e, out}, std::string(name) + "_bias"};
+  };
+  fill(s->gate_up, s->gu_blocks, s->gu_scales, s->gu_bias, 2 * inter, h, "gate_up");
+  fill(s->down, s->down_blocks, s->down_scales, s->down_bias, h, inter, "down");
+  return s;
+}
+
+TEST(CudaOps, MoeWithMxfp4ExpertsDequantizedAtLoad) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  Backends b;
+  std::mt19937_64 rng(5);
+  const int k = 4;
+  struct Case {
+    int64_t experts;
+    std::vector<int64_t> tokens;
+  };
+  for (const Case& c : {Case{32, {1, 7, 256}}, Case{128, {64}}}) {
+    auto experts = random_mxfp4_experts(rng, c.experts, kHidden, kHidden);
+    ExpertWeights ec = b.cpu->upload_experts(experts->gate_up, experts->down);
+    ExpertWeights eg = b.gpu->upload_experts(experts->gate_up, experts->down);
+    for (int64_t t : c.tokens) {
+      const auto x = random_floats(rng, size_t(t * kHidden), 1.0f);
+      std::vector<float> ids(size_t(t * k)), weights(size_t(t * k));
+      std::uniform_int_distribution<int> pick(0, int(c.experts) - 1);
+      for (int64_t r = 0; r < t; ++r) {
+        std::vector<int> chosen;
+        while (int(chosen.size()) < k) {
+          const int e = pick(rng);
+          if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+        }
+        float sum = 0;
+        for (int j = 0; j < k; ++j) sum += (weights[size_t(r * k + j)] = 0.1f + float(j + 1));
+        for (int j = 0; j < k; ++j) {
+          ids[size_t(r * k + j)] = float(chosen[size_t(j)]);
+          weights[size_t(r * k + j)] /= sum;
+        }
+      }
+      Tensor xc = put_act(*b.cpu, {t, kHidden}, x), xg = put_act(*b.gpu, {t, kHidden}, x);
+      Tensor ic = put(*b.cpu, DType::I32, {t, k}, ids), ig = put(*b.gpu, DType::I32, {t, k}, ids);
+      Tensor wc = put(*b.cpu, DType::F32, {t, k}, weights), wg = put(*b.gpu, DType::F32, {t, k}, weights);
+      Tensor oc = b.cpu->alloc(DType::F32, {t, kHidden}), og = b.gpu->alloc(DType::BF16, {t, kHidden});
+      b.cpu->moe(xc, ec, ic, wc, SwigluParams{}, oc);
+      b.gpu->moe(xg, eg, ig, wg, SwigluParams{}, og);
+      OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2,
+                         fmt::format("moe E={} T={}", c.experts, t));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- RoPE + KV cache + attention
+
+// Hands out physical blocks from a shuffled pool so block tables are never the identity.
+struct SeqBlocks {
+  int length = 0;
+  std::vector<int32_t> full, window;  // logical block -> physical block
+};
+
+class PlanBuilder {
+ public:
+  PlanBuilder(int num_blocks, std::mt19937_64& rng) {
+    full_free_.resize(size_t(num_blocks));
+    std::iota(full_free_.begin(), full_free_.end(), 0);
+    window_free_ = full_free_;
+    std::shuffle(full_free_.begin(), full_free_.end(), rng);
+    std::shuffle(window_free_.begin(), window_free_.end(), rng);
+  }
+
+  void add(StepPlan& plan, SeqBlocks& seq, int n) {
+    const int cb = seq.length, end = cb + n;
+    const int blocks = (end + kBlock - 1) / kBlock;
+    while (int(seq.full.size()) < blocks) {
+      OSSRT_CHECK(!full_free_.empty() && !window_free_.empty(), "test pool exhausted");
+      seq.full.push_back(full_free_.back()), full_free_.pop_back();
+      seq.window.push_back(window_free_.back()), window_free_.pop_back();
+    }
+    SeqStep s;
+    s.token_begin = plan.num_tokens();
+    s.num_tokens = n;
+    s.context_begin = cb;
+    s.full_table_begin = int32_t(plan.full_block_table.size());
+    s.full_table_len = blocks;
+    plan.full_block_table.insert(plan.full_block_table.end(), seq.full.begin(), seq.full.begin() + blocks);
+    // The window table starts at the block of the first query's oldest visible key.
+    const int first = std::max(0, cb - (kWindow - 1)) / kBlock;
+    s.window_first_block = first;
+    s.window_table_begin = int32_t(plan.window_block_table.size());
+    s.window_table_len = blocks - first;
+    plan.window_block_table.insert(plan.window_block_table.end(), seq.window.begin() + first, seq.window.begin() + blocks);
+    const int seq_index = plan.num_seqs();
+    for (int i = 0; i < n; ++i) {
+      const int pos = cb + i;
+      plan.token_ids.push_back(0);
+      plan.positions.push_back(pos);
+      plan.token_seq.push_back(seq_index);
+      plan.full_slots.push_back(seq.full[size_t(pos / kBlock)] * kBlock + pos % kBlock);
+      plan.window_slots.push_back(seq.window[size_t(pos / kBlock)] * kBlock + pos % kBlock);
+    }
+    plan.logit_rows.push_back(s.token_begin + n - 1);
+    plan.seqs.push_back(s);
+    seq.length = end;
+  }
+
+ private:
+  std::vector<int32_t> full_free_, window_free_;
+};
+
+struct AttentionScenario {
+  std::string name;
+  std::vector<int> history;  // tokens already cached per sequence
+  std::vector<int> step;     // query tokens this step per sequence
+};
+
+void run_attention_scenario(const AttentionScenario& sc, uint64_t seed) {
+  Backends b;
+  std::mt19937_64 rng(seed);
+  const int n = int(sc.history.size());
+  int blocks_needed = 0;
+  for (int i = 0; i < n; ++i) blocks_needed += (sc.history[size_t(i)] + sc.step[size_t(i)] + kBlock - 1) / kBlock;
+  KvCacheShape shape;
+  shape.num_full_layers = 1;
+  shape.num_sliding_layers = 1;
+  shape.num_full_blocks = shape.num_window_blocks = blocks_needed + 8;
+  shape.block_size = kBlock;
+  b.cpu->allocate_kv_cache(shape);
+  b.gpu->allocate_kv_cache(shape);
+  auto sinks = test::host_bf16(random_floats(rng, kQHeads, 1.0f), {kQHeads}, "sinks");
+  Tensor sc_cpu = b.cpu->upload(sinks->view), sc_gpu = b.gpu->upload(sinks->view);
+  const RopeParams rope = compute_rope_params(preset_config("gpt-oss-20b"));
+  PlanBuilder builder(shape.num_full_blocks, rng);
+  std::vector<SeqBlocks> seqs(size_t(n));
+
+  auto params_for = [](KvGroup g) {
+    AttentionParams p;
+    p.group = g;
+    p.layer_in_group = 0;
+    p.window = g == KvGroup::Sliding ? kWindow : 0;
+    p.num_q_heads = kQHeads, p.num_kv_heads = kKvHeads, p.head_dim = kHeadDim;
+    p.sm_scale = 0.125f;
+    return p;
+  };
+  // Runs rope+cache write (and optionally attention) for both groups on both backends.
+  auto run_step = [&](const StepPlan& plan, bool compare) {
+    b.cpu->begin_step(plan);
+    b.gpu->begin_step(plan);
+    const int64_t t = plan.num_tokens();
+    for (KvGroup g : {KvGroup::Full, KvGroup::Sliding}) {
+      const auto qkv = random_floats(rng, size_t(t * kQkvDim), 1.0f);
+      Tensor qc = put_act(*b.cpu, {t, kQkvDim}, qkv), qg = put_act(*b.gpu, {t, kQkvDim}, qkv);
+      const AttentionParams p = params_for(g);
+      b.cpu->rope_and_cache_write(qc, rope, p);
+      b.gpu->rope_and_cache_write(qg, rope, p);
+      if (!compare) continue;
+      const char* gname = g == KvGroup::Full ? "full" : "sliding";
+      OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(qg), b.cpu->to_host_f32(qc), 1e-2,
+                         fmt::format("{} rope {} T={}", sc.name, gname, t));
+      Tensor oc = b.cpu->alloc(DType::F32, {t, kQHeads * kHeadDim});
+      Tensor og = b.gpu->alloc(DType::BF16, {t, kQHeads * kHeadDim});
+      b.cpu->attention(qc, sc_cpu, p, oc);
+      b.gpu->attention(qg, sc_gpu, p, og);
+      OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2,
+                         fmt::format("{} attention {} T={}", sc.name, gname, t));
+    }
+  };
+  // History: fill the caches in plans of at most 4096 tokens (sequences split across plans as
+  // chunked prefill would).
+  std::vector<int> remaining = sc.history;
+  for (bool more = true; more;) {
+    StepPlan plan;
+    plan.block_size = kBlock;
+    more = false;
+    for (int i = 0; i < n; ++i) {
+      const int room = 4096 - plan.num_tokens();
+      const int take = std::min(remaining[size_t(i)], room);
+      if (take > 0) builder.add(plan, seqs[size_t(i)], take), remaining[size_t(i)] -= take;
+      more |= remaining[size_t(i)] > 0;
+    }
+    if (plan.num_tokens() > 0) run_step(plan, false);
+  }
+  StepPlan plan;
+  plan.block_size = kBlock;
+  for (int i = 0; i < n; ++i) builder.add(plan, seqs[size_t(i)], sc.step[size_t(i)]);
+  run_step(plan, true);
+}
+
+TEST(CudaOps, AttentionOneToken) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  run_attention_scenario({"one token", {0}, {1}}, 10);
+}
+
+TEST(CudaOps, AttentionDecodeAtWindowBoundary) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  // Query positions 126..130: the oldest key of the window (i - j = 127) and the first one out (128).
+  run_attention_scenario({"window edge decode", {126, 127, 128, 129, 130}, {1, 1, 1, 1, 1}}, 11);
+}
+
+TEST(CudaOps, AttentionPrefillAcrossWindowAndChunkedOverCache) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  run_attention_scenario({"prefill 300", {0}, {300}}, 12);
+  run_attention_scenario({"chunk over cache + decode", {200, 50, 127}, {77, 1, 2}}, 13);
+}
+
+TEST(CudaOps, AttentionSequenceSpanningManyBlocks) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  run_attention_scenario({"5000 cached, decode", {5000}, {1}}, 14);
+  run_attention_scenario({"4990 cached, chunk of 10", {4990}, {10}}, 15);
+}
+
+TEST(CudaOps, AttentionDecodeBatch1And256) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  run_attention_scenario({"batch 1 decode", {1000}, {1}}, 16);
+  std::mt19937_64 rng(17);
+  std::uniform_int_distribution<int> len(1, 300);
+  AttentionScenario sc{"batch 256 decode", {}, {}};
+  for (int i = 0; i < 256; ++i) sc.history.push_back(len(rng)), sc.step.push_back(1);
+  run_attention_scenario(sc, 18);
+}
+
+}  // namespace
+}  // namespace ossrt

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Packs the CUDA build made on the CPU machine for a device call: the GPU test binaries and the
+# ossrt binary (stripped: debug info would not fit the 64 MiB carry limit) plus the non-system
+# shared libraries they link (fmt, spdlog, ...) into .carry/cuda, which the `run` call carries.
+# cuBLASLt (500 MB) does not travel: the device machine has CUDA 13's. cudart is static.
+# Usage: tools/device/cuda_pack.sh [build-dir]
+set -euo pipefail
+BUILD=${1:-build-cudaA}
+PACK=.carry/cuda
+rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib"
+for t in "$BUILD"/tests/*_test "$BUILD"/ossrt; do
+  case "$(basename "$t")" in
+    ops_test|graph_test|sample_test|model_test|golden_cuda_test|attention_test|moe_test|ossrt) ;;
+    *) continue ;;
+  esac
+  strip -o "$PACK/bin/$(basename "$t")" "$t"
+done
+# Shared libraries outside glibc/libstdc++ and CUDA's: the device's Ubuntu may lack these versions.
+for b in "$PACK"/bin/*; do
+  ldd "$b" | awk '/=> \// {print $3}'
+done | sort -u | grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt|ld-linux|libcublas|libcublasLt|libcuda)[.-]' |
+  while read -r lib; do cp -L "$lib" "$PACK/lib/"; done
+git rev-parse HEAD > "$PACK/COMMIT"
+git status --short -- src tests tools | grep -q . && echo "+uncommitted" >> "$PACK/COMMIT" || true
+du -sh "$PACK" "$PACK"/bin/* "$PACK"/lib/* | sed 's/^/  /'
