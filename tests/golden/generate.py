@@ -201,10 +201,11 @@ class RouterGapProbe:
     def __init__(self, model, k):
         self.k, self.min_gap, self.handles = k, float("inf"), []
         for layer in model.model.layers:
-            self.handles.append(layer.mlp.router.register_forward_hook(self.hook))
+            self.handles.append(layer.mlp.router.register_forward_hook(self.hook, with_kwargs=True))
 
-    def hook(self, module, inputs, output):
-        x = inputs[0].reshape(-1, module.weight.shape[1]).float()
+    def hook(self, module, args, kwargs, output):
+        x = args[0] if args else next(iter(kwargs.values()))
+        x = x.reshape(-1, module.weight.shape[1]).float()
         logits = torch.nn.functional.linear(x, module.weight.float(), module.bias.float())
         top = torch.topk(logits, self.k + 1, dim=-1).values
         self.min_gap = min(self.min_gap, float((top[:, self.k - 1] - top[:, self.k]).min()))
@@ -403,7 +404,7 @@ def build_mxfp4_case(name, description, vocab, prompt_len, seed, device, out_dir
                     param = getattr(layer.mlp.experts, proj)
                     param.copy_(dense.transpose(1, 2) if layout == "in_out" else dense)
         write_sharded(dict(sorted(tensors.items())), case_dir, shards=3)
-        cfg_dict = json.loads(cfg.to_json_string())
+        cfg_dict = json.loads(cfg.to_json_string(use_diff=False))
         cfg_dict["quantization_config"] = {
             "quant_method": "mxfp4",
             "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
@@ -413,14 +414,12 @@ def build_mxfp4_case(name, description, vocab, prompt_len, seed, device, out_dir
             json.dump(cfg_dict, f, indent=2)
         log(f"{name}: wrote {sorted(os.listdir(case_dir))}")
 
-        # Path B, always: the fp32 model holding our own dequantization of the same codes.
-        self_model = model.to(device).eval()
-        if hasattr(self_model, "set_attn_implementation"):
-            self_model.set_attn_implementation("eager")
-        else:
-            self_model.config._attn_implementation = "eager"
-        if getattr(self_model.config, "_attn_implementation", None) != "eager":
-            raise RuntimeError(f"self-dequantized model is not eager: {self_model.config._attn_implementation}")
+        # Path B, always: the HF model holding our own dequantization of the same codes, saved in
+        # bf16 (exact: fp4 x 2^k has at most 2 significant bits) and reloaded like the dense cases.
+        scratch = tempfile.mkdtemp(prefix="golden_self_dequant_")
+        save_pretrained_single(model, scratch)
+        del model
+        self_model = load_fp32(scratch, device)
         prompt = torch.randint(0, vocab, (prompt_len,), generator=gen).tolist()
         greedy_prompt = torch.randint(0, vocab, (150,), generator=gen).tolist()
         logits_b, gap = reference_logits(self_model, prompt, device)
@@ -441,6 +440,7 @@ def build_mxfp4_case(name, description, vocab, prompt_len, seed, device, out_dir
             log(f"{name}: HF MXFP4 load path unavailable: {type(e).__name__}: {e}")
             traceback.print_exc()
         new_ids, margin = greedy(ref_model, greedy_prompt, device)
+        shutil.rmtree(scratch, ignore_errors=True)
         log(f"{name}: reference path: {path}")
         log(f"{name}: logits {logits.shape}, router gap {gap:.3g}, greedy margin {margin:.3g}")
         if gap < MIN_ROUTER_GAP or margin < MIN_GREEDY_MARGIN:
