@@ -19,6 +19,10 @@ std::optional<Terminator> terminator_for(int32_t id) {
   }
 }
 
+bool is_blank(std::string_view text) {
+  return text.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos;
+}
+
 }  // namespace
 
 std::string_view terminator_name(Terminator terminator) {
@@ -77,7 +81,7 @@ std::vector<ParserEvent> StreamParser::finish() {
   if (state_ == State::Header && !header_ids_.empty()) {
     // Cut inside a header: its text is all there is of the message.
     ++recoveries_.cut_at_finish;
-    if (header_has_text_) recover_header_as_content(out);
+    if (header_has_text_) recover_header_as_content(out, /*keep_if_empty=*/false);
   } else if (state_ == State::Content && message_open_) {
     ++recoveries_.cut_at_finish;
   }
@@ -112,6 +116,9 @@ void StreamParser::handle_expect_start(int32_t id, std::vector<ParserEvent>& out
     begin_header(std::nullopt);
   } else if (id == kEndOfTextId) {
     // End of text between messages is a normal end of generation.
+  } else if (is_ordinary(id) && is_blank(tokenizer_->token_bytes(id))) {
+    // Whitespace between messages carries nothing; ignoring it keeps a "\n" from opening an
+    // empty message.
   } else if (id == kChannelId || id == kMessageId || is_ordinary(id)) {
     // The model skipped `<|start|>assistant`: what follows is still its message.
     ++recoveries_.missing_start;
@@ -131,7 +138,7 @@ void StreamParser::handle_header(int32_t id, std::vector<ParserEvent>& out) {
     if (header_has_text_) {
       // Text that never got its <|message|>: keep it as content, then start over.
       ++recoveries_.header_not_closed;
-      recover_header_as_content(out);
+      recover_header_as_content(out, /*keep_if_empty=*/false);
       close_message(Terminator::Cut, out);
     } else {
       ++recoveries_.stray_special;
@@ -144,7 +151,7 @@ void StreamParser::handle_header(int32_t id, std::vector<ParserEvent>& out) {
       // Non-strict harmony: a header closed by a terminator is the message's text
       // (a refusal with no channel, `<|channel|>final The answer<|return|>`).
       ++recoveries_.header_not_closed;
-      recover_header_as_content(out);
+      recover_header_as_content(out, /*keep_if_empty=*/false);
       close_message(*terminator, out);
     } else if (*terminator != Terminator::EndOfText) {
       ++recoveries_.stray_special;
@@ -161,6 +168,13 @@ void StreamParser::handle_header(int32_t id, std::vector<ParserEvent>& out) {
     header_text_ += decoder_->push(id);
     header_ids_.push_back(id);
     header_has_text_ = true;
+    if (is_blank(header_text_)) {
+      // Leading whitespace is not part of any header (and must not trip the newline rule).
+      header_text_.clear();
+      header_ids_.clear();
+      header_has_text_ = false;
+      return;
+    }
   } else {
     ++recoveries_.stray_special;
     return;
@@ -169,7 +183,8 @@ void StreamParser::handle_header(int32_t id, std::vector<ParserEvent>& out) {
   // now bounds memory and lets the text stream instead of waiting for a terminator.
   if (header_ids_.size() >= kMaxHeaderTokens || header_text_.find('\n') != std::string::npos) {
     ++recoveries_.header_too_long;
-    recover_header_as_content(out);
+    // The content continues after this point, so the message must exist even if still empty.
+    recover_header_as_content(out, /*keep_if_empty=*/true);
   }
 }
 
@@ -185,8 +200,16 @@ void StreamParser::complete_header(std::vector<ParserEvent>& out) {
   state_ = State::Content;
 }
 
-void StreamParser::recover_header_as_content(std::vector<ParserEvent>& out) {
+void StreamParser::recover_header_as_content(std::vector<ParserEvent>& out, bool keep_if_empty) {
   SalvagedHeader salvaged = salvage_header(header_text_);
+  if (!keep_if_empty && salvaged.text.empty() && salvaged.channel.empty()) {
+    // Only whitespace before a terminator: nothing to show, so no empty message either.
+    header_ids_.clear();
+    header_text_.clear();
+    header_has_text_ = false;
+    header_role_.reset();
+    return;
+  }
   MessageStart start;
   start.role = header_role_.value_or(Role::Assistant);
   start.channel = std::move(salvaged.channel);

@@ -128,7 +128,7 @@ class StreamParser {
   void handle_header(int32_t id, std::vector<ParserEvent>& out);
   void handle_content(int32_t id, std::vector<ParserEvent>& out);
   void complete_header(std::vector<ParserEvent>& out);
-  void recover_header_as_content(std::vector<ParserEvent>& out);
+  void recover_header_as_content(std::vector<ParserEvent>& out, bool keep_if_empty);
   void open_message_from(MessageStart start, RecipientPlacement placement,
                          std::vector<ParserEvent>& out);
   void append_content(std::string text, std::vector<ParserEvent>& out);

@@ -246,6 +246,15 @@ TEST(HarmonyParser, TextWhereStartWasExpected) {
   EXPECT_EQ(result.recoveries.missing_start, 1);
 }
 
+TEST(HarmonyParser, WhitespaceBetweenMessagesMakesNoEmptyMessage) {
+  ParseResult result = parse_text("<|channel|>final<|message|>a<|end|> \n<|end|><|start|>assistant<|channel|>final<|message|>b<|return|>");
+  ASSERT_EQ(result.messages.size(), 2u);
+  EXPECT_EQ(result.messages[0].content, "a");
+  EXPECT_EQ(result.messages[1].content, "b");
+  EXPECT_EQ(result.recoveries.missing_start, 0);
+  EXPECT_EQ(result.recoveries.stray_special, 1);  // the second <|end|>
+}
+
 TEST(HarmonyParser, OverlongHeaderIsRecoveredAndStreams) {
   std::string text;
   for (int i = 0; i < 200; ++i) text += " word";
