@@ -30,12 +30,8 @@ const std::vector<int32_t>& slots_of(const StepPlan& plan, KvGroup group) {
 
 }  // namespace
 
-void check_plan_against_layer(const StepPlan& plan, const AttentionParams& params, const KvLayerView& kv) {
+void check_write_slots(const StepPlan& plan, const AttentionParams& params, const KvLayerView& kv) {
   const char* g = group_name(params.group);
-  OSSRT_CHECK(kv.k != nullptr, "no KV storage for {} layer {}: call allocate_kv_cache first", g,
-              params.layer_in_group);
-  OSSRT_CHECK(plan.block_size == kv.block_size, "plan block_size {} differs from the KV cache's {}",
-              plan.block_size, kv.block_size);
   const auto& slots = slots_of(plan, params.group);
   OSSRT_CHECK(int(slots.size()) == plan.num_tokens(), "plan has {} {} slots for {} tokens", slots.size(), g,
               plan.num_tokens());
@@ -43,7 +39,10 @@ void check_plan_against_layer(const StepPlan& plan, const AttentionParams& param
   for (size_t t = 0; t < slots.size(); ++t)
     OSSRT_CHECK(slots[t] >= 0 && slots[t] < capacity, "token {}: {} slot {} outside the cache ({} slots)", t, g,
                 slots[t], capacity);
+}
 
+void check_block_tables(const StepPlan& plan, const AttentionParams& params, const KvLayerView& kv) {
+  const char* g = group_name(params.group);
   const auto& table = params.group == KvGroup::Full ? plan.full_block_table : plan.window_block_table;
   for (int si = 0; si < plan.num_seqs(); ++si) {
     const SeqStep& s = plan.seqs[size_t(si)];

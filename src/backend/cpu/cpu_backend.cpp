@@ -165,7 +165,9 @@ class CpuBackend final : public Backend {
 
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override {
     expect_f32(x, "rmsnorm", "x"), expect_f32(w, "rmsnorm", "w"), expect_f32(out, "rmsnorm", "out");
-    const int64_t T = x.dim(0), H = x.row_elems();
+    // dim(1), not row_elems(): a step may have zero logit rows, and row_elems() divides by the row count.
+    OSSRT_CHECK(x.ndim == 2, "rmsnorm: x has shape {}, expected [rows, features]", x.shape_str());
+    const int64_t T = x.dim(0), H = x.dim(1);
     expect_vector(w, H, "rmsnorm", "w");
     expect_matrix(out, T, H, "rmsnorm", "out");
     pool_.parallel_for(T, [&](int64_t b, int64_t e) {
@@ -202,6 +204,7 @@ class CpuBackend final : public Backend {
     const cpu::KvLayerView kv = check_attention_args(qkv, params, "rope_and_cache_write");
     OSSRT_CHECK(int(rope.inv_freq.size()) * 2 == params.head_dim, "rope_and_cache_write: {} inv_freq for head_dim {}",
                 rope.inv_freq.size(), params.head_dim);
+    cpu::check_write_slots(plan_, params, kv);
     cpu::rope_and_cache_write(pool_, plan_, qkv.ptr<float>(), rope, params, kv);
   }
 
@@ -210,6 +213,7 @@ class CpuBackend final : public Backend {
     expect_f32(sinks, "attention", "sinks"), expect_vector(sinks, params.num_q_heads, "attention", "sinks");
     expect_f32(out, "attention", "out");
     expect_matrix(out, plan_.num_tokens(), int64_t(params.num_q_heads) * params.head_dim, "attention", "out");
+    cpu::check_block_tables(plan_, params, kv);
     cpu::attention(pool_, plan_, qkv.ptr<float>(), sinks.ptr<float>(), params, kv, out.ptr<float>());
   }
 
@@ -256,7 +260,8 @@ class CpuBackend final : public Backend {
 
   void gather_logit_rows(const Tensor& x, Tensor& out) override {
     expect_f32(x, "gather_logit_rows", "x"), expect_f32(out, "gather_logit_rows", "out");
-    const int64_t R = int64_t(plan_.logit_rows.size()), H = x.row_elems();
+    OSSRT_CHECK(x.ndim == 2, "gather_logit_rows: x has shape {}, expected [rows, features]", x.shape_str());
+    const int64_t R = int64_t(plan_.logit_rows.size()), H = x.dim(1);
     expect_matrix(out, R, H, "gather_logit_rows", "out");
     for (int64_t r = 0; r < R; ++r) {
       const int32_t row = plan_.logit_rows[size_t(r)];
@@ -297,7 +302,7 @@ class CpuBackend final : public Backend {
   }
 
   // Plan invariants every op relies on; the slot and block-table checks that need a layer's KV
-  // geometry are in cpu::check_plan_against_layer.
+  // geometry are in cpu::check_write_slots / check_block_tables.
   static void check_plan_consistency(const StepPlan& plan) {
     const size_t T = plan.token_ids.size();
     OSSRT_CHECK(plan.block_size > 0, "plan: block_size {} must be positive", plan.block_size);
@@ -343,7 +348,10 @@ class CpuBackend final : public Backend {
                 p.group == KvGroup::Full ? "full" : "sliding", g.k.size());
     cpu::KvLayerView kv{g.k[size_t(p.layer_in_group)].data(), g.v[size_t(p.layer_in_group)].data(), g.num_blocks,
                         kv_shape_.num_kv_heads,               kv_shape_.block_size,                  kv_shape_.head_dim};
-    cpu::check_plan_against_layer(plan_, p, kv);
+    OSSRT_CHECK(kv.num_blocks > 0, "{}: no KV storage for {} layer {}: call allocate_kv_cache first", op,
+                p.group == KvGroup::Full ? "full" : "sliding", p.layer_in_group);
+    OSSRT_CHECK(plan_.block_size == kv.block_size, "{}: plan block_size {} differs from the KV cache's {}", op,
+                plan_.block_size, kv.block_size);
     return kv;
   }
 

@@ -58,9 +58,10 @@ struct KvLayerView {
 void rope_and_cache_write(ThreadPool& pool, const StepPlan& plan, float* qkv, const RopeParams& rope,
                           const AttentionParams& params, const KvLayerView& kv);
 
-// Throws ossrt::Error unless the plan's slots and block tables cover what rope_and_cache_write and
-// attention will touch for this layer (checked up front: the threaded loops never throw).
-void check_plan_against_layer(const StepPlan& plan, const AttentionParams& params, const KvLayerView& kv);
+// Throw ossrt::Error unless the plan's write slots (for rope_and_cache_write) or its block tables
+// (for attention) stay inside this layer's storage. Checked up front: the threaded loops never throw.
+void check_write_slots(const StepPlan& plan, const AttentionParams& params, const KvLayerView& kv);
+void check_block_tables(const StepPlan& plan, const AttentionParams& params, const KvLayerView& kv);
 
 // Paged attention with sinks over the layer's cache; out is [T, Hq * D].
 void attention(ThreadPool& pool, const StepPlan& plan, const float* qkv, const float* sinks,

@@ -1,0 +1,95 @@
+// `ossrt logits`: runs a token list through the model and writes float32 logits [tokens, vocab] as
+// a NumPy .npy file, for comparing backends with each other and with HF transformers.
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <memory>
+
+#include "backend/backend.h"
+#include "command.h"
+#include "core/error.h"
+#include "core/npy.h"
+#include "model/gpt_oss.h"
+#include "model/loader.h"
+#include "model/single_sequence.h"
+
+namespace ossrt::tools {
+namespace {
+
+struct LogitsOptions {
+  std::string model;
+  std::string load_format = "auto";
+  uint64_t seed = 0;
+  std::string ids_file;
+  std::string out;
+  std::string backend = "cpu";
+  int chunk = 256;
+  int threads = 0;
+};
+
+std::vector<int32_t> read_ids_file(const std::string& path, int vocab) {
+  std::ifstream f(path);
+  OSSRT_CHECK(f.good(), "cannot open ids file {}", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", path, e.what());
+  }
+  OSSRT_CHECK(j.is_array() && !j.empty(), "{}: expected a non-empty JSON array of token ids", path);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < j.size(); ++i) {
+    OSSRT_CHECK(j[i].is_number_integer(), "{}: element {} is not an integer", path, i);
+    const int64_t id = j[i].get<int64_t>();
+    OSSRT_CHECK(id >= 0 && id < vocab, "{}: token id {} at index {} outside the vocabulary [0, {})", path, id, i, vocab);
+    ids.push_back(int32_t(id));
+  }
+  return ids;
+}
+
+void run_logits(const LogitsOptions& o) {
+  using Clock = std::chrono::steady_clock;
+  OSSRT_CHECK(o.chunk > 0, "--chunk must be positive");
+  const auto t0 = Clock::now();
+  const HostModelWeights weights = load_model_weights(ModelSource{o.model, o.load_format, o.seed});
+  const std::vector<int32_t> ids = read_ids_file(o.ids_file, weights.config.vocab_size);
+  const int n = int(ids.size());
+
+  BackendOptions backend_options;
+  backend_options.threads = o.threads;
+  std::unique_ptr<Backend> backend = make_backend(o.backend, backend_options);
+  const int step = std::min(o.chunk, n);
+  GptOssModel model(*backend, weights, ModelLimits{step, step});
+  SingleSequenceRunner runner(model, n);
+  const auto t1 = Clock::now();
+  const std::vector<float> logits = runner.run(ids, step, SingleSequenceRunner::Logits::EveryRow);
+  const auto t2 = Clock::now();
+  write_npy_f32(o.out, logits.data(), {int64_t(n), int64_t(weights.config.vocab_size)});
+  spdlog::info("logits: {} tokens on {} in {:.2f} s (load + upload {:.2f} s), wrote {} [{}, {}]", n, backend->name(),
+               std::chrono::duration<double>(t2 - t1).count(), std::chrono::duration<double>(t1 - t0).count(), o.out,
+               n, weights.config.vocab_size);
+}
+
+void setup_logits(CLI::App& app) {
+  auto o = std::make_shared<LogitsOptions>();
+  CLI::App* cmd = app.add_subcommand("logits", "Write float32 logits [tokens, vocab] of a token id list as .npy");
+  cmd->add_option("--model", o->model, "Model directory (config.json + safetensors) or preset name")->required();
+  cmd->add_option("--load-format", o->load_format, "auto | safetensors | dummy")
+      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+  cmd->add_option("--seed", o->seed, "Seed of dummy weights");
+  cmd->add_option("--ids-file", o->ids_file, "JSON array of token ids")->required();
+  cmd->add_option("--out", o->out, "Output .npy path")->required();
+  cmd->add_option("--backend", o->backend, "cpu | cuda");
+  cmd->add_option("--chunk", o->chunk, "Tokens per forward step (chunked prefill)")->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", o->threads, "CPU worker threads (0 = all cores)");
+  cmd->callback([o] { run_logits(*o); });
+}
+
+}  // namespace
+
+OSSRT_REGISTER_COMMAND(setup_logits);
+
+}  // namespace ossrt::tools
