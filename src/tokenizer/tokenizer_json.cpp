@@ -236,7 +236,12 @@ std::unique_ptr<TokenizerImpl> load_tokenizer_json(const std::string& path) {
   impl->vocab.pieces.build(impl->vocab.token_bytes, impl->vocab.regular_count);
   read_merges(ctx, model, *impl);
   read_added_tokens(ctx, doc, *impl);
-  impl->pre_tokenizer = std::make_unique<tokenizer_detail::PreTokenizer>(read_pre_tokenizer(ctx, doc));
+  const std::string pattern = read_pre_tokenizer(ctx, doc);
+  try {
+    impl->pre_tokenizer = std::make_unique<tokenizer_detail::PreTokenizer>(pattern);
+  } catch (const Error& e) {
+    ctx.error("{}", e.what());  // the same message, with the file named
+  }
   return impl;
 }
 

@@ -22,7 +22,7 @@ const tok = fromPreTrained();
 const encode = (t) => tok.model.convert_tokens_to_ids(tok.model(tok.pre_tokenizer(t)));
 
 let tokens = encode(text).length;  // warm-up (JIT, BPE cache)
-const runs = Number(process.env.OSSRT_JS_BENCH_RUNS || 5);
+const runs = Number(process.env.OSSRT_JS_BENCH_RUNS || 3);
 const times = [];
 for (let i = 0; i < runs; ++i) {
   const t0 = process.hrtime.bigint();
