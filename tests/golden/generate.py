@@ -21,6 +21,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -215,6 +216,124 @@ class RouterGapProbe:
             h.remove()
 
 
+# SPEC.md 2.5's float64 inv_freq for the gpt-oss config, to check the formula before relying on it.
+SPEC_INV_FREQ = {0: 1.000000000e+00, 9: 3.170569618e-02, 17: 1.293187012e-04, 31: 3.023511428e-07}
+
+
+def rope_parameters(cfg):
+    rp = dict(getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {})
+    rp.setdefault("rope_theta", getattr(cfg, "rope_theta", 150000.0))
+    return rp
+
+
+def yarn_inv_freq_float64(cfg):
+    """YaRN (NTK-by-parts) inv_freq of SPEC.md 2.5 / HF _compute_yarn_parameters, in float64."""
+    rp = rope_parameters(cfg)
+    base, factor = float(rp["rope_theta"]), float(rp["factor"])
+    d = cfg.head_dim
+    orig = float(rp["original_max_position_embeddings"])
+    freq = base ** (np.arange(0, d, 2, dtype=np.float64) / d)
+
+    def correction_dim(rotations):
+        return d * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(float(rp["beta_fast"])), correction_dim(float(rp["beta_slow"]))
+    if rp.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0.0), min(high, d - 1.0)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    extrapolation_factor = 1.0 - ramp
+    return (1.0 / (factor * freq)) * (1.0 - extrapolation_factor) + (1.0 / freq) * extrapolation_factor
+
+
+def use_exact_rope(model, device):
+    """Makes HF's rotary embedding compute its angles in float64 (cos/sin still handed on in fp32).
+
+    HF forms angle = position * inv_freq in float32 from an inv_freq computed with float32 pow: at
+    position 4300 the angle's rounding alone is ~2.4e-4 rad, and a 1-ulp difference in inv_freq
+    moves it by as much, so two correct fp32 implementations disagree by ~1e-4 relative in the
+    logits. With exact angles the reference no longer depends on those rounding details; all other
+    arithmetic stays HF's float32. Returns what was checked, for case.json.
+    """
+    rot = model.model.rotary_emb
+    cfg = model.config
+    inv64 = yarn_inv_freq_float64(cfg)
+    hf_inv = rot.inv_freq.detach().double().cpu().numpy()
+    formula_rel = float(np.abs(hf_inv - inv64).max() / np.abs(inv64).max())
+    per_dim_rel = float((np.abs(hf_inv - inv64) / inv64).max())
+    if per_dim_rel > 1e-5:
+        raise RuntimeError(f"HF inv_freq differs from the float64 YaRN formula by {per_dim_rel:.3g}")
+    for i, v in SPEC_INV_FREQ.items():
+        if abs(inv64[i] - v) > 1e-8 * v:
+            raise RuntimeError(f"float64 inv_freq[{i}] = {inv64[i]!r}, SPEC.md says {v!r}")
+    rp = rope_parameters(cfg)
+    scaling = float(rot.attention_scaling)
+    expected_scaling = 0.1 * math.log(float(rp["factor"])) + 1.0
+    if abs(scaling - expected_scaling) > 1e-6:
+        raise RuntimeError(f"HF attention_scaling {scaling} != 0.1 ln(factor) + 1 = {expected_scaling}")
+    inv_t = torch.tensor(inv64, dtype=torch.float64, device=device)
+    original_forward = rot.forward
+
+    def exact_forward(x, position_ids):
+        angles = position_ids.to(device=inv_t.device, dtype=torch.float64)[..., None] * inv_t  # [B, T, D/2]
+        cos, sin = torch.cos(angles) * scaling, torch.sin(angles) * scaling
+        if original_shape_last == 2 * inv_t.numel():  # HF versions that duplicate the half
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        return cos.to(x.dtype), sin.to(x.dtype)
+
+    # Check the replacement against HF's own output (layout and values) before switching.
+    probe_pos = torch.arange(0, 4400, 7, device=device)[None]
+    probe_x = torch.zeros(1, 1, cfg.head_dim, device=device, dtype=torch.float32)
+    with torch.no_grad():
+        hf_cos, hf_sin = original_forward(probe_x, probe_pos)
+        original_shape_last = hf_cos.shape[-1]
+        my_cos, my_sin = exact_forward(probe_x, probe_pos)
+    if hf_cos.shape != my_cos.shape:
+        raise RuntimeError(f"rotary output shape {tuple(hf_cos.shape)} vs {tuple(my_cos.shape)}")
+    probe_diff = float(max((hf_cos - my_cos).abs().max(), (hf_sin - my_sin).abs().max()))
+    if probe_diff > 2e-3:
+        raise RuntimeError(f"exact rotary differs from HF's by {probe_diff} (layout mismatch?)")
+    rot.forward = exact_forward
+    log(f"exact RoPE: HF fp32 inv_freq vs float64 formula max rel {per_dim_rel:.3g}; "
+        f"HF fp32 cos/sin vs exact over positions 0..4400: max abs {probe_diff:.3g}")
+    return {
+        "rope_angles": "float64 (HF rotary embedding patched; every other op is HF float32)",
+        "inv_freq_float64": [float(v) for v in inv64],
+        "hf_inv_freq_float32": [float(v) for v in hf_inv],
+        "hf_inv_freq_vs_float64_max_rel": per_dim_rel,
+        "attention_scaling": scaling,
+        "hf_fp32_rotary_vs_exact_max_abs": probe_diff,
+    }
+
+
+def rel_diff(a, ref):
+    """Worst over positions of max|a - ref| / max|ref| (the golden test's measure)."""
+    return float((np.abs(a - ref).max(axis=-1) / np.abs(ref).max(axis=-1)).max())
+
+
+EXACT_ROPE = False  # --exact-rope; the committed fixtures were made without it
+
+
+def exact_reference(model, prompt, device):
+    """HF's float32 logits; with --exact-rope, logits with exact RoPE angles instead (and HF's own
+    fp32-RoPE logits compared against them, for the record)."""
+    logits_hf_rope, gap = reference_logits(model, prompt, device)
+    if not EXACT_ROPE:
+        return logits_hf_rope, gap, None
+    try:
+        info = use_exact_rope(model, device)
+    except Exception as e:  # noqa: BLE001 - keep HF's own RoPE, and say so in case.json
+        log(f"exact RoPE patch unavailable ({type(e).__name__}: {e}); keeping HF's fp32 RoPE")
+        traceback.print_exc()
+        return logits_hf_rope, gap, {"rope_angles": f"HF float32 (exact-angle patch failed: {e})"}
+    logits, gap = reference_logits(model, prompt, device)
+    info["hf_fp32_rope_logits_rel_diff"] = rel_diff(logits_hf_rope, logits)
+    log(f"logits with HF's fp32 RoPE vs exact angles: worst rel diff {info['hf_fp32_rope_logits_rel_diff']:.3g}")
+    return logits, gap, info
+
+
 @torch.no_grad()
 def reference_logits(model, prompt, device):
     ids = torch.tensor([prompt], device=device)
@@ -339,7 +458,7 @@ def build_dense_case(name, description, vocab, prompt_len, seed, device, out_dir
         ref = load_fp32(case_dir, device)
         prompt = torch.randint(0, vocab, (prompt_len,), generator=gen).tolist()
         greedy_prompt = torch.randint(0, vocab, (150,), generator=gen).tolist()
-        logits, gap = reference_logits(ref, prompt, device)
+        logits, gap, rope_info = exact_reference(ref, prompt, device)
         new_ids, margin = greedy(ref, greedy_prompt, device)
         log(f"{name}: logits {logits.shape}, max|logit| {np.abs(logits).max():.3f}, router gap {gap:.3g}, "
             f"greedy margin {margin:.3g}, expert layout {layout}")
@@ -355,6 +474,7 @@ def build_dense_case(name, description, vocab, prompt_len, seed, device, out_dir
             "reference_path": "save_pretrained files reloaded with GptOssForCausalLM.from_pretrained, float32, eager",
             "router_min_top4_gap": gap,
             "greedy_min_top2_margin": margin,
+            **({"rope": rope_info} if rope_info else {}),
         })
         return
     raise RuntimeError(f"{name}: no seed gave safe margins")
@@ -422,19 +542,19 @@ def build_mxfp4_case(name, description, vocab, prompt_len, seed, device, out_dir
         self_model = load_fp32(scratch, device)
         prompt = torch.randint(0, vocab, (prompt_len,), generator=gen).tolist()
         greedy_prompt = torch.randint(0, vocab, (150,), generator=gen).tolist()
-        logits_b, gap = reference_logits(self_model, prompt, device)
+        logits_b, gap, rope_info = exact_reference(self_model, prompt, device)
         ref_model, path = self_model, "self-dequantized: blocks/scales decoded here (SPEC.md 3.3) into the fp32 HF model"
         logits, hf_vs_self = logits_b, None
         # Path A, preferred: HF's own MXFP4 loader, dequantizing on load.
         try:
             from transformers import Mxfp4Config
             hf_model = load_fp32(case_dir, device, quantization_config=Mxfp4Config(dequantize=True))
-            logits_a, _ = reference_logits(hf_model, prompt, device)
+            logits_a, _, rope_info_a = exact_reference(hf_model, prompt, device)
             hf_vs_self = float(np.abs(logits_a - logits_b).max() / np.abs(logits_b).max())
             log(f"{name}: HF Mxfp4Config(dequantize=True) loaded; rel diff vs self-dequantized {hf_vs_self:.3g}")
             if hf_vs_self > 1e-4:
                 raise RuntimeError(f"HF mxfp4 dequantization disagrees with SPEC.md 3.3 decode ({hf_vs_self:.3g})")
-            ref_model, logits = hf_model, logits_a
+            ref_model, logits, rope_info = hf_model, logits_a, rope_info_a
             path = "HF from_pretrained with Mxfp4Config(dequantize=True), float32, eager"
         except Exception as e:  # noqa: BLE001 - any failure means: use path B and say so
             log(f"{name}: HF MXFP4 load path unavailable: {type(e).__name__}: {e}")
@@ -455,6 +575,7 @@ def build_mxfp4_case(name, description, vocab, prompt_len, seed, device, out_dir
             "hf_vs_self_dequantized_rel_diff": hf_vs_self,
             "router_min_top4_gap": gap,
             "greedy_min_top2_margin": margin,
+            **({"rope": rope_info} if rope_info else {}),
         })
         return
     raise RuntimeError(f"{name}: no seed gave safe margins")
@@ -465,7 +586,11 @@ def main():
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--cases", default="bf16_single,mxfp4_sharded,long_yarn")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--exact-rope", action="store_true",
+                    help="compute RoPE angles in float64 inside HF (see use_exact_rope and README.md)")
     args = ap.parse_args()
+    global EXACT_ROPE
+    EXACT_ROPE = args.exact_rope
     log(f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, "
         f"numpy {np.__version__}, device {args.device}"
         + (f" ({torch.cuda.get_device_name(0)})" if args.device == "cuda" else ""))

@@ -605,6 +605,42 @@ TEST(LoaderSource, UnknownModelAndFormat) {
   EXPECT_THAT(load_error("tiny", "safetensors"), HasSubstr("preset"));
 }
 
+// ---------------------------------------------------------------- the committed golden fixtures
+
+// Checkpoints written by HF transformers (tests/golden): every tensor the loader binds has the shape
+// that HF's safetensors reader recorded in case.json, and the expert format is the one HF wrote.
+TEST(LoaderGoldenFixtures, MatchHfTensorInventory) {
+  const fs::path golden = fs::path(OSSRT_SOURCE_DIR) / "tests" / "golden";
+  int cases = 0;
+  for (const auto& entry : fs::directory_iterator(golden)) {
+    if (!fs::exists(entry.path() / "case.json")) continue;
+    ++cases;
+    const json c = json::parse(std::ifstream(entry.path() / "case.json"));
+    HostModelWeights w = load_model_weights({entry.path().string(), "auto", 0});
+    EXPECT_EQ(w.config.vocab_size, c.at("vocab_size").get<int>()) << entry.path();
+    const bool mxfp4 = c.at("experts_format") == "mxfp4";
+    EXPECT_EQ(w.config.experts_mxfp4, mxfp4) << entry.path();
+    const json& inv = c.at("tensors");
+    size_t bound = 0;
+    for (const HostTensor* t : plain_tensors(w)) {
+      ASSERT_TRUE(inv.contains(t->name)) << t->name;
+      EXPECT_EQ(t->shape, inv[t->name].at("shape").get<Shape>()) << t->name;
+      ++bound;
+    }
+    for (const auto& layer : w.layers) {
+      for (const HostExperts* x : {&layer.gate_up, &layer.down}) {
+        const HostTensor& main = mxfp4 ? x->blocks : x->weight;
+        ASSERT_TRUE(inv.contains(main.name)) << main.name;
+        EXPECT_EQ(main.shape, inv[main.name].at("shape").get<Shape>());
+        EXPECT_EQ(x->format, mxfp4 ? HostExperts::Format::Mxfp4 : HostExperts::Format::DenseTransposed);
+        bound += mxfp4 ? 2 : 1;
+      }
+    }
+    EXPECT_EQ(bound, inv.size()) << entry.path() << ": every tensor in the files is used";
+  }
+  EXPECT_EQ(cases, 3);
+}
+
 // ---------------------------------------------------------------- dummy weights
 
 GptOssConfig small_dummy_config() {
