@@ -1,0 +1,413 @@
+#include "server/http_server.h"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include <optional>
+
+#include "core/error.h"
+
+namespace ossrt::server {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+// Status recorded for an answer the client never received (nginx's convention).
+constexpr int kClientClosedRequest = 499;
+constexpr uint32_t kHeaderLimit = 64 * 1024;
+
+struct HttpServer::Acceptor {
+  explicit Acceptor(net::io_context& io) : acceptor(net::make_strand(io)) {}
+  tcp::acceptor acceptor;
+};
+
+namespace {
+
+class ExchangeImpl;
+
+// One TCP connection: reads requests one after another (keep-alive) and writes their answers.
+// Everything here runs on the connection's strand.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, const HttpServerOptions& options, const RequestHandler& handler,
+          const ResponseObserver& observer, std::shared_ptr<std::atomic<size_t>> counter)
+      : stream_(std::move(socket)), options_(options), handler_(handler), observer_(observer),
+        counter_(std::move(counter)) {
+    counter_->fetch_add(1);
+  }
+  ~Session() { counter_->fetch_sub(1); }
+
+  void run() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
+  }
+  auto executor() { return stream_.get_executor(); }
+
+  // ---- called by ExchangeImpl, on the strand
+  void write_full(const std::shared_ptr<ExchangeImpl>& ex, int status, std::string body,
+                  const std::string& content_type, const HttpHeaders& headers);
+  void write_stream_header(const std::shared_ptr<ExchangeImpl>& ex, const std::string& content_type,
+                           const HttpHeaders& headers);
+  void pump_stream(const std::shared_ptr<ExchangeImpl>& ex);
+
+ private:
+  void read_header();
+  void on_header(beast::error_code ec);
+  void read_body();
+  void on_body(beast::error_code ec);
+  void dispatch_request();
+  void reject_and_close(int status, std::string body);
+  void start_monitor();
+  void client_gone();
+  void finish_exchange(bool keep_alive);
+  void close();
+  bool is_protocol_error(const beast::error_code& ec) const {
+    return ec.category() == http::make_error_code(http::error::bad_target).category();
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  const HttpServerOptions& options_;
+  const RequestHandler& handler_;
+  const ResponseObserver& observer_;
+  std::shared_ptr<std::atomic<size_t>> counter_;
+  std::shared_ptr<ExchangeImpl> current_;
+  uint64_t monitor_generation_ = 0;
+  bool closed_ = false;
+  // Stream state of the current exchange.
+  std::shared_ptr<http::response<http::empty_body>> stream_header_;
+  std::shared_ptr<http::response_serializer<http::empty_body>> stream_serializer_;
+  bool header_written_ = false, write_in_flight_ = false;
+};
+
+class ExchangeImpl : public Exchange, public std::enable_shared_from_this<ExchangeImpl> {
+ public:
+  ExchangeImpl(std::shared_ptr<Session> session, HttpRequest request)
+      : session_(std::move(session)), request_(std::move(request)) {}
+
+  const HttpRequest& request() const override { return request_; }
+  void set_route(std::string route) override { route_ = std::move(route); }
+  const std::string& route() const override { return route_; }
+
+  void respond(int status, std::string body, std::string content_type, HttpHeaders headers) override {
+    on_strand([status, body = std::move(body), content_type = std::move(content_type),
+               headers = std::move(headers)](ExchangeImpl& self) mutable {
+      if (self.answered_) return;
+      self.answered_ = true;
+      self.status_ = status;
+      self.session_->write_full(self.shared_from_this(), status, std::move(body), content_type, headers);
+    });
+  }
+  void start_stream(std::string content_type, HttpHeaders headers) override {
+    on_strand([content_type = std::move(content_type), headers = std::move(headers)](ExchangeImpl& self) {
+      if (self.answered_) return;
+      self.answered_ = true;
+      self.streaming_ = true;
+      self.status_ = 200;
+      self.session_->write_stream_header(self.shared_from_this(), content_type, headers);
+    });
+  }
+  void stream_write(std::string data) override {
+    on_strand([data = std::move(data)](ExchangeImpl& self) {
+      if (!self.streaming_ || self.stream_ended_ || self.gone_) return;
+      self.pending_ += data;
+      self.session_->pump_stream(self.shared_from_this());
+    });
+  }
+  void end_stream() override {
+    on_strand([](ExchangeImpl& self) {
+      if (!self.streaming_ || self.stream_ended_ || self.gone_) return;
+      self.stream_ended_ = true;
+      self.session_->pump_stream(self.shared_from_this());
+    });
+  }
+  void on_disconnect(std::function<void()> fn) override {
+    on_strand([fn = std::move(fn)](ExchangeImpl& self) mutable {
+      if (self.gone_) {
+        fn();
+        return;
+      }
+      self.disconnect_handler_ = std::move(fn);
+    });
+  }
+  bool client_gone() const override { return gone_flag_.load(); }
+
+  // ---- session side (strand)
+  void mark_gone() {
+    if (gone_) return;
+    gone_ = true;
+    gone_flag_.store(true);
+    if (disconnect_handler_) std::exchange(disconnect_handler_, nullptr)();
+  }
+  int status() const { return status_; }
+  bool keep_alive() const { return request_.keep_alive(); }
+  std::string take_pending() { return std::exchange(pending_, {}); }
+  bool has_pending() const { return !pending_.empty(); }
+  bool stream_ended() const { return stream_ended_; }
+  bool gone() const { return gone_; }
+
+ private:
+  template <typename Fn>
+  void on_strand(Fn fn) {
+    net::post(session_->executor(), [self = shared_from_this(), fn = std::move(fn)]() mutable { fn(*self); });
+  }
+
+  std::shared_ptr<Session> session_;
+  HttpRequest request_;
+  std::string route_ = "unmatched";
+  bool answered_ = false, streaming_ = false, stream_ended_ = false, gone_ = false;
+  std::atomic<bool> gone_flag_{false};
+  int status_ = 0;
+  std::string pending_;
+  std::function<void()> disconnect_handler_;
+};
+
+void Session::read_header() {
+  if (closed_) return;
+  parser_.emplace();
+  parser_->body_limit(options_.body_limit);
+  parser_->header_limit(kHeaderLimit);
+  stream_.expires_after(std::chrono::seconds(options_.idle_timeout_s));
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+}
+
+void Session::on_header(beast::error_code ec) {
+  if (ec) {
+    if (ec == http::error::body_limit) return reject_and_close(413, options_.too_large_body());
+    if (is_protocol_error(ec) && ec != http::error::end_of_stream && ec != http::error::partial_message)
+      return reject_and_close(400, options_.bad_http_body(ec.message()));
+    return close();
+  }
+  // A declared length over the limit is refused before the body is read at all.
+  auto len = parser_->content_length();
+  if (len && *len > options_.body_limit) return reject_and_close(413, options_.too_large_body());
+  const auto& req = parser_->get();
+  if (beast::iequals(req[http::field::expect], "100-continue")) {
+    auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+    net::async_write(stream_, net::buffer(*cont),
+                     [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+                       if (ec) return self->close();
+                       self->read_body();
+                     });
+    return;
+  }
+  read_body();
+}
+
+void Session::read_body() {
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+}
+
+void Session::on_body(beast::error_code ec) {
+  if (ec) {
+    if (ec == http::error::body_limit) return reject_and_close(413, options_.too_large_body());
+    if (is_protocol_error(ec) && ec != http::error::end_of_stream && ec != http::error::partial_message)
+      return reject_and_close(400, options_.bad_http_body(ec.message()));
+    return close();
+  }
+  dispatch_request();
+}
+
+void Session::dispatch_request() {
+  stream_.expires_never();  // generation may take minutes; disconnects are seen by the monitor
+  current_ = std::make_shared<ExchangeImpl>(shared_from_this(), parser_->release());
+  header_written_ = write_in_flight_ = false;
+  start_monitor();
+  auto ex = current_;
+  try {
+    handler_(ex);
+  } catch (const std::exception& e) {
+    // The app's handler converts its own errors; anything escaping is a bug, answered as 500.
+    ex->respond(500, R"({"error":{"message":"internal error","type":"server_error","param":null,"code":"internal_error"}})",
+                "application/json", HttpHeaders{});
+  }
+}
+
+void Session::reject_and_close(int status, std::string body) {
+  auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+  res->set(http::field::content_type, "application/json");
+  res->set(http::field::connection, "close");
+  res->body() = std::move(body);
+  res->keep_alive(false);
+  res->prepare_payload();
+  if (observer_) observer_("unmatched", "UNKNOWN", status);
+  http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code, size_t) { self->close(); });
+}
+
+// While a request is being answered, wait for the socket to become readable: a well-behaved
+// client sends nothing until it has the answer, so readability means EOF or an error (the client
+// left) - or, rarely, a pipelined request, which we leave in the socket for the next read.
+void Session::start_monitor() {
+  uint64_t generation = ++monitor_generation_;
+  stream_.socket().async_wait(
+      tcp::socket::wait_read, [self = shared_from_this(), generation](beast::error_code ec) {
+        if (ec || generation != self->monitor_generation_ || !self->current_ || self->closed_) return;
+        char byte;
+        beast::error_code peek_ec;
+        self->stream_.socket().non_blocking(true, peek_ec);
+        size_t n = self->stream_.socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
+        self->stream_.socket().non_blocking(false, peek_ec);
+        if (peek_ec == net::error::would_block) return self->start_monitor();
+        if (peek_ec || n == 0) return self->client_gone();
+        // Pipelined data: stop watching; it is read after this answer.
+      });
+}
+
+void Session::client_gone() {
+  if (!current_) return close();
+  auto ex = std::exchange(current_, nullptr);
+  if (observer_) observer_(ex->route(), std::string(ex->request().method_string()), kClientClosedRequest);
+  ex->mark_gone();
+  close();
+}
+
+void Session::write_full(const std::shared_ptr<ExchangeImpl>& ex, int status, std::string body,
+                         const std::string& content_type, const HttpHeaders& headers) {
+  if (ex != current_ || closed_) return;
+  auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+  res->set(http::field::server, "ossrt");
+  res->set(http::field::content_type, content_type);
+  for (const auto& [k, v] : headers) res->set(k, v);
+  res->body() = std::move(body);
+  res->keep_alive(ex->keep_alive());
+  res->prepare_payload();
+  http::async_write(stream_, *res, [self = shared_from_this(), ex, res](beast::error_code ec, size_t) {
+    if (ec) return self->client_gone();
+    self->finish_exchange(res->keep_alive());
+  });
+}
+
+void Session::write_stream_header(const std::shared_ptr<ExchangeImpl>& ex, const std::string& content_type,
+                                  const HttpHeaders& headers) {
+  if (ex != current_ || closed_) return;
+  stream_header_ = std::make_shared<http::response<http::empty_body>>(http::status::ok, 11);
+  stream_header_->set(http::field::server, "ossrt");
+  stream_header_->set(http::field::content_type, content_type);
+  stream_header_->set(http::field::cache_control, "no-cache");
+  for (const auto& [k, v] : headers) stream_header_->set(k, v);
+  stream_header_->keep_alive(ex->keep_alive());
+  stream_header_->chunked(true);
+  stream_serializer_ = std::make_shared<http::response_serializer<http::empty_body>>(*stream_header_);
+  write_in_flight_ = true;
+  http::async_write_header(stream_, *stream_serializer_, [self = shared_from_this(), ex](beast::error_code ec, size_t) {
+    self->write_in_flight_ = false;
+    if (ec) return self->client_gone();
+    self->header_written_ = true;
+    self->pump_stream(ex);
+  });
+}
+
+// Writes whatever the exchange has queued as one HTTP chunk; one write in flight at a time.
+void Session::pump_stream(const std::shared_ptr<ExchangeImpl>& ex) {
+  if (ex != current_ || closed_ || !header_written_ || write_in_flight_) return;
+  auto out = std::make_shared<std::string>();
+  if (ex->has_pending()) {
+    std::string data = ex->take_pending();
+    *out = fmt::format("{:x}\r\n", data.size());
+    *out += data;
+    *out += "\r\n";
+  }
+  bool last = ex->stream_ended() && !ex->has_pending();
+  if (last) *out += "0\r\n\r\n";
+  if (out->empty()) return;
+  write_in_flight_ = true;
+  net::async_write(stream_, net::buffer(*out), [self = shared_from_this(), ex, out, last](beast::error_code ec, size_t) {
+    self->write_in_flight_ = false;
+    if (ec) return self->client_gone();
+    if (last) return self->finish_exchange(ex->keep_alive());
+    self->pump_stream(ex);
+  });
+}
+
+void Session::finish_exchange(bool keep_alive) {
+  auto ex = std::exchange(current_, nullptr);
+  if (!ex) return;
+  ++monitor_generation_;
+  if (observer_) observer_(ex->route(), std::string(ex->request().method_string()), ex->status());
+  stream_header_.reset();
+  stream_serializer_.reset();
+  if (!keep_alive) return close();
+  beast::error_code ec;
+  stream_.socket().cancel(ec);  // ends the monitor's wait; its handler sees a stale generation
+  read_header();
+}
+
+void Session::close() {
+  if (closed_) return;
+  closed_ = true;
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.socket().close(ec);
+}
+
+}  // namespace
+
+HttpServer::HttpServer(HttpServerOptions options, RequestHandler handler, ResponseObserver observer)
+    : options_(std::move(options)), handler_(std::move(handler)), observer_(std::move(observer)) {
+  if (!options_.too_large_body)
+    options_.too_large_body = [] { return std::string(R"({"error":{"message":"request body too large","type":"invalid_request_error","param":null,"code":"request_too_large"}})"); };
+  if (!options_.bad_http_body)
+    options_.bad_http_body = [](const std::string&) { return std::string(R"({"error":{"message":"malformed HTTP request","type":"invalid_request_error","param":null,"code":null}})"); };
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::start() {
+  beast::error_code ec;
+  auto address = net::ip::make_address(options_.host, ec);
+  OSSRT_CHECK(!ec, "--host {}: not an IP address ({})", options_.host, ec.message());
+  tcp::endpoint endpoint(address, options_.port);
+  acceptor_ = std::make_unique<Acceptor>(io_);
+  auto& acc = acceptor_->acceptor;
+  acc.open(endpoint.protocol(), ec);
+  OSSRT_CHECK(!ec, "cannot open a socket: {}", ec.message());
+  acc.set_option(net::socket_base::reuse_address(true), ec);
+  acc.bind(endpoint, ec);
+  OSSRT_CHECK(!ec, "cannot listen on {}:{}: {}", options_.host, options_.port, ec.message());
+  // A deep backlog: a load test opens ~1,000 connections within milliseconds.
+  acc.listen(net::socket_base::max_listen_connections, ec);
+  OSSRT_CHECK(!ec, "cannot listen on {}:{}: {}", options_.host, options_.port, ec.message());
+  bound_port_ = acc.local_endpoint().port();
+  accept_next();
+  int n = std::max(1, options_.threads);
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { io_.run(); });
+}
+
+void HttpServer::accept_next() {
+  acceptor_->acceptor.async_accept(net::make_strand(io_), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !acceptor_->acceptor.is_open()) return;
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true), ec);  // SSE tokens are tiny writes; do not batch them
+      std::make_shared<Session>(std::move(socket), options_, handler_, observer_, open_connections_)->run();
+    }
+    // EMFILE and friends: keep accepting; the next attempt may succeed once connections close.
+    accept_next();
+  });
+}
+
+void HttpServer::stop_accepting() {
+  if (!acceptor_) return;
+  net::post(acceptor_->acceptor.get_executor(), [this] {
+    beast::error_code ec;
+    acceptor_->acceptor.close(ec);
+  });
+}
+
+void HttpServer::stop() {
+  if (threads_.empty()) return;
+  io_.stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+}  // namespace ossrt::server

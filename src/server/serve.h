@@ -1,0 +1,17 @@
+#pragma once
+// `ossrt serve`: starts the HTTP listener at once (so /health answers 503 while loading), loads
+// the model in a background thread, serves until SIGTERM/SIGINT, then drains: readiness -> 503,
+// new work refused, in-flight requests get up to drain_timeout_s, the rest are aborted with an
+// error event, and the process exits.
+#include <functional>
+#include <memory>
+
+#include "server/model_runtime.h"
+#include "server/server_context.h"
+
+namespace ossrt::server {
+
+// Returns the process exit code.
+int run_server(const ServerConfig& config, const RuntimeOptions& runtime);
+
+}  // namespace ossrt::server

@@ -1,0 +1,142 @@
+#include "server/server_context.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include <ctime>
+#include <random>
+
+#include "server/response_store.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ossrt::server {
+
+std::string to_wire(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+ServerContext::ServerContext(ServerConfig cfg, boost::asio::io_context& io_context)
+    : config(std::move(cfg)), io(io_context),
+      responses(std::make_unique<ResponseStore>(size_t(std::max(0, config.responses_store_capacity)),
+                                                std::chrono::seconds(config.responses_ttl_s))),
+      id_salt_(std::random_device{}() | (uint64_t(std::random_device{}()) << 32)) {
+  declare_server_metrics(metrics);
+}
+
+ServerContext::~ServerContext() = default;
+
+void ServerContext::set_ready(std::shared_ptr<Generator> generator, std::shared_ptr<const Tokenizer> tokenizer) {
+  generator_ = std::move(generator);
+  tokenizer_ = std::move(tokenizer);
+  ready_.store(true);  // publishes the two pointers above (seq_cst store / load)
+}
+
+void ServerContext::release() {
+  ready_.store(false);
+  generator_.reset();
+  tokenizer_.reset();
+}
+
+void ServerContext::set_load_error(std::string error) {
+  std::lock_guard lock(mu_);
+  load_error_ = std::move(error);
+}
+
+std::string ServerContext::load_error() const {
+  std::lock_guard lock(mu_);
+  return load_error_;
+}
+
+int ServerContext::max_model_len() const {
+  int from_generator = ready() ? generator_->max_model_len() : 0;
+  if (config.max_model_len > 0 && (from_generator == 0 || config.max_model_len < from_generator))
+    return config.max_model_len;
+  return from_generator;
+}
+
+std::string ServerContext::next_id(const char* prefix) {
+  // Unique within the process (counter) and unlikely to repeat across restarts (salt), so a
+  // stored previous_response_id from an earlier run is a clean 404, not someone else's answer.
+  uint64_t n = id_counter_.fetch_add(1);
+  uint64_t mixed = (n + 1) * 0x9E3779B97F4A7C15ull ^ id_salt_;
+  return fmt::format("{}{:016x}{:08x}", prefix, mixed, uint32_t(n));
+}
+
+std::optional<std::string> ServerContext::current_date() const {
+  if (config.current_date) {
+    if (config.current_date->empty() || *config.current_date == "none") return std::nullopt;
+    return config.current_date;
+  }
+  std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  return fmt::format("{:%Y-%m-%d}", utc);
+}
+
+void declare_server_metrics(MetricsRegistry& m) {
+  using T = MetricType;
+  const std::vector<double> latency = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                       1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+  const std::vector<double> itl = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+                                   1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+  const std::vector<double> request_seconds = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+                                               30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+  const std::vector<double> tokens = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000,
+                                      20000, 50000, 100000, 131072};
+  m.declare("vllm:num_requests_running", T::Gauge, "Number of requests in model execution batches.");
+  m.declare("vllm:num_requests_waiting", T::Gauge, "Number of requests waiting to be processed.");
+  m.declare("vllm:kv_cache_usage_perc", T::Gauge, "KV-cache usage. 1 means 100 percent usage.");
+  m.declare("vllm:gpu_cache_usage_perc", T::Gauge, "KV-cache usage (V0 name). 1 means 100 percent usage.");
+  m.declare("vllm:cache_config_info", T::Gauge, "Information of the KV cache config.");
+  m.declare("ossrt:kv_blocks_total", T::Gauge, "KV blocks of the full-attention pool.");
+  m.declare("ossrt:kv_blocks_in_use", T::Gauge, "KV blocks of the full-attention pool held by requests.");
+  m.declare("ossrt:open_streams", T::Gauge, "Generations currently being answered by the HTTP layer.");
+  m.declare("vllm:num_preemptions", T::Counter, "Cumulative number of preemptions from the engine.");
+  m.declare("vllm:prefix_cache_queries", T::Counter, "Prefix cache queries, in tokens.");
+  m.declare("vllm:prefix_cache_hits", T::Counter, "Prefix cache hits, in tokens.");
+  m.declare("vllm:prompt_tokens_total", T::Counter, "Number of prefill tokens processed.");
+  m.declare("vllm:generation_tokens_total", T::Counter, "Number of generation tokens processed.");
+  m.declare("vllm:request_success_total", T::Counter, "Count of finished requests, by finished_reason.");
+  m.declare("vllm:admission_rejections", T::Counter, "Requests refused because the waiting queue was full.");
+  m.declare("ossrt:harmony_recoveries_total", T::Counter, "Malformed Harmony the parser recovered from.");
+  m.declare("ossrt:dropped_tool_calls_total", T::Counter, "Tool calls to undeclared functions, not returned.");
+  m.declare("http_requests_total", T::Counter, "HTTP requests answered, by handler, method and status.");
+  m.declare("vllm:time_to_first_token_seconds", T::Histogram, "Time to first token, from arrival.", latency);
+  m.declare("vllm:inter_token_latency_seconds", T::Histogram, "Time between consecutive token events.", itl);
+  m.declare("vllm:time_per_output_token_seconds", T::Histogram, "Old name of inter_token_latency.", itl);
+  m.declare("vllm:e2e_request_latency_seconds", T::Histogram, "End-to-end request latency.", request_seconds);
+  m.declare("vllm:request_queue_time_seconds", T::Histogram, "Time spent waiting in the queue.", request_seconds);
+  m.declare("vllm:request_prefill_time_seconds", T::Histogram, "Scheduled to first token.", request_seconds);
+  m.declare("vllm:request_decode_time_seconds", T::Histogram, "First token to finish.", request_seconds);
+  m.declare("vllm:request_inference_time_seconds", T::Histogram, "Scheduled to finish.", request_seconds);
+  m.declare("vllm:request_prompt_tokens", T::Histogram, "Prompt tokens per request.", tokens);
+  m.declare("vllm:request_generation_tokens", T::Histogram, "Generated tokens per request.", tokens);
+  m.declare("vllm:request_params_n", T::Histogram, "The n request parameter.", {1, 2, 5, 10, 20});
+  m.declare("vllm:request_params_max_tokens", T::Histogram, "The max_tokens request parameter.", tokens);
+}
+
+void refresh_generator_gauges(ServerContext& ctx) {
+  auto& m = ctx.metrics;
+  const MetricLabels labels = {{"model_name", ctx.config.served_model_name}};
+  m.set("ossrt:open_streams", labels, ctx.active_generations.load());
+  if (!ctx.ready()) return;
+  GeneratorStats s = ctx.generator().stats();
+  m.set("vllm:num_requests_running", labels, s.running);
+  m.set("vllm:num_requests_waiting", labels, s.waiting);
+  m.set("vllm:kv_cache_usage_perc", labels, s.kv_usage);
+  m.set("vllm:gpu_cache_usage_perc", labels, s.kv_usage);
+  m.set("ossrt:kv_blocks_total", labels, s.total_kv_blocks);
+  m.set("ossrt:kv_blocks_in_use", labels, s.total_kv_blocks - s.free_kv_blocks);
+  m.set("vllm:cache_config_info",
+        {{"model_name", ctx.config.served_model_name}, {"num_gpu_blocks", std::to_string(s.total_kv_blocks)}}, 1);
+  // Engine counters are cumulative in the generator; mirror them (a counter set to its total).
+  auto mirror = [&](const char* name, double total) {
+    double now = m.value(name, labels);
+    if (total > now) m.add(name, labels, total - now);
+  };
+  mirror("vllm:num_preemptions", double(s.preemptions));
+  mirror("vllm:prefix_cache_queries", double(s.prefix_cache_queries));
+  mirror("vllm:prefix_cache_hits", double(s.prefix_cache_hits));
+}
+
+}  // namespace ossrt::server

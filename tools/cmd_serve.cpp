@@ -1,0 +1,73 @@
+// `ossrt serve [MODEL]`: the OpenAI-compatible HTTP server (docs/server.md). Flags follow vLLM's
+// long names so existing launch scripts carry over; gpt-oss needs none of them.
+#include <spdlog/spdlog.h>
+
+#include "command.h"
+#include "harmony/chat_request.h"
+#include "server/serve.h"
+
+namespace {
+
+void setup_serve(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API (chat, completions, responses)");
+  auto config = std::make_shared<ossrt::server::ServerConfig>();
+  auto runtime = std::make_shared<ossrt::server::RuntimeOptions>();
+  auto effort = std::make_shared<std::string>("medium");
+  auto log_level = std::make_shared<std::string>("info");
+  auto noop = std::make_shared<std::string>();
+  auto noop_flag = std::make_shared<bool>(false);
+
+  cmd->add_option("model", runtime->model, "Checkpoint directory or preset (tiny, gpt-oss-20b, gpt-oss-120b)");
+  cmd->add_option("--model", runtime->model, "Same as the positional MODEL");
+  cmd->add_option("--load-format", runtime->load_format, "auto | safetensors | dummy")->capture_default_str();
+  cmd->add_option("--backend", runtime->backend, "cpu | cuda")->capture_default_str();
+  cmd->add_option("--tokenizer", runtime->tokenizer, "tokenizer.json (default: the model's, else the bundled one)");
+  cmd->add_option("--seed", runtime->seed, "Seed of dummy weights")->capture_default_str();
+  cmd->add_option("--threads", runtime->threads, "CPU backend threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--host", config->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", config->port, "Port (0 = any free port; the chosen one is printed)")->capture_default_str();
+  cmd->add_option("--api-key", config->api_key, "Require 'Authorization: Bearer KEY' on /v1/*")
+      ->envname("OSSRT_API_KEY");
+  cmd->add_option("--served-model-name", config->served_model_name, "The model id clients send")->capture_default_str();
+  cmd->add_option("--max-model-len", runtime->max_model_len, "Context length (0 = what the model and KV cache hold)");
+  cmd->add_option("--max-num-seqs", runtime->max_num_seqs, "Most sequences in a running batch")->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", runtime->max_num_batched_tokens, "Token budget per step")->capture_default_str();
+  cmd->add_option("--max-queue", runtime->max_queue, "Most waiting requests; beyond it 429 + Retry-After")->capture_default_str();
+  cmd->add_option("--kv-cache-bytes", runtime->kv_cache_bytes, "KV cache budget in bytes (0 = default)");
+  cmd->add_option("--gpu-memory-utilization", runtime->gpu_memory_utilization, "CUDA memory fraction")->capture_default_str();
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", runtime->enable_prefix_caching,
+                "Reuse KV blocks of shared prompt prefixes");
+  cmd->add_option("--reasoning-effort", *effort, "Default reasoning effort: low | medium | high")->capture_default_str();
+  cmd->add_flag("--reasoning-content", config->reasoning_content_mirror,
+                "Also send reasoning as `reasoning_content` (llama.cpp / Vercel AI SDK style clients)");
+  auto current_date = std::make_shared<std::string>();
+  cmd->add_option("--current-date", *current_date, "Date in the system message (YYYY-MM-DD or none; default today)");
+  cmd->add_option("--http-threads", config->http_threads, "Threads of the HTTP event loop")->capture_default_str();
+  cmd->add_option("--max-body-bytes", config->max_body_bytes, "Largest request body; beyond it 413")->capture_default_str();
+  cmd->add_option("--drain-timeout", config->drain_timeout_s, "Seconds SIGTERM waits for in-flight requests")->capture_default_str();
+  cmd->add_option("--responses-store-size", config->responses_store_capacity, "Stored responses kept for previous_response_id")->capture_default_str();
+  cmd->add_option("--responses-ttl", config->responses_ttl_s, "Seconds a stored response is kept")->capture_default_str();
+  cmd->add_flag("--enable-request-id-headers", config->enable_request_id_headers, "Echo X-Request-Id");
+  cmd->add_option("--log-level", *log_level, "trace | debug | info | warn | error")->capture_default_str();
+  // Test-only: replay scripted token ids instead of running a model (tests/e2e).
+  cmd->add_option("--scripted-replies", runtime->scripted_replies, "")->group("");
+  // vLLM flags gpt-oss users pass out of habit: accepted, no effect (Harmony parsing is built in).
+  cmd->add_option("--tool-call-parser", *noop, "Accepted for vLLM compatibility; ignored")->group("Compatibility");
+  cmd->add_option("--reasoning-parser", *noop, "Accepted for vLLM compatibility; ignored")->group("Compatibility");
+  cmd->add_flag("--enable-auto-tool-choice", *noop_flag, "Accepted for vLLM compatibility; ignored")->group("Compatibility");
+
+  cmd->callback([=] {
+    spdlog::set_level(spdlog::level::from_str(*log_level));
+    auto parsed = ossrt::harmony::parse_reasoning_effort(*effort);
+    if (!parsed) throw CLI::ValidationError("--reasoning-effort", "expected low, medium or high");
+    config->default_effort = *parsed;
+    config->max_model_len = runtime->max_model_len;
+    if (!current_date->empty()) config->current_date = *current_date;
+    int code = ossrt::server::run_server(*config, *runtime);
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+OSSRT_REGISTER_COMMAND(setup_serve);
+
+}  // namespace
