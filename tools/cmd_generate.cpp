@@ -1,0 +1,246 @@
+// `ossrt generate`: one request through the engine (the same continuous-batching path the server
+// uses), streaming text or printing {"ids": [...], "text": "..."}. Without --model it runs the
+// embedded default: preset `tiny` with seeded dummy weights and the bundled tokenizer.
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <optional>
+
+#include "backend/backend.h"
+#include "command.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/session.h"
+#include "model/config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ossrt::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct GenerateOptions {
+  std::string model;  // empty: the embedded default
+  std::string load_format = "auto";
+  uint64_t weights_seed = 0;
+  std::string backend = "cpu";
+  int threads = 0;
+  std::string tokenizer;
+  std::string prompt;
+  std::string prompt_ids_file;
+  bool parse_special = false;
+  int max_tokens = 64;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int logprobs = -1;
+  std::string format = "text";
+  bool verbose = false;
+  size_t kv_cache_bytes = 0;
+  int block_size = 16;
+  int max_num_batched_tokens = 512;
+};
+
+std::vector<int32_t> read_prompt_ids(const std::string& path) {
+  std::ifstream f(path);
+  OSSRT_CHECK(f.good(), "cannot open prompt ids file {}", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", path, e.what());
+  }
+  OSSRT_CHECK(j.is_array() && !j.empty(), "{}: expected a non-empty JSON array of token ids", path);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < j.size(); ++i) {
+    OSSRT_CHECK(j[i].is_number_integer(), "{}: element {} is not an integer", path, i);
+    const int64_t id = j[i].get<int64_t>();
+    OSSRT_CHECK(id >= 0 && id <= INT32_MAX, "{}: token id {} at index {} is not a valid id", path, id, i);
+    ids.push_back(int32_t(id));
+  }
+  return ids;
+}
+
+// The tokenizer to use, if any: --tokenizer, else the model directory's tokenizer.json, else (for
+// a preset, which has the real gpt-oss vocabulary) the bundled default.
+std::shared_ptr<const Tokenizer> resolve_tokenizer(const GenerateOptions& o, const std::string& model) {
+  if (!o.tokenizer.empty()) return Tokenizer::load(o.tokenizer);
+  const fs::path in_dir = fs::path(model) / "tokenizer.json";
+  if (fs::is_directory(model)) {
+    if (fs::exists(in_dir)) return Tokenizer::load(in_dir.string());
+    return nullptr;
+  }
+  try {
+    return Tokenizer::load(default_tokenizer_path());
+  } catch (const Error& e) {
+    spdlog::debug("no default tokenizer: {}", e.what());
+    return nullptr;
+  }
+}
+
+void run_generate(const GenerateOptions& o) {
+  using Clock = std::chrono::steady_clock;
+  const bool embedded_default = o.model.empty();
+  const std::string model_name = embedded_default ? "tiny" : o.model;
+  const std::string load_format = embedded_default ? "dummy" : o.load_format;
+  OSSRT_CHECK(o.prompt.empty() != o.prompt_ids_file.empty(), "give exactly one of --prompt or --prompt-ids-file");
+
+  std::shared_ptr<const Tokenizer> tokenizer = resolve_tokenizer(o, model_name);
+  OSSRT_CHECK(tokenizer || o.prompt.empty(),
+              "--prompt needs a tokenizer: pass --tokenizer PATH (or use --prompt-ids-file)");
+  OSSRT_CHECK(tokenizer || o.format == "json",
+              "text output needs a tokenizer: pass --tokenizer PATH or use --format json");
+  OSSRT_CHECK(tokenizer || o.stop.empty(), "--stop needs a tokenizer: pass --tokenizer PATH");
+
+  std::vector<int32_t> prompt_ids;
+  if (!o.prompt.empty()) {
+    prompt_ids = o.parse_special ? tokenizer->encode_with_special(o.prompt) : tokenizer->encode(o.prompt);
+    OSSRT_CHECK(!prompt_ids.empty(), "the prompt encodes to no tokens");
+  } else {
+    prompt_ids = read_prompt_ids(o.prompt_ids_file);
+  }
+
+  SessionOptions so;
+  so.model = model_name;
+  so.load_format = load_format;
+  so.weights_seed = o.weights_seed;
+  so.backend = o.backend;
+  so.threads = o.threads;
+  EngineConfig& ec = so.engine;
+  ec.max_num_seqs = 1;
+  ec.max_num_batched_tokens = o.max_num_batched_tokens;
+  ec.max_queue = 1;
+  ec.block_size = o.block_size;
+  ec.kv_cache_bytes = o.kv_cache_bytes;
+  if (o.kv_cache_bytes == 0) {
+    // One sequence: exactly the blocks its prompt and output can fill.
+    ec.num_full_blocks = int((prompt_ids.size() + size_t(o.max_tokens) + size_t(o.block_size)) / size_t(o.block_size)) + 1;
+  }
+  if (tokenizer) ec.token_bytes = [tokenizer](int32_t id) { return tokenizer->token_bytes(id); };
+  EngineSession session(so);
+  Engine& engine = session.engine();
+  const GptOssConfig& config = session.config();
+  const auto t1 = Clock::now();
+  if (o.verbose) {
+    spdlog::info("model {} ({} layers, vocab {}), backend {}, loaded in {:.2f} s", config.name, config.num_layers,
+                 config.vocab_size, session.backend().name(), session.load_seconds());
+    std::fputs(describe_memory_plan(engine.memory_plan(), config).c_str(), stderr);
+  }
+
+  GenerationRequest request;
+  request.id = "generate";
+  request.prompt_ids = prompt_ids;
+  SamplingParams& sp = request.sampling;
+  sp.temperature = o.temperature;
+  sp.top_p = o.top_p;
+  sp.top_k = o.top_k;
+  sp.min_p = o.min_p;
+  sp.repetition_penalty = o.repetition_penalty;
+  sp.presence_penalty = o.presence_penalty;
+  sp.frequency_penalty = o.frequency_penalty;
+  sp.seed = o.seed;
+  sp.max_tokens = o.max_tokens;
+  sp.stop_strings = o.stop;
+  sp.stop_token_ids = o.stop_token_ids;
+  sp.ignore_eos = o.ignore_eos;
+  sp.logprobs = o.logprobs;
+
+  const bool stream_text = o.format == "text";
+  std::unique_ptr<IncrementalDecoder> decoder;
+  if (stream_text) decoder = std::make_unique<IncrementalDecoder>(tokenizer);
+  std::vector<int32_t> ids;
+  nlohmann::json logprobs = nlohmann::json::array();
+  std::promise<GenerationEvent> finished;
+  // Runs on the engine thread; nothing else touches ids/decoder until `finished` is set.
+  const bool accepted = engine.submit(std::move(request), [&](const GenerationEvent& ev) {
+    ids.insert(ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    for (const auto& lp : ev.logprobs) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& [id, v] : lp.top) top.push_back({{"id", id}, {"logprob", v}});
+      logprobs.push_back({{"id", lp.id}, {"logprob", lp.logprob}, {"top", top}});
+    }
+    if (decoder) {
+      for (int32_t id : ev.token_ids) std::fputs(decoder->push(id).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    if (ev.finished) finished.set_value(ev);
+  });
+  OSSRT_CHECK(accepted, "the engine refused the request");
+  const GenerationEvent last = finished.get_future().get();
+  const auto t2 = Clock::now();
+  if (last.finish_reason == FinishReason::Error) fail("generation failed: {}", last.error);
+
+  if (stream_text) {
+    std::fputs(decoder->flush().c_str(), stdout);
+    std::fputs("\n", stdout);
+  } else {
+    nlohmann::json out;
+    out["ids"] = ids;
+    if (tokenizer) out["text"] = tokenizer->decode(ids);
+    out["finish_reason"] = finish_reason_name(last.finish_reason);
+    if (o.logprobs >= 0) out["logprobs"] = logprobs;
+    std::puts(out.dump().c_str());
+  }
+  std::fflush(stdout);
+  if (o.verbose) {
+    const double total = std::chrono::duration<double>(t2 - t1).count();
+    const double decode = std::max(1e-9, last.e2e_latency - last.time_to_first_token);
+    spdlog::info("{} prompt tokens ({} cached), {} generated, finish {}: TTFT {:.3f} s, {:.1f} tok/s decode, {:.2f} s total",
+                 last.prompt_tokens, last.cached_prompt_tokens, last.completion_tokens,
+                 finish_reason_name(last.finish_reason), last.time_to_first_token,
+                 last.completion_tokens > 1 ? (last.completion_tokens - 1) / decode : 0.0, total);
+  }
+}
+
+void setup_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate from a prompt (text or token ids) through the engine");
+  cmd->add_option("--model", o->model,
+                  "Model directory or preset name (default: the embedded tiny preset with dummy weights)");
+  cmd->add_option("--load-format", o->load_format, "auto | safetensors | dummy")
+      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+  cmd->add_option("--weights-seed", o->weights_seed, "Seed of dummy weights");
+  cmd->add_option("--backend", o->backend, "cpu | cuda");
+  cmd->add_option("--threads", o->threads, "CPU worker threads (0 = all cores)");
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, or the bundled one)");
+  cmd->add_option("--prompt", o->prompt, "Prompt text (encoded as ordinary text; no chat template)");
+  cmd->add_option("--prompt-ids-file", o->prompt_ids_file, "JSON array of prompt token ids");
+  cmd->add_flag("--parse-special", o->parse_special, "Let special tokens spelled in --prompt become their ids");
+  cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate at most")->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", o->temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o->top_p, "Nucleus sampling mass");
+  cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)");
+  cmd->add_option("--min-p", o->min_p, "Drop tokens below min_p x the top probability");
+  cmd->add_option("--repetition-penalty", o->repetition_penalty);
+  cmd->add_option("--presence-penalty", o->presence_penalty);
+  cmd->add_option("--frequency-penalty", o->frequency_penalty);
+  cmd->add_option("--seed", o->seed, "Sampling seed (the same seed gives the same tokens)");
+  cmd->add_option("--stop", o->stop, "Stop string (repeatable)");
+  cmd->add_option("--stop-token-id", o->stop_token_ids, "Extra stop token id (repeatable)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the model's EOS tokens");
+  cmd->add_option("--logprobs", o->logprobs, "Top alternatives per token in the JSON output (-1 = none)");
+  cmd->add_option("--format", o->format, "text (stream) | json")->check(CLI::IsMember({"text", "json"}));
+  cmd->add_flag("--verbose", o->verbose, "Print the KV memory plan and timings to stderr");
+  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV budget in bytes (default: what this request needs)");
+  cmd->add_option("--block-size", o->block_size, "KV block size in tokens")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Prefill chunk (tokens per step)")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([o] { run_generate(*o); });
+}
+
+}  // namespace
+
+OSSRT_REGISTER_COMMAND(setup_generate);
+
+}  // namespace ossrt::tools
