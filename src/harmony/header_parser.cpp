@@ -146,14 +146,16 @@ HeaderParse parse_header(std::string_view header, std::optional<Role> preset) {
   if (!bare.empty()) {
     size_t used = 0;
     if (result.start.content_type.empty()) {
-      if (result.start.recipient.empty() && bare.size() == 1) {
-        result.start.recipient = bare[0];  // harmony: a lone word is the recipient
+      // harmony: a lone word is the recipient. Not on `final`, which is never addressed to a
+      // tool: there it can only be a content type (`<|channel|>final json`).
+      if (result.start.recipient.empty() && bare.size() == 1 && result.start.channel != "final") {
+        result.start.recipient = bare[0];
         recipient_word_pos = header.find(bare[0]);
         used = 1;
       } else {
         result.start.content_type = bare.back();
         used = 1;
-        if (result.start.recipient.empty()) {
+        if (result.start.recipient.empty() && bare.size() >= 2) {
           result.start.recipient = bare[bare.size() - 2];
           recipient_word_pos = header.find(bare[bare.size() - 2]);
           used = 2;

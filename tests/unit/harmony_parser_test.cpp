@@ -154,6 +154,9 @@ TEST(HarmonyParser, HarmonyHeaderWordRules) {
   EXPECT_EQ(a.anomalies, 0);
   HeaderParse b = parse_header("<|channel|>analysis python", Role::Assistant);
   EXPECT_EQ(b.start.recipient, "python");
+  HeaderParse final_json = parse_header("<|channel|>final json", Role::Assistant);
+  EXPECT_EQ(final_json.start.recipient, "");
+  EXPECT_EQ(final_json.start.content_type, "json");
   HeaderParse c = parse_header("assistant<|channel|>final", std::nullopt);
   EXPECT_EQ(c.start.role, Role::Assistant);
   EXPECT_EQ(c.start.channel, "final");
