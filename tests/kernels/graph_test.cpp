@@ -48,7 +48,7 @@ struct DecodeWorld {
 
   std::vector<int32_t> random_tokens(int n) {
     std::uniform_int_distribution<int32_t> tok(0, config.vocab_size - 1);
-    std::vector<int32_t> t(size_t(n));
+    std::vector<int32_t> t(static_cast<size_t>(n));
     for (auto& x : t) x = tok(rng);
     return t;
   }
