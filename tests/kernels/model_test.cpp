@@ -114,7 +114,7 @@ TEST(CudaBench, GptOss20bDummyDecodeAndPrefill) {
   result["note"] = "random weights route tokens nearly uniformly across experts";
   // Prefill latency: one sequence, logits of the last row, median of 3 after a warm-up.
   for (int len : prefill_lengths) {
-    std::vector<int32_t> tokens(size_t(len));
+    std::vector<int32_t> tokens(static_cast<size_t>(len));
     for (auto& t : tokens) t = tok(rng);
     StepPlan plan;
     append_sequence_step(plan, layouts[0], tokens, 0, config.sliding_window, false);
@@ -133,7 +133,7 @@ TEST(CudaBench, GptOss20bDummyDecodeAndPrefill) {
   // Decode: B sequences with 128-token prompts, greedy on the GPU, CUDA graphs.
   for (int b : batches) {
     std::vector<int> lengths(size_t(b), 0);
-    std::vector<int32_t> last(size_t(b));
+    std::vector<int32_t> last(static_cast<size_t>(b));
     StepPlan prefill;
     for (int s = 0; s < b; ++s) {
       std::vector<int32_t> prompt(kPrompt);
@@ -141,7 +141,7 @@ TEST(CudaBench, GptOss20bDummyDecodeAndPrefill) {
       append_sequence_step(prefill, layouts[size_t(s)], prompt, 0, config.sliding_window, false);
       lengths[size_t(s)] = kPrompt;
     }
-    std::vector<SamplingRowParams> greedy(size_t(b));
+    std::vector<SamplingRowParams> greedy(static_cast<size_t>(b));
     last = backend.sample(model->forward(prefill), greedy);
     double elapsed = 0;
     for (int step = 0; step < kWarmupSteps + kDecodeSteps; ++step) {

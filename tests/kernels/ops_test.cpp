@@ -339,7 +339,7 @@ void run_attention_scenario(const AttentionScenario& sc, uint64_t seed) {
   Tensor sc_cpu = b.cpu->upload(sinks->view), sc_gpu = b.gpu->upload(sinks->view);
   const RopeParams rope = compute_rope_params(preset_config("gpt-oss-20b"));
   PlanBuilder builder(shape.num_full_blocks, rng);
-  std::vector<SeqBlocks> seqs(size_t(n));
+  std::vector<SeqBlocks> seqs(static_cast<size_t>(n));
 
   auto params_for = [](KvGroup g) {
     AttentionParams p;
