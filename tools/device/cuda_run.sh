@@ -8,12 +8,22 @@
 # Usage: tools/device/cuda_run.sh [quick]   (quick: tests only, no benchmark)
 set -uo pipefail
 MODE=${1:-full}
+# Everything must end inside the device call's limit, with the table printed: each step gets at most
+# what is left before DEADLINE_S (seconds from the start), minus a margin for the summary.
+DEADLINE_S=${DEADLINE_S:-500}
+START=$(date +%s)
+budget() {  # budget <wanted seconds> -> seconds this step may take (0 = skip)
+  local left=$((START + DEADLINE_S - 20 - $(date +%s)))
+  if [ "$left" -lt 15 ]; then echo 0; elif [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
+}
 ROOT=$(pwd)
 PACK=$ROOT/.carry/cuda
-OUT=${OUT:-/tmp/ossrt-out}
-mkdir -p "$OUT"
-LOG=$OUT/device.log
-exec > >(tee -a "$LOG") 2>&1
+FINAL=${OUT:-/tmp/ossrt-out}
+# The device tool returns at most 8 files: logs go to a work folder, tarred at the end; $FINAL gets
+# device.log, the JSON results and logs.tar.gz.
+OUT=/tmp/ossrt-work
+mkdir -p "$FINAL" "$OUT"
+exec > >(tee -a "$FINAL/device.log") 2>&1
 
 echo "== device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
 echo "== commit: $(cat "$PACK/COMMIT" 2>/dev/null)"
@@ -32,16 +42,18 @@ ldd "$PACK/bin/ossrt" 2>/dev/null | sed 's/^/   /'
 
 echo "== GPU tests (ctest label gpu)"
 declare -A STATUS
-for t in "$PACK"/bin/*_test; do
-  name=$(basename "$t")
-  timeout 300 "$t" --gtest_color=no > "$OUT/$name.log" 2>&1
-  rc=$?
-  STATUS[$name]=$rc
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|\[metric\]|Failure|error" "$OUT/$name.log" | head -40
-  echo "-- $name exit $rc"
-done
-
-if [ -x "$PACK/bin/ossrt" ] && [ -d tests/golden ]; then
+run_test() {  # run_test <binary name> <wanted seconds>
+  local t=$PACK/bin/$1 secs
+  [ -x "$t" ] || { echo "-- $1 not built"; return; }
+  secs=$(budget "$2")
+  if [ "$secs" = 0 ]; then STATUS[$1]=skipped-no-time; echo "-- $1 skipped: no time left"; return; fi
+  timeout "$secs" "$t" --gtest_color=no > "$OUT/$1.log" 2>&1
+  local rc=$?
+  STATUS[$1]=$rc
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|\[metric\]|Failure|rror" "$OUT/$1.log" | head -40
+  echo "-- $1 exit $rc ($(( $(date +%s) - START )) s since start)"
+}
+if [ -x "$PACK/bin/ossrt" ] && [ -d tests/golden ] && [ "$(budget 60)" != 0 ]; then
   echo "== ossrt logits --backend cuda on the golden fixtures"
   for c in tests/golden/*/; do
     [ -f "$c/case.json" ] || continue
@@ -67,15 +79,26 @@ PY
   done
 fi
 
-if [ "$MODE" = full ]; then
+run_bench() {
   echo "== benchmark: ossrt (CUDA backend) gpt-oss-20b dummy weights"
-  OSSRT_BENCH_OUT=$OUT/cuda_bench.json timeout 300 "$PACK/bin/model_test" --gtest_filter='CudaBench.*' \
+  OSSRT_BENCH_OUT=$OUT/cuda_bench.json timeout "$(budget 200)" "$PACK/bin/model_test" --gtest_filter='CudaBench.*' \
     > "$OUT/bench.log" 2>&1
-  grep -E "\[bench\]|FAILED|Failure|error" "$OUT/bench.log"
-  echo "== benchmark: HF transformers eager bf16, same GPU"
-  PYTHONUNBUFFERED=1 timeout 240 python3 tools/device/hf_baseline.py --out "$OUT/hf_baseline.json" > "$OUT/hf.log" 2>&1
+  grep -E "\[bench\]|FAILED|Failure|rror" "$OUT/bench.log"
+  echo "== benchmark: HF transformers eager bf16, same GPU ($(( $(date +%s) - START )) s since start)"
+  PYTHONUNBUFFERED=1 timeout "$(budget 150)" python3 tools/device/hf_baseline.py --out "$OUT/hf_baseline.json" \
+    > "$OUT/hf.log" 2>&1
   grep -E "^\[hf\]|Error|error" "$OUT/hf.log" | tail -20
-fi
+}
+
+# Quick and most telling first; the benchmark before the long CPU-oracle suites.
+run_test sample_test 60
+run_test graph_test 90
+run_test model_test 90
+run_test golden_cuda_test 90
+[ "$MODE" = full ] && run_bench
+run_test ops_test 180
+run_test attention_test 150
+run_test moe_test 150
 
 echo "== summary"
 for k in "${!STATUS[@]}"; do echo "   $k: $([ "${STATUS[$k]}" = 0 ] && echo PASS || echo "FAIL (exit ${STATUS[$k]})")"; done
@@ -107,3 +130,6 @@ for label, group, key, higher_better in rows:
           f"{(f'{speed:.1f}x' if speed else 'n/a'):>10}")
 PY
 fi
+
+cp "$OUT"/cuda_bench.json "$OUT"/hf_baseline.json "$OUT"/cuda_bench_combined.json "$FINAL"/ 2>/dev/null
+tar czf "$FINAL/logs.tar.gz" -C "$OUT" --exclude='*.npy' . 2>/dev/null
