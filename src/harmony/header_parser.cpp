@@ -175,11 +175,17 @@ HeaderParse parse_header(std::string_view header, std::optional<Role> preset) {
   return result;
 }
 
-SalvagedHeader salvage_header(std::string_view header) {
+SalvagedHeader salvage_header(std::string_view header, bool opened_by_start) {
   SalvagedHeader salvaged;
   std::string text(header);
-  // A header-less message can still open with the role the model meant to write.
-  if (text.starts_with("assistant<|")) text.erase(0, std::string_view("assistant").size());
+  if (opened_by_start) {
+    size_t end = 0;
+    while (end < text.size() && !is_ascii_space(text[end]) && text[end] != '<') ++end;
+    if (role_from_name(std::string_view(text).substr(0, end))) text.erase(0, end);
+  } else if (text.starts_with("assistant<|")) {
+    // A header-less message can still open with the role the model meant to write.
+    text.erase(0, std::string_view("assistant").size());
+  }
   size_t pos = text.find(kChannelText);
   if (pos != std::string::npos) {
     ChannelCut cut = cut_channel(text);

@@ -33,7 +33,9 @@ struct SalvagedHeader {
   std::string channel;
   std::string text;
 };
-SalvagedHeader salvage_header(std::string_view header);
+// `opened_by_start`: the header followed an explicit <|start|>, so a leading role word
+// ("assistant") is the role, not text.
+SalvagedHeader salvage_header(std::string_view header, bool opened_by_start = false);
 
 // "analysis" | "commentary" | "final" if `word` is one or contains exactly one of them; else "".
 std::string normalize_channel(std::string_view word);

@@ -201,7 +201,7 @@ void StreamParser::complete_header(std::vector<ParserEvent>& out) {
 }
 
 void StreamParser::recover_header_as_content(std::vector<ParserEvent>& out, bool keep_if_empty) {
-  SalvagedHeader salvaged = salvage_header(header_text_);
+  SalvagedHeader salvaged = salvage_header(header_text_, /*opened_by_start=*/!header_role_.has_value());
   if (!keep_if_empty && salvaged.text.empty() && salvaged.channel.empty()) {
     // Only whitespace before a terminator: nothing to show, so no empty message either.
     header_ids_.clear();

@@ -2,6 +2,7 @@
 // path, streaming == batch, and render -> parse round trips of generated conversations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "../harmony/harmony_test_support.h"
@@ -256,6 +257,27 @@ TEST(HarmonyParser, WhitespaceBetweenMessagesMakesNoEmptyMessage) {
   EXPECT_EQ(result.messages[1].content, "b");
   EXPECT_EQ(result.recoveries.missing_start, 0);
   EXPECT_EQ(result.recoveries.stray_special, 1);  // the second <|end|>
+}
+
+TEST(HarmonyParser, GoldenPromptsParseFromStart) {
+  // A whole rendered prompt: every message parses, and the trailing `<|start|>assistant` (a header
+  // cut before its channel) yields no message.
+  for (const char* name : {"A_simple_convo_medium_effort.txt", "B_render_functions_with_parameters.txt",
+                           "C_tool_call_next_prompt.txt", "E_browser_and_python_tool.txt"}) {
+    const std::string text = read_golden(name);
+    std::vector<int32_t> ids = ids_of(text);
+    const auto starts = std::count(ids.begin(), ids.end(), kStartId);
+    ParseResult result = parse_completion(tokenizer(), ids, std::nullopt);
+    EXPECT_EQ(static_cast<long>(result.messages.size()), starts - 1) << name;
+    EXPECT_EQ(result.recoveries.total(), 0) << name;
+    EXPECT_EQ(result.messages.front().role, Role::System) << name;
+    StreamParser streamed = stream(ids, std::nullopt);
+    EXPECT_EQ(streamed.messages(), result.messages) << name;
+  }
+  ParseResult doubled = parse_text("<|start|>assistant<|start|>assistant<|channel|>final<|message|>x<|return|>",
+                                   std::nullopt);
+  ASSERT_EQ(doubled.messages.size(), 1u);
+  EXPECT_EQ(doubled.messages[0].content, "x");
 }
 
 TEST(HarmonyParser, OverlongHeaderIsRecoveredAndStreams) {
