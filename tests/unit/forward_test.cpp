@@ -178,7 +178,7 @@ Mat reference_forward(const HostModelWeights& w, const std::vector<int32_t>& ids
     const Mat hm = rmsnorm_ref(x, T, H, lw.mlp_norm, c.rms_norm_eps);
     const Mat router = linear_ref(hm, T, H, lw.router_w, &lw.router_b);
     for (int64_t t = 0; t < T; ++t) {
-      std::vector<int64_t> order(size_t(E));
+      std::vector<int64_t> order(static_cast<size_t>(E));
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(),
                        [&](int64_t a, int64_t b) { return router[size_t(t * E + a)] > router[size_t(t * E + b)]; });
@@ -187,8 +187,8 @@ Mat reference_forward(const HostModelWeights& w, const std::vector<int32_t>& ids
       for (int s = 0; s < c.experts_per_token; ++s) {
         const int64_t e = order[size_t(s)];
         const double weight = std::exp(router[size_t(t * E + e)]) / denom;
-        std::vector<float> row(size_t(std::max(H, I)));
-        std::vector<double> act(size_t(I));
+        std::vector<float> row(static_cast<size_t>(std::max(H, I)));
+        std::vector<double> act(static_cast<size_t>(I));
         for (int64_t j = 0; j < I; ++j) {
           double gate = lw.gate_up.bias.at(e * 2 * I + 2 * j), up = lw.gate_up.bias.at(e * 2 * I + 2 * j + 1);
           lw.gate_up.row_f32(e, 2 * j, row.data());
@@ -225,7 +225,7 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 std::vector<int32_t> random_ids(int n, int vocab, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
-  std::vector<int32_t> ids(size_t(n));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
   for (auto& id : ids) id = dist(rng);
   return ids;
 }
