@@ -3,12 +3,13 @@
 # ossrt binary (stripped: debug info would not fit the 64 MiB carry limit) plus the non-system
 # shared libraries they link (fmt, spdlog, ...) into .carry/cuda, which the `run` call carries.
 # cuBLASLt (500 MB) does not travel: the device machine has CUDA 13's. cudart is static.
-# Usage: tools/device/cuda_pack.sh [build-dir]
+# Usage: [EXTRA_BINARIES="other/build/tests/x_test ..."] tools/device/cuda_pack.sh [build-dir]
 set -euo pipefail
 BUILD=${1:-build-cudaA}
 PACK=.carry/cuda
 rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib"
-for t in "$BUILD"/tests/*_test "$BUILD"/ossrt; do
+for t in "$BUILD"/tests/*_test "$BUILD"/ossrt $EXTRA_BINARIES; do
+  [ -f "$t" ] || continue
   case "$(basename "$t")" in
     ops_test|graph_test|sample_test|model_test|golden_cuda_test|attention_test|moe_test|ossrt) ;;
     *) continue ;;
