@@ -45,6 +45,9 @@ struct KvCacheShape {
 struct RopeParams {
   // inv_freq[i] for i in [0, head_dim/2), and the YaRN concentration that scales cos and sin.
   std::vector<float> inv_freq;
+  // The same frequencies in float64: the CPU oracle forms angles exactly (position * inv_freq in
+  // float64), so it does not inherit fp32 angle rounding (~2e-4 rad at position 4,300).
+  std::vector<double> inv_freq_f64;
   float concentration = 1.0f;
 };
 

@@ -139,7 +139,11 @@ TEST(RopeParamsTest, InvFreqMatchesSpecTable) {
                            4.387978251e-07, 3.023511428e-07};
   const RopeParams p = compute_rope_params(preset_config("gpt-oss-20b"));
   ASSERT_EQ(p.inv_freq.size(), 32u);
-  for (int i = 0; i < 32; ++i) EXPECT_NEAR(p.inv_freq[i] / spec[i], 1.0, 2e-6) << "i = " << i;
+  ASSERT_EQ(p.inv_freq_f64.size(), 32u);
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_NEAR(p.inv_freq[i] / spec[i], 1.0, 2e-7) << "i = " << i;      // fp32 rounding of the table
+    EXPECT_NEAR(p.inv_freq_f64[i] / spec[i], 1.0, 1e-9) << "i = " << i;  // SPEC prints 10 digits
+  }
   EXPECT_NEAR(p.concentration, 1.3465735902799727, 1e-7);
 }
 
@@ -405,8 +409,8 @@ TEST_F(CpuOpsTest, RopeRotatesQAndKHalvesAndLeavesV) {
   for (int tok = 0; tok < T; ++tok)
     for (int head = 0; head < kHq + kHkv; ++head)
       for (int i = 0; i < kD / 2; ++i) {
-        // The angle is fp32 position x fp32 inv_freq, as in the references; the rest in double.
-        const double angle = float(positions[tok]) * rope.inv_freq[i];
+        // Exact angle, as the oracle computes it (float64 position x float64 inv_freq).
+        const double angle = double(positions[tok]) * rope.inv_freq_f64[i];
         const double c = std::cos(angle) * rope.concentration, s = std::sin(angle) * rope.concentration;
         const size_t base = size_t(tok) * kRow + size_t(head) * kD;
         ref[base + i] = qkv[base + i] * c - qkv[base + i + kD / 2] * s;

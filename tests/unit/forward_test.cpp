@@ -140,7 +140,7 @@ Mat reference_forward(const HostModelWeights& w, const std::vector<int32_t>& ids
       for (int64_t t = 0; t < T; ++t)
         for (int64_t hd = 0; hd < heads; ++hd)
           for (int64_t i = 0; i < D / 2; ++i) {
-            const double angle = float(t) * rope.inv_freq[size_t(i)];  // fp32 angle, as the references
+            const double angle = double(t) * rope.inv_freq_f64[size_t(i)];  // exact angle, as the oracle
             const double cs = std::cos(angle) * rope.concentration, sn = std::sin(angle) * rope.concentration;
             double& a = m[size_t((t * heads + hd) * D + i)];
             double& b = m[size_t((t * heads + hd) * D + i + D / 2)];

@@ -82,13 +82,13 @@ void rope_and_cache_write(ThreadPool& pool, const StepPlan& plan, float* qkv, co
   pool.parallel_for(plan.num_tokens(), [&](int64_t begin, int64_t end) {
     std::vector<float> cos_c(static_cast<size_t>(half)), sin_c(static_cast<size_t>(half));
     for (int64_t t = begin; t < end; ++t) {
-      // The angle is rounded to fp32 before cos/sin, as the references compute it (position times
-      // inv_freq in fp32): at position 4000 that rounding moves cos by up to ~2e-4.
-      const float pos = float(plan.positions[size_t(t)]);
+      // Exact angles (float64): the oracle must not carry fp32 angle rounding, which reaches
+      // ~2.4e-4 rad at position 4,300 and differs between correct fp32 implementations.
+      const double pos = double(plan.positions[size_t(t)]);
       for (int i = 0; i < half; ++i) {
-        const float angle = pos * rope.inv_freq[size_t(i)];
-        cos_c[size_t(i)] = std::cos(angle) * rope.concentration;
-        sin_c[size_t(i)] = std::sin(angle) * rope.concentration;
+        const double angle = pos * rope.inv_freq_f64[size_t(i)];
+        cos_c[size_t(i)] = float(std::cos(angle) * rope.concentration);
+        sin_c[size_t(i)] = float(std::sin(angle) * rope.concentration);
       }
       float* row = qkv + t * row_stride;
       // q heads then k heads are contiguous at the start of the row; v is not rotated.
