@@ -236,6 +236,9 @@ void Engine::drain_inbox() {
     inbox.swap(inbox_);
     cancels.swap(cancels_);
     abort_all = abort_all_;
+    // Taken work counts as busy from here on, or drain() could see an empty inbox and an idle
+    // engine between this swap and the end of the step.
+    if (!inbox.empty()) busy_ = true;
   }
   for (auto& sub : inbox) admit_submission(std::move(sub));
   for (const auto& id : cancels)
