@@ -44,7 +44,11 @@ ChatOutputMapper::Sink ChatOutputMapper::classify(const MessageStart& start) {
     last_dropped_name_ = *name;
     return Sink::Dropped;
   }
-  if (!start.recipient.empty() || start.channel == "analysis") return Sink::Reasoning;
+  // The channel decides first; a recipient outside `functions` (built-in tools, or junk the parser
+  // read as a recipient) only marks non-final messages as reasoning.
+  if (start.channel == "analysis") return Sink::Reasoning;
+  if (start.channel == "final") return Sink::Content;
+  if (!start.recipient.empty()) return Sink::Reasoning;
   return Sink::Content;  // final, commentary preamble, or recovered text without a channel
 }
 

@@ -7,7 +7,8 @@
 //   - a message addressed to functions.NAME (any channel; the model uses commentary) -> a tool call,
 //     if NAME is one of the request's tools; otherwise it is dropped (never shown as content, never
 //     returned with an undeclared name) and counted in dropped_tool_calls();
-//   - channel analysis, or a recipient outside `functions` (built-in tools are off) -> reasoning;
+//   - channel analysis -> reasoning; final -> content; a recipient outside `functions` on another
+//     channel (built-in tools are off) -> reasoning;
 //   - channel final -> content;
 //   - commentary without recipient (a "preamble", SPEC 5.4: meant for the user) -> content;
 //   - text the parser recovered without a channel -> content (SERVING 4: stray text is content);

@@ -64,6 +64,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_body(beast::error_code ec);
   void dispatch_request();
   void reject_and_close(int status, std::string body);
+  void linger_close();
+  void discard_input(std::shared_ptr<std::vector<char>> scratch);
   void start_monitor();
   void client_gone();
   void finish_exchange(bool keep_alive);
@@ -241,7 +243,28 @@ void Session::reject_and_close(int status, std::string body) {
   res->keep_alive(false);
   res->prepare_payload();
   if (observer_) observer_("unmatched", "UNKNOWN", status);
-  http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code, size_t) { self->close(); });
+  http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+    if (ec) return self->close();
+    self->linger_close();
+  });
+}
+
+// After refusing a request whose body is still arriving (413), read and discard what the client
+// sends for a bounded time before closing: closing at once would reset the connection, and the
+// client would see a send error instead of our answer.
+void Session::linger_close() {
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  stream_.expires_after(std::chrono::seconds(10));
+  auto scratch = std::make_shared<std::vector<char>>(64 * 1024);
+  discard_input(scratch);
+}
+
+void Session::discard_input(std::shared_ptr<std::vector<char>> scratch) {
+  stream_.async_read_some(net::buffer(*scratch), [self = shared_from_this(), scratch](beast::error_code ec, size_t) {
+    if (ec) return self->close();
+    self->discard_input(scratch);
+  });
 }
 
 // While a request is being answered, wait for the socket to become readable: a well-behaved

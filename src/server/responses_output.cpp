@@ -40,7 +40,7 @@ void ResponsesOutput::open_item(const harmony::MessageStart& start, std::vector<
     kind_ = Kind::FunctionCall;
     item = {{"type", "function_call"}, {"id", make_item_id("fc_")}, {"call_id", make_tool_call_id()},
             {"name", *function}, {"arguments", ""}, {"status", "in_progress"}};
-  } else if (!start.recipient.empty() || start.channel == "analysis") {
+  } else if (start.channel == "analysis" || (start.channel != "final" && !start.recipient.empty())) {
     kind_ = Kind::Reasoning;
     item = {{"type", "reasoning"}, {"id", make_item_id("rs_")}, {"summary", json::array()}, {"content", json::array()}};
   } else {
