@@ -58,6 +58,52 @@ TEST(CudaModel, TinyForwardMatchesCpuAtEveryPosition) {
   EXPECT_LT(worst, 2e-2) << "worst position " << worst_pos;
 }
 
+// Every named activation of one forward on both backends (the observer hook): the first one that
+// diverges names the op to look at when the whole-model comparison fails.
+TEST(CudaModel, TinyActivationsMatchCpuOpByOp) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  const GptOssConfig config = preset_config("tiny");
+  const HostModelWeights weights = make_dummy_weights(config, 11);
+  auto cpu = make_backend("cpu");
+  auto gpu = make_backend("cuda");
+  GptOssModel cpu_model(*cpu, weights, ModelLimits{512, 512});
+  GptOssModel gpu_model(*gpu, weights, ModelLimits{512, 512});
+  std::vector<std::pair<std::string, std::vector<float>>> cpu_acts, gpu_acts;
+  cpu_model.set_observer([&](const std::string& n, const Tensor& t) { cpu_acts.push_back({n, cpu->to_host_f32(t)}); });
+  gpu_model.set_observer([&](const std::string& n, const Tensor& t) { gpu_acts.push_back({n, gpu->to_host_f32(t)}); });
+  SingleSequenceRunner cpu_run(cpu_model, 1024), gpu_run(gpu_model, 1024);
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int32_t> tok(0, config.vocab_size - 1);
+  std::vector<int32_t> tokens(300);
+  for (auto& t : tokens) t = tok(rng);
+  cpu_run.run(tokens, 300, SingleSequenceRunner::Logits::LastRow);
+  gpu_run.run(tokens, 300, SingleSequenceRunner::Logits::LastRow);
+  ASSERT_EQ(cpu_acts.size(), gpu_acts.size());
+  int reported = 0;
+  for (size_t i = 0; i < cpu_acts.size(); ++i) {
+    const auto& [name, want] = cpu_acts[i];
+    const auto s = test::compare(gpu_acts[i].second, want);
+    const bool ids = name.find("router_ids") != std::string::npos;
+    // Per-row worst error: which tokens diverge.
+    const size_t rows = 300, cols = want.size() / rows;
+    double worst = 0;
+    size_t worst_row = 0, bad_rows = 0;
+    for (size_t r = 0; cols > 0 && r < rows && want.size() == rows * cols; ++r) {
+      std::vector<float> g(gpu_acts[i].second.begin() + std::ptrdiff_t(r * cols), gpu_acts[i].second.begin() + std::ptrdiff_t((r + 1) * cols));
+      std::vector<float> w(want.begin() + std::ptrdiff_t(r * cols), want.begin() + std::ptrdiff_t((r + 1) * cols));
+      const double e = ids ? double(g != w) : test::compare(g, w).rel_l2;
+      if (e > (ids ? 0.5 : 2e-2)) ++bad_rows;
+      if (e > worst) worst = e, worst_row = r;
+    }
+    if (reported < 40 && (s.rel_l2 > 1e-2 || s.nan_count > 0 || i < 12)) {
+      ++reported;
+      std::printf("[act] %-22s rel_l2 %.3g nan %zu | worst row %zu (%.3g), rows over tol %zu\n", name.c_str(), s.rel_l2,
+                  s.nan_count, worst_row, worst, bad_rows);
+    }
+    if (!ids) EXPECT_LT(s.rel_l2, 2e-2) << name;
+  }
+}
+
 // ---------------------------------------------------------------- gpt-oss-20b benchmark
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

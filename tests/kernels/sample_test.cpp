@@ -135,7 +135,7 @@ TEST_F(CudaSample, DrawsMatchReferenceInverseCdfAtRealVocab) {
 }
 
 TEST_F(CudaSample, FrequenciesFollowTheTruncatedDistribution) {
-  const int64_t v = 1000, draws = 20000;
+  const int64_t v = 1000, draws = 8000;  // 8192 rows is the sampler's planned capacity
   std::mt19937_64 rng(3);
   const auto base = test::random_floats(rng, size_t(v), 2.0f);
   for (const auto& p : {params(1.f, 0, 1.f, 21, 0), params(1.f, 10, 1.f, 22, 0), params(0.8f, 0, 0.6f, 23, 0),
