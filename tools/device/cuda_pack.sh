@@ -8,7 +8,7 @@ set -euo pipefail
 BUILD=${1:-build-cudaA}
 PACK=.carry/cuda
 rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib"
-for t in "$BUILD"/tests/*_test "$BUILD"/ossrt $EXTRA_BINARIES; do
+for t in "$BUILD"/tests/*_test "$BUILD"/ossrt ${EXTRA_BINARIES:-}; do
   [ -f "$t" ] || continue
   case "$(basename "$t")" in
     ops_test|graph_test|sample_test|model_test|golden_cuda_test|attention_test|moe_test|ossrt) ;;
