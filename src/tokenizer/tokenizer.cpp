@@ -18,9 +18,8 @@ const std::string& empty_string() {
 }  // namespace
 
 void TokenizerImpl::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
-  // Reused across calls on the same thread: encode runs on every request and the piece list of a
-  // long prompt is large.
-  thread_local std::vector<std::string_view> pieces;
+  std::vector<std::string_view> pieces;
+  pieces.reserve(text.size() / 4 + 1);  // ~4 bytes per piece on typical text
   size_t pos = 0;
   while (pos < text.size()) {
     const size_t valid = utf8::valid_prefix_length(text.substr(pos));

@@ -6,8 +6,10 @@
 //            valid UTF-8, and the streamed pieces concatenate to decode(ids).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <random>
+#include <thread>
 
 #include "../tokenizer/tokenizer_test_support.h"
 #include "tokenizer/utf8.h"
@@ -57,7 +59,9 @@ void check_encoding(const Tokenizer& tok, const std::string& input) {
   ASSERT_EQ(concatenated, input);
   const std::string decoded = tok.decode(ids);
   ASSERT_TRUE(utf8::is_valid(decoded));
-  if (utf8::is_valid(input)) ASSERT_EQ(decoded, input);
+  if (utf8::is_valid(input)) {
+    ASSERT_EQ(decoded, input);
+  }
   // With specials allowed the bytes still survive (a special's bytes are its spelling).
   std::string with_special;
   for (int32_t id : tok.encode_with_special(input)) with_special += tok.token_bytes(id);
@@ -107,6 +111,49 @@ TEST(TokenizerFuzz, DecodersOnRandomIds) {
     ASSERT_EQ(streamed, decoded) << "iteration " << iterations << ": " << nlohmann::json(ids).dump();
   }
   EXPECT_GT(iterations, 1000);
+}
+
+// Megabyte-long runs: the heap merge, the PCRE2 JIT stack and backtracking over long runs.
+TEST(TokenizerFuzz, HugeRunsRoundTrip) {
+  OSSRT_REQUIRE_REAL_TOKENIZER();
+  const auto tok = real_tokenizer();
+  const std::vector<std::string> inputs = {
+      std::string(2'000'000, ' '), std::string(1'000'000, 'a'), std::string(1'000'000, 'A') + "b",
+      std::string(1'000'000, '7'), std::string(500'000, '\n') + std::string(500'000, ' ') + "x",
+      std::string(1'000'000, '!'), [] {
+        std::string s;
+        for (int i = 0; i < 200'000; ++i) s += "\u00e9\u0301";
+        return s;
+      }()};
+  for (const std::string& input : inputs) {
+    const std::vector<int32_t> ids = tok->encode(input);
+    ASSERT_EQ(tok->decode(ids), input) << "input of " << input.size() << " bytes starting " << input.substr(0, 8);
+  }
+}
+
+// A loaded tokenizer is shared by every HTTP thread: concurrent encodes must agree with serial ones.
+TEST(TokenizerFuzz, ConcurrentEncodingMatchesSerial) {
+  OSSRT_REQUIRE_REAL_TOKENIZER();
+  const auto tok = real_tokenizer();
+  std::mt19937 rng(4242);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i) texts.push_back(random_mixed(rng, 2000));
+  std::vector<std::vector<int32_t>> serial;
+  for (const auto& t : texts) serial.push_back(tok->encode(t));
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 5; ++round) {
+        for (size_t i = 0; i < texts.size(); ++i) {
+          const size_t k = (i + static_cast<size_t>(t) * 7) % texts.size();
+          if (tok->encode(texts[k]) != serial[k]) ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 }  // namespace
