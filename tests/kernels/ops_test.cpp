@@ -217,11 +217,39 @@ std::unique_ptr<HostExpertSet> random_mxfp4_experts(std::mt19937_64& rng, int64_
   return s;
 }
 
+// One MoE step of t tokens (k = 4 distinct random experts each) on both backends, compared.
+void expect_moe_close(Backends& b, std::mt19937_64& rng, const ExpertWeights& ec, const ExpertWeights& eg,
+                      int64_t num_experts, int64_t hidden, int64_t t, const std::string& what) {
+  const int k = 4;
+  const auto x = random_floats(rng, size_t(t * hidden), 1.0f);
+  std::vector<float> ids(size_t(t * k)), weights(size_t(t * k));
+  std::uniform_int_distribution<int> pick(0, int(num_experts) - 1);
+  for (int64_t r = 0; r < t; ++r) {
+    std::vector<int> chosen;
+    while (int(chosen.size()) < k) {
+      const int e = pick(rng);
+      if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+    }
+    float sum = 0;
+    for (int j = 0; j < k; ++j) sum += (weights[size_t(r * k + j)] = 0.1f + float(j + 1));
+    for (int j = 0; j < k; ++j) {
+      ids[size_t(r * k + j)] = float(chosen[size_t(j)]);
+      weights[size_t(r * k + j)] /= sum;
+    }
+  }
+  Tensor xc = put_act(*b.cpu, {t, hidden}, x), xg = put_act(*b.gpu, {t, hidden}, x);
+  Tensor ic = put(*b.cpu, DType::I32, {t, k}, ids), ig = put(*b.gpu, DType::I32, {t, k}, ids);
+  Tensor wc = put(*b.cpu, DType::F32, {t, k}, weights), wg = put(*b.gpu, DType::F32, {t, k}, weights);
+  Tensor oc = b.cpu->alloc(DType::F32, {t, hidden}), og = b.gpu->alloc(DType::BF16, {t, hidden});
+  b.cpu->moe(xc, ec, ic, wc, SwigluParams{}, oc);
+  b.gpu->moe(xg, eg, ig, wg, SwigluParams{}, og);
+  OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2, what);
+}
+
 TEST(CudaOps, MoeWithMxfp4ExpertsDequantizedAtLoad) {
   OSSRT_SKIP_WITHOUT_GPU();
   Backends b;
   std::mt19937_64 rng(5);
-  const int k = 4;
   struct Case {
     int64_t experts;
     std::vector<int64_t> tokens;
@@ -230,31 +258,27 @@ TEST(CudaOps, MoeWithMxfp4ExpertsDequantizedAtLoad) {
     auto experts = random_mxfp4_experts(rng, c.experts, kHidden, kHidden);
     ExpertWeights ec = b.cpu->upload_experts(experts->gate_up, experts->down);
     ExpertWeights eg = b.gpu->upload_experts(experts->gate_up, experts->down);
-    for (int64_t t : c.tokens) {
-      const auto x = random_floats(rng, size_t(t * kHidden), 1.0f);
-      std::vector<float> ids(size_t(t * k)), weights(size_t(t * k));
-      std::uniform_int_distribution<int> pick(0, int(c.experts) - 1);
-      for (int64_t r = 0; r < t; ++r) {
-        std::vector<int> chosen;
-        while (int(chosen.size()) < k) {
-          const int e = pick(rng);
-          if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
-        }
-        float sum = 0;
-        for (int j = 0; j < k; ++j) sum += (weights[size_t(r * k + j)] = 0.1f + float(j + 1));
-        for (int j = 0; j < k; ++j) {
-          ids[size_t(r * k + j)] = float(chosen[size_t(j)]);
-          weights[size_t(r * k + j)] /= sum;
-        }
+    for (int64_t t : c.tokens)
+      expect_moe_close(b, rng, ec, eg, c.experts, kHidden, t, fmt::format("moe E={} T={}", c.experts, t));
+  }
+}
+
+// The tiny model's and the golden fixtures' widths (8 experts, hidden/intermediate 64-128), each set
+// freshly uploaded: small MXFP4 uploads are where a copy that is not ordered with the dequant kernel
+// (issue 7: cudaMemcpy on the legacy stream vs the backend's non-blocking stream) left garbage.
+TEST(CudaOps, MoeAtSmallWidthsWithFreshMxfp4Uploads) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  Backends b;
+  std::mt19937_64 rng(6);
+  for (int64_t hidden : {64, 128}) {
+    for (int64_t inter : {64, 128}) {
+      for (int upload = 0; upload < 4; ++upload) {
+        auto experts = random_mxfp4_experts(rng, 8, hidden, inter);
+        ExpertWeights ec = b.cpu->upload_experts(experts->gate_up, experts->down);
+        ExpertWeights eg = b.gpu->upload_experts(experts->gate_up, experts->down);
+        expect_moe_close(b, rng, ec, eg, 8, hidden, 300,
+                         fmt::format("moe E=8 H={} I={} upload {} T=300", hidden, inter, upload));
       }
-      Tensor xc = put_act(*b.cpu, {t, kHidden}, x), xg = put_act(*b.gpu, {t, kHidden}, x);
-      Tensor ic = put(*b.cpu, DType::I32, {t, k}, ids), ig = put(*b.gpu, DType::I32, {t, k}, ids);
-      Tensor wc = put(*b.cpu, DType::F32, {t, k}, weights), wg = put(*b.gpu, DType::F32, {t, k}, weights);
-      Tensor oc = b.cpu->alloc(DType::F32, {t, kHidden}), og = b.gpu->alloc(DType::BF16, {t, kHidden});
-      b.cpu->moe(xc, ec, ic, wc, SwigluParams{}, oc);
-      b.gpu->moe(xg, eg, ig, wg, SwigluParams{}, og);
-      OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2,
-                         fmt::format("moe E={} T={}", c.experts, t));
     }
   }
 }
@@ -392,6 +416,83 @@ void run_attention_scenario(const AttentionScenario& sc, uint64_t seed) {
   plan.block_size = kBlock;
   for (int i = 0; i < n; ++i) builder.add(plan, seqs[size_t(i)], sc.step[size_t(i)]);
   run_step(plan, true);
+}
+
+// RoPE at the end of the 131,072-token YaRN context, element by element: the GPU forms the angles in
+// float64 like the CPU oracle, so every rotated q/k element must be the CPU's f32 value rounded to
+// bf16 (|error| <= 2^-8 relative, plus fp32 op-order slack). With fp32 angles (position * inv_freq
+// rounded to fp32, ~4e-3 rad off at 1.3e5) the high-frequency dims miss this bound.
+TEST(CudaOps, RopeMatchesCpuElementwiseAtLongPositions) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  Backends b;
+  std::mt19937_64 rng(21);
+  KvCacheShape shape;
+  shape.num_full_layers = 1;
+  shape.num_sliding_layers = 1;
+  shape.num_full_blocks = shape.num_window_blocks = 16;
+  shape.block_size = kBlock;
+  shape.num_kv_heads = kKvHeads;
+  shape.head_dim = kHeadDim;
+  b.cpu->allocate_kv_cache(shape);
+  b.gpu->allocate_kv_cache(shape);
+  // Two sequences: positions 131040..131071 (table entries wrap around the small pool; only the
+  // step's own slots are written) and 0..31.
+  StepPlan plan;
+  plan.block_size = kBlock;
+  const int n = 32;
+  for (int context_begin : {131072 - n, 0}) {
+    SeqStep s;
+    s.token_begin = plan.num_tokens();
+    s.num_tokens = n;
+    s.context_begin = context_begin;
+    const int end = context_begin + n, blocks = (end + kBlock - 1) / kBlock;
+    const int base = context_begin == 0 ? 8 : 0;  // the two sequences write disjoint blocks
+    auto block_of = [&](int logical) { return base + logical % 4; };
+    s.full_table_begin = int32_t(plan.full_block_table.size());
+    s.full_table_len = blocks;
+    for (int j = 0; j < blocks; ++j) plan.full_block_table.push_back(block_of(j));
+    s.window_first_block = std::max(0, context_begin - (kWindow - 1)) / kBlock;
+    s.window_table_begin = int32_t(plan.window_block_table.size());
+    s.window_table_len = blocks - s.window_first_block;
+    for (int j = s.window_first_block; j < blocks; ++j) plan.window_block_table.push_back(block_of(j));
+    const int seq_index = plan.num_seqs();
+    for (int i = 0; i < n; ++i) {
+      const int pos = context_begin + i;
+      plan.token_ids.push_back(0);
+      plan.positions.push_back(pos);
+      plan.token_seq.push_back(seq_index);
+      plan.full_slots.push_back(block_of(pos / kBlock) * kBlock + pos % kBlock);
+      plan.window_slots.push_back(block_of(pos / kBlock) * kBlock + pos % kBlock);
+    }
+    plan.logit_rows.push_back(s.token_begin + n - 1);
+    plan.seqs.push_back(s);
+  }
+  b.cpu->begin_step(plan);
+  b.gpu->begin_step(plan);
+  const RopeParams rope = compute_rope_params(preset_config("gpt-oss-20b"));
+  const int64_t t = plan.num_tokens();
+  const auto qkv = random_floats(rng, size_t(t * kQkvDim), 1.0f);
+  Tensor qc = put_act(*b.cpu, {t, kQkvDim}, qkv), qg = put_act(*b.gpu, {t, kQkvDim}, qkv);
+  AttentionParams p;
+  p.group = KvGroup::Full;
+  p.num_q_heads = kQHeads, p.num_kv_heads = kKvHeads, p.head_dim = kHeadDim;
+  b.cpu->rope_and_cache_write(qc, rope, p);
+  b.gpu->rope_and_cache_write(qg, rope, p);
+  const auto got = b.gpu->to_host_f32(qg), want = b.cpu->to_host_f32(qc);
+  ASSERT_EQ(got.size(), want.size());
+  size_t outside = 0, worst_at = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err = std::abs(double(got[i]) - double(want[i]));
+    const double bound = std::ldexp(std::abs(double(want[i])), -8) * 1.0001 + 1e-6;
+    if (!(err <= bound)) ++outside;
+    if (err / bound > worst_ratio) worst_ratio = err / bound, worst_at = i;
+  }
+  std::printf("[metric] rope at positions up to 131071: worst |err| / bf16 half-ulp bound %.3g (row %zu), %zu of %zu "
+              "elements outside\n",
+              worst_ratio, worst_at / size_t(kQkvDim), outside, want.size());
+  EXPECT_EQ(outside, 0u) << "worst element " << worst_at << ": got " << got[worst_at] << " want " << want[worst_at];
+  OSSRT_EXPECT_CLOSE(got, want, 4e-3, "rope long positions");
 }
 
 TEST(CudaOps, AttentionOneToken) {

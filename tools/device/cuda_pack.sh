@@ -3,7 +3,7 @@
 # ossrt binary (stripped: debug info would not fit the 64 MiB carry limit) plus the non-system
 # shared libraries they link (fmt, spdlog, ...) into .carry/cuda, which the `run` call carries.
 # cuBLASLt (500 MB) does not travel: the device machine has CUDA 13's. cudart is static.
-# Usage: [EXTRA_BINARIES="other/build/tests/x_test ..."] tools/device/cuda_pack.sh [build-dir]
+# Usage: [KEEP_SYMBOLS=1] [EXTRA_BINARIES="other/build/tests/x_test ..."] tools/device/cuda_pack.sh [build-dir]
 set -euo pipefail
 BUILD=${1:-build-cudaA}
 PACK=.carry/cuda
@@ -14,7 +14,9 @@ for t in "$BUILD"/tests/*_test "$BUILD"/ossrt ${EXTRA_BINARIES:-}; do
     ops_test|graph_test|sample_test|model_test|golden_cuda_test|attention_test|moe_test|ossrt) ;;
     *) continue ;;
   esac
-  strip -o "$PACK/bin/$(basename "$t")" "$t"
+  # KEEP_SYMBOLS=1 keeps the symbol table (function names in a gdb backtrace), drops only debug info.
+  if [ "${KEEP_SYMBOLS:-0}" = 1 ]; then strip --strip-debug -o "$PACK/bin/$(basename "$t")" "$t"
+  else strip -o "$PACK/bin/$(basename "$t")" "$t"; fi
 done
 # Shared libraries outside glibc/libstdc++ and CUDA's: the device's Ubuntu may lack these versions.
 for b in "$PACK"/bin/*; do

@@ -85,6 +85,17 @@ Tensor CudaBackend::upload_concat_rows(std::span<const HostTensor* const> parts)
 
 namespace {
 
+// Every host -> device copy of the weight upload goes through the backend's stream and is complete
+// on return. Plain cudaMemcpy runs on the legacy default stream, which does NOT order with the
+// backend's cudaStreamNonBlocking stream, and for pageable sources it may return before the DMA
+// lands: the dequant kernel (on the backend's stream) then read a half-filled staging buffer, and
+// small models (whose whole copy fits in the driver's in-flight staging) got garbage experts.
+void copy_host_to_device(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  OSSRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+  OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 // Expands one expert projection into bf16 [E, out, in] at dst.
 void upload_expert_matrix(const HostExperts& x, uint16_t* dst, cudaStream_t stream) {
   const int64_t e_count = x.experts, out = x.out, in = x.in;
@@ -103,10 +114,10 @@ void upload_expert_matrix(const HostExperts& x, uint16_t* dst, cudaStream_t stre
         const int64_t n = std::min(chunk, e_count - e0);
         uint8_t* d_blocks = staging;
         uint8_t* d_scales = staging + size_t(n) * block_bytes_per_expert;
-        OSSRT_CUDA_CHECK(cudaMemcpy(d_blocks, static_cast<const uint8_t*>(x.blocks.data) + size_t(e0) * block_bytes_per_expert,
-                                    size_t(n) * block_bytes_per_expert, cudaMemcpyHostToDevice));
-        OSSRT_CUDA_CHECK(cudaMemcpy(d_scales, static_cast<const uint8_t*>(x.scales.data) + size_t(e0) * scale_bytes_per_expert,
-                                    size_t(n) * scale_bytes_per_expert, cudaMemcpyHostToDevice));
+        copy_host_to_device(d_blocks, static_cast<const uint8_t*>(x.blocks.data) + size_t(e0) * block_bytes_per_expert,
+                            size_t(n) * block_bytes_per_expert, stream);
+        copy_host_to_device(d_scales, static_cast<const uint8_t*>(x.scales.data) + size_t(e0) * scale_bytes_per_expert,
+                            size_t(n) * scale_bytes_per_expert, stream);
         cuda::Mxfp4DequantArgs args{d_blocks, d_scales, dst + size_t(e0) * size_t(out) * size_t(in), n * out, in};
         OSSRT_CUDA_CHECK(cuda::launch_mxfp4_to_bf16_dequant(args, stream));
         OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -116,7 +127,7 @@ void upload_expert_matrix(const HostExperts& x, uint16_t* dst, cudaStream_t stre
     }
     case HostExperts::Format::Dense:
       if (x.weight.dtype == DType::BF16) {
-        OSSRT_CUDA_CHECK(cudaMemcpy(dst, x.weight.data, size_t(e_count * out * in) * 2, cudaMemcpyHostToDevice));
+        copy_host_to_device(dst, x.weight.data, size_t(e_count * out * in) * 2, stream);
         return;
       }
       [[fallthrough]];
@@ -129,8 +140,7 @@ void upload_expert_matrix(const HostExperts& x, uint16_t* dst, cudaStream_t stre
           x.row_f32(e, r, row.data());
           for (int64_t i = 0; i < in; ++i) host[size_t(r * in + i)] = f32_to_bf16(row[size_t(i)]);
         }
-        OSSRT_CUDA_CHECK(cudaMemcpy(dst + size_t(e) * size_t(out * in), host.data(), host.size() * 2,
-                                    cudaMemcpyHostToDevice));
+        copy_host_to_device(dst + size_t(e) * size_t(out * in), host.data(), host.size() * 2, stream);
       }
       return;
     }

@@ -5,14 +5,15 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One block per token. Each thread owns whole (head, i) rotation pairs, so the rotated k it writes
-// to the cache is the value it just computed: no barrier between rotation and cache write.
+// One block per token. The 32 (cos, sin) pairs of the token are computed once, in float64, into
+// shared memory (double sincos on 32 threads per token is negligible next to the memory traffic),
+// then each thread owns whole (head, i) rotation pairs, so the rotated k it writes to the cache is
+// the value it just computed: no barrier between rotation and cache write.
 __global__ void bf16_rope_kv_cache_write(RopeCacheWriteArgs a) {
   const int t = blockIdx.x;
   const int hq = a.num_q_heads, hkv = a.num_kv_heads;
   const int row_elems = (hq + 2 * hkv) * kRopeHeadDim;
   __nv_bfloat16* row = a.qkv + int64_t(t) * row_elems;
-  const float pos = float(a.positions[t]);
   const int slot = a.slots[t];
   const int64_t block = slot >= 0 ? slot / a.block_size : 0;
   const int offset = slot >= 0 ? slot % a.block_size : 0;
@@ -20,16 +21,22 @@ __global__ void bf16_rope_kv_cache_write(RopeCacheWriteArgs a) {
     return ((block * hkv + g) * a.block_size + offset) * int64_t(kRopeHeadDim) + d;
   };
 
+  __shared__ float cos_s[kRopeHalf], sin_s[kRopeHalf];
+  if (threadIdx.x < kRopeHalf) {
+    // Exact angle (an int32 position times a float64 frequency), full-precision double sincos;
+    // rounded to fp32 once, after the concentration, exactly like the CPU backend.
+    double s, c;
+    sincos(double(a.positions[t]) * a.inv_freq[threadIdx.x], &s, &c);
+    cos_s[threadIdx.x] = float(c * double(a.concentration));
+    sin_s[threadIdx.x] = float(s * double(a.concentration));
+  }
+  __syncthreads();
+
   // q and k heads are contiguous: q heads 0..hq-1 then k heads hq..hq+hkv-1.
   const int rotated_pairs = (hq + hkv) * kRopeHalf;
   for (int p = threadIdx.x; p < rotated_pairs; p += kThreads) {
     const int head = p / kRopeHalf, i = p % kRopeHalf;
-    // sincosf (not __sincosf): angles reach ~1e5 rad at long contexts, where the fast
-    // intrinsic's range reduction is far too coarse.
-    float s, c;
-    sincosf(pos * a.inv_freq[i], &s, &c);
-    c *= a.concentration;
-    s *= a.concentration;
+    const float c = cos_s[i], s = sin_s[i];
     __nv_bfloat16* x = row + head * kRopeHeadDim;
     const float x1 = __bfloat162float(x[i]), x2 = __bfloat162float(x[i + kRopeHalf]);
     const __nv_bfloat16 o1 = __float2bfloat16_rn(x1 * c - x2 * s);
