@@ -80,11 +80,11 @@ class ChatJob : public GenerationJob {
     const MetricLabels model = {{"model_name", ctx_.config.served_model_name}};
     if (int n = c.mapper.recoveries().total()) {
       ctx_.metrics.add("ossrt:harmony_recoveries_total", model, n);
-      spdlog::debug("[{}] Harmony parser recovered {} time(s)", id_, n);
+      spdlog::debug("[{}] Harmony parser recovered {} time(s)", exchange_->request_id(), n);
     }
     if (int n = c.mapper.dropped_tool_calls()) {
       ctx_.metrics.add("ossrt:dropped_tool_calls_total", model, n);
-      spdlog::warn("[{}] dropped {} call(s) to undeclared function '{}'", id_, n, c.mapper.last_dropped_name());
+      spdlog::warn("[{}] dropped {} call(s) to undeclared function '{}'", exchange_->request_id(), n, c.mapper.last_dropped_name());
     }
   }
 

@@ -73,7 +73,7 @@ void GenerationJob::deliver(size_t choice, const GenerationEvent& event) {
     on_event(choice, event);
   } catch (const std::exception& e) {
     // Formatting must never take the process down; the stream ends with what was sent.
-    spdlog::error("[{}] output formatting failed: {}", id_, e.what());
+    spdlog::error("[{}] output formatting failed: {}", exchange_->request_id(), e.what());
   }
   if (!event.finished) return;
   finished_[choice] = true;

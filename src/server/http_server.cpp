@@ -98,6 +98,11 @@ class ExchangeImpl : public Exchange, public std::enable_shared_from_this<Exchan
   const HttpRequest& request() const override { return request_; }
   void set_route(std::string route) override { route_ = std::move(route); }
   const std::string& route() const override { return route_; }
+  void set_request_id(std::string id) override { request_id_ = std::move(id); }
+  const std::string& request_id() const override { return request_id_; }
+  void add_response_header(std::string name, std::string value) override {
+    extra_headers_.emplace_back(std::move(name), std::move(value));
+  }
 
   void respond(int status, std::string body, std::string content_type, HttpHeaders headers) override {
     on_strand([status, body = std::move(body), content_type = std::move(content_type),
@@ -105,13 +110,15 @@ class ExchangeImpl : public Exchange, public std::enable_shared_from_this<Exchan
       if (self.answered_) return;
       self.answered_ = true;
       self.status_ = status;
+      headers.insert(headers.end(), self.extra_headers_.begin(), self.extra_headers_.end());
       self.session_->write_full(self.shared_from_this(), status, std::move(body), content_type, headers);
     });
   }
   void start_stream(std::string content_type, HttpHeaders headers) override {
-    on_strand([content_type = std::move(content_type), headers = std::move(headers)](ExchangeImpl& self) {
+    on_strand([content_type = std::move(content_type), headers = std::move(headers)](ExchangeImpl& self) mutable {
       if (self.answered_) return;
       self.answered_ = true;
+      headers.insert(headers.end(), self.extra_headers_.begin(), self.extra_headers_.end());
       self.streaming_ = true;
       self.status_ = 200;
       self.session_->write_stream_header(self.shared_from_this(), content_type, headers);
@@ -165,6 +172,8 @@ class ExchangeImpl : public Exchange, public std::enable_shared_from_this<Exchan
   std::shared_ptr<Session> session_;
   HttpRequest request_;
   std::string route_ = "unmatched";
+  std::string request_id_;
+  HttpHeaders extra_headers_;
   bool answered_ = false, streaming_ = false, stream_ended_ = false, gone_ = false;
   std::atomic<bool> gone_flag_{false};
   int status_ = 0;

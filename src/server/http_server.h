@@ -33,6 +33,13 @@ class Exchange {
   // A label for metrics/logs (the matched route pattern, not the raw path: bounded cardinality).
   virtual void set_route(std::string route) = 0;
   virtual const std::string& route() const = 0;
+  // The id that names this request in logs and (with --enable-request-id-headers) in the
+  // X-Request-Id response header. Set by the app before it answers; not thread-safe.
+  virtual void set_request_id(std::string id) = 0;
+  virtual const std::string& request_id() const = 0;
+  // A header added to whatever answer this exchange gets (body, stream or error). Call it before
+  // answering, from the thread that received the exchange.
+  virtual void add_response_header(std::string name, std::string value) = 0;
 
   // A complete answer with a body.
   virtual void respond(int status, std::string body, std::string content_type,

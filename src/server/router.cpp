@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <regex>
 
 #include "server/api_error.h"
@@ -61,6 +62,27 @@ void check_model(const ServerContext& ctx, const json& body) {
     throw not_found(fmt::format("The model `{}` does not exist.", it->get<std::string>()), "model", "model_not_found");
 }
 
+}  // namespace
+
+std::string request_id_for(ServerContext& ctx, const HttpRequest& req) {
+  auto header = req.find("X-Request-Id");
+  if (header != req.end()) {
+    std::string_view value(header->value().data(), header->value().size());
+    if (is_usable_request_id(value)) return std::string(value);
+  }
+  return ctx.next_id("req-");
+}
+
+bool is_usable_request_id(std::string_view id) {
+  // The client's id is echoed in a header and printed in logs: refuse what could split a header
+  // or a log line, and bound its length (a hostile client must not inflate every log line).
+  constexpr size_t kMaxRequestIdLength = 128;
+  if (id.empty() || id.size() > kMaxRequestIdLength) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c < 127; });
+}
+
+namespace {
+
 void handle_health(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
   if (ctx.ready() && !ctx.draining.load()) return respond_json(exchange, 200, {{"status", "ok"}});
   std::string message = ctx.draining.load() ? "Shutting down" : ctx.load_error().empty() ? "Loading model" : "Model failed to load";
@@ -113,6 +135,8 @@ void handle_detokenize(ServerContext& ctx, const std::shared_ptr<Exchange>& exch
 
 void dispatch(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
   const HttpRequest& req = exchange->request();
+  exchange->set_request_id(request_id_for(ctx, req));
+  if (ctx.config.enable_request_id_headers) exchange->add_response_header("X-Request-Id", exchange->request_id());
   std::string path(req.target());
   if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
   const auto method = req.method();
@@ -173,14 +197,14 @@ void route_request(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange
   try {
     dispatch(ctx, exchange);
   } catch (const ApiError& e) {
-    if (e.status() >= 500) spdlog::warn("{} {} -> {}: {}", std::string(exchange->request().method_string()),
+    if (e.status() >= 500) spdlog::warn("[{}] {} {} -> {}: {}", exchange->request_id(), std::string(exchange->request().method_string()),
                                         std::string(exchange->request().target()), e.status(), e.message());
     respond_error(exchange, e);
   } catch (const nlohmann::json::exception& e) {
     // A JSON access on a shape the validation did not foresee: the client's input, not our fault.
     respond_error(exchange, bad_request(std::string("invalid request: ") + e.what()));
   } catch (const std::exception& e) {
-    spdlog::error("{} {}: internal error: {}", std::string(exchange->request().method_string()),
+    spdlog::error("[{}] {} {}: internal error: {}", exchange->request_id(), std::string(exchange->request().method_string()),
                   std::string(exchange->request().target()), e.what());
     respond_error(exchange, internal_error(std::string("internal error: ") + e.what()));
   }

@@ -2,6 +2,8 @@
 // Routes an HTTP exchange to its handler: auth (Bearer, /v1/* only; /health stays open), readiness
 // (503 + Retry-After while loading or draining), OpenAI-shaped errors for everything that fails.
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "server/http_server.h"
 #include "server/server_context.h"
@@ -10,6 +12,11 @@ namespace ossrt::server {
 
 // The request handler given to HttpServer. Never throws: errors become JSON answers.
 void route_request(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange);
+
+// The request's id: the client's X-Request-Id when it is usable, else a generated "req-<hex>".
+std::string request_id_for(ServerContext& ctx, const HttpRequest& req);
+// 1..128 visible ASCII characters: safe to echo in a header and to print in a log line.
+bool is_usable_request_id(std::string_view id);
 
 // http_requests_total{handler,method,status}
 void record_http_response(ServerContext& ctx, const std::string& route, const std::string& method, int status);

@@ -11,6 +11,7 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <thread>
 
 #include "server/http_server.h"
@@ -33,11 +34,12 @@ struct Reply {
   int status = 0;
   std::string body;
   std::string retry_after, content_type, transfer_encoding;
+  std::optional<std::string> x_request_id;  // absent when the answer has no X-Request-Id header
   json j() const { return json::parse(body, nullptr, false); }
 };
 
 Reply call(uint16_t port, http::verb method, const std::string& target, const std::string& body = {},
-           const std::string& bearer = {}) {
+           const std::string& bearer = {}, const HttpHeaders& headers = {}) {
   net::io_context io;
   beast::tcp_stream stream(io);
   stream.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
@@ -45,6 +47,7 @@ Reply call(uint16_t port, http::verb method, const std::string& target, const st
   req.set(http::field::host, "127.0.0.1");
   req.set(http::field::content_type, "application/json");
   if (!bearer.empty()) req.set(http::field::authorization, "Bearer " + bearer);
+  for (const auto& [name, value] : headers) req.set(name, value);
   req.body() = body;
   req.prepare_payload();
   http::write(stream, req);
@@ -55,6 +58,7 @@ Reply call(uint16_t port, http::verb method, const std::string& target, const st
   auto& res = parser.get();
   Reply r{int(res.result_int()), res.body(), std::string(res[http::field::retry_after]),
           std::string(res[http::field::content_type]), std::string(res[http::field::transfer_encoding])};
+  if (auto it = res.find("X-Request-Id"); it != res.end()) r.x_request_id = std::string(it->value());
   beast::error_code ec;
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   return r;
@@ -264,4 +268,47 @@ TEST_F(ServerFixture, ClientDisconnectCancelsAndFreesBlocks) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(ctx_->metrics.value("vllm:request_success_total", {{"model_name", "gpt-oss"}, {"finished_reason", "abort"}}), 2);
+}
+
+TEST_F(ServerFixture, RequestIdHeaderEchoedWhenEnabled) {
+  ServerConfig config;
+  config.enable_request_id_headers = true;
+  start(config, kScript);
+  make_ready();
+  const HttpHeaders mine = {{"X-Request-Id", "client-abc_123"}};
+  Reply plain = call(port(), http::verb::post, "/v1/chat/completions", chat_body(false), {}, mine);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_EQ(plain.x_request_id, "client-abc_123");
+  Reply streamed = call(port(), http::verb::post, "/v1/chat/completions", chat_body(true), {}, mine);
+  ASSERT_EQ(streamed.status, 200);
+  EXPECT_EQ(streamed.x_request_id, "client-abc_123");
+  Reply error = call(port(), http::verb::get, "/v1/nothing-here", {}, {}, mine);
+  EXPECT_EQ(error.status, 404);
+  EXPECT_EQ(error.x_request_id, "client-abc_123");
+
+  // Without the header (or with one unsafe to echo) the server makes one up, unique per request.
+  Reply a = call(port(), http::verb::get, "/v1/models");
+  Reply b = call(port(), http::verb::get, "/v1/models", {}, {}, {{"X-Request-Id", std::string(200, 'x')}});
+  ASSERT_TRUE(a.x_request_id && b.x_request_id);
+  EXPECT_EQ(a.x_request_id->rfind("req-", 0), 0u) << *a.x_request_id;
+  EXPECT_EQ(b.x_request_id->rfind("req-", 0), 0u) << *b.x_request_id;
+  EXPECT_NE(*a.x_request_id, *b.x_request_id);
+}
+
+TEST_F(ServerFixture, NoRequestIdHeaderByDefault) {
+  start(ServerConfig{}, kScript);
+  make_ready();
+  Reply r = call(port(), http::verb::post, "/v1/chat/completions", chat_body(false), {}, {{"X-Request-Id", "abc"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_FALSE(r.x_request_id.has_value());
+}
+
+TEST(RequestId, OnlyVisibleAsciiUpTo128Chars) {
+  EXPECT_TRUE(is_usable_request_id("0f8c1e2a-7d3b-4a5e-9c1d-123456789abc"));
+  EXPECT_TRUE(is_usable_request_id(std::string(128, 'a')));
+  EXPECT_FALSE(is_usable_request_id(""));
+  EXPECT_FALSE(is_usable_request_id(std::string(129, 'a')));
+  EXPECT_FALSE(is_usable_request_id("two words"));
+  EXPECT_FALSE(is_usable_request_id("line\nbreak"));
+  EXPECT_FALSE(is_usable_request_id("caf\xc3\xa9"));
 }
