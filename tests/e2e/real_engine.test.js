@@ -74,3 +74,50 @@ test('16 concurrent streams on the tiny engine, no KV leak', { timeout: 180000 }
   assert.equal(m.value('vllm:num_requests_running'), 0);
   assert.equal(m.value('vllm:kv_cache_usage_perc'), 0);
 });
+
+// Chat logprobs on the real engine: shape, ranges, ordering, and the greedy identity "the chosen
+// token is the most likely one" (temperature 0), non-stream and stream.
+function checkLogprobEntries(entries, topN) {
+  for (const e of entries) {
+    assert.equal(typeof e.token, 'string');
+    assert.ok(Number.isFinite(e.logprob) && e.logprob <= 0, `logprob ${e.logprob}`);
+    assert.ok(Array.isArray(e.bytes) && e.bytes.every((b) => Number.isInteger(b) && b >= 0 && b < 256), 'bytes');
+    const decoded = Buffer.from(e.bytes).toString('utf8');
+    if (!decoded.includes('\uFFFD')) assert.equal(decoded, e.token, 'bytes spell the token');
+    assert.equal(e.top_logprobs.length, topN);
+    let mass = 0;
+    for (let k = 0; k < e.top_logprobs.length; k++) {
+      const t = e.top_logprobs[k];
+      assert.ok(t.logprob <= 0 && Array.isArray(t.bytes) && typeof t.token === 'string');
+      if (k > 0) assert.ok(t.logprob <= e.top_logprobs[k - 1].logprob, 'top_logprobs sorted, most likely first');
+      mass += Math.exp(t.logprob);
+    }
+    assert.ok(mass <= 1 + 1e-4, `top probabilities sum to ${mass}`);
+    // Greedy: the chosen token is the arg-max, so its logprob is the top entry's.
+    if (topN > 0) assert.ok(Math.abs(e.logprob - e.top_logprobs[0].logprob) < 1e-5, `${e.logprob} vs top ${e.top_logprobs[0].logprob}`);
+  }
+}
+
+test('chat logprobs + top_logprobs, non-stream and stream, on the tiny engine', { timeout: 180000 }, async () => {
+  const req = { model: 'gpt-oss', messages: [{ role: 'user', content: 'Say something' }], max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 4 };
+  const n = await client.chat.completions.create(req);
+  const entries = n.choices[0].logprobs.content;
+  assert.equal(entries.length, n.usage.completion_tokens, 'one entry per generated token');
+  checkLogprobEntries(entries, 4);
+
+  const streamed = [];
+  let usage = null;
+  for await (const c of await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } })) {
+    if (c.usage) usage = c.usage;
+    if (c.choices.length && c.choices[0].logprobs) streamed.push(...c.choices[0].logprobs.content);
+  }
+  assert.equal(streamed.length, usage.completion_tokens);
+  checkLogprobEntries(streamed, 4);
+  assert.deepEqual(streamed.map((e) => e.token), entries.map((e) => e.token), 'greedy stream picks the same tokens');
+  for (let i = 0; i < entries.length; i++) assert.ok(Math.abs(streamed[i].logprob - entries[i].logprob) < 1e-3);
+
+  const none = await client.chat.completions.create({ ...req, top_logprobs: 0 });
+  checkLogprobEntries(none.choices[0].logprobs.content, 0);
+  const off = await client.chat.completions.create({ ...req, logprobs: false, top_logprobs: undefined });
+  assert.equal(off.choices[0].logprobs, null);
+});
