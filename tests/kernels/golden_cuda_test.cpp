@@ -104,5 +104,43 @@ TEST(CudaGolden, LogitsAndGreedyContinuationMatchHf) {
   }
 }
 
+// The same fixtures against the bf16 precision floor. The CUDA backend stores activations in bf16;
+// these fixtures (hidden 64, weights scaled up for clear logit margins, router top-4 gaps down to
+// 1.7e-4) amplify that rounding far beyond 2e-2 at many positions: the CPU oracle itself, with its
+// activations rounded to bf16 where the GPU stores bf16 (test::bf16_storage_emulation), misses HF by
+// 0.38 / 0.62 / 0.82 worst and 2.1e-2 - 2.9e-2 median (issue 7 measurements). So the GPU is held to
+// that floor, computed here independently on the CPU: its per-position error profile against HF
+// must match the emulation's (a real defect, like the upload race of issue 7 at worst 0.93, moves
+// the median and the 90th percentile far beyond the margins).
+TEST(CudaGolden, LogitsWithinTheBf16FloorOfTheCpuOracle) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  const auto cases = golden_cases();
+  if (cases.empty()) GTEST_SKIP() << "no fixtures under tests/golden/ yet";
+  for (const fs::path& dir : cases) {
+    SCOPED_TRACE(dir.filename().string());
+    nlohmann::json c;
+    std::ifstream(dir / "case.json") >> c;
+    const std::vector<int32_t> prompt = c.at("prompt_ids").get<std::vector<int32_t>>();
+    const NpyArray ref = read_npy((dir / c.value("logits", std::string("logits.npy"))).string());
+    const HostModelWeights weights = load_model_weights(ModelSource{dir.string(), "auto", 0});
+    const size_t v = size_t(weights.config.vocab_size);
+    ASSERT_EQ(ref.f32.size(), prompt.size() * v);
+    auto logits_on = [&](const std::string& backend_name, bool emulate_bf16) {
+      auto backend = make_backend(backend_name);
+      GptOssModel model(*backend, weights, ModelLimits{1024, 1024});
+      if (emulate_bf16) model.set_observer(test::bf16_storage_emulation());
+      SingleSequenceRunner runner(model, int(prompt.size()) + 16);
+      return runner.run(prompt, 0, SingleSequenceRunner::Logits::EveryRow);
+    };
+    const auto gpu = logits_on("cuda", false);
+    const auto floor = logits_on("cpu", true);
+    ASSERT_EQ(gpu.size(), ref.f32.size());
+    const auto gpu_profile = test::profile(test::per_row_rel_l2(gpu, ref.f32, v));
+    const auto floor_profile = test::profile(test::per_row_rel_l2(floor, ref.f32, v));
+    EXPECT_TRUE(std::isfinite(gpu_profile.worst)) << "non-finite GPU logits";
+    test::expect_within_bf16_floor(gpu_profile, floor_profile, "golden " + dir.filename().string());
+  }
+}
+
 }  // namespace
 }  // namespace ossrt
