@@ -44,6 +44,8 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--current-date", *current_date, "Date in the system message (YYYY-MM-DD or none; default today)");
   cmd->add_option("--http-threads", config->http_threads, "Threads of the HTTP event loop")->capture_default_str();
   cmd->add_option("--max-body-bytes", config->max_body_bytes, "Largest request body; beyond it 413")->capture_default_str();
+  cmd->add_option("--sse-ping-interval-ms", config->sse_ping_interval_ms,
+                  "Send `: ping` SSE comments this often while a stream has no output yet (0 = off)")->capture_default_str();
   cmd->add_option("--drain-timeout", config->drain_timeout_s, "Seconds SIGTERM waits for in-flight requests")->capture_default_str();
   cmd->add_option("--responses-store-size", config->responses_store_capacity, "Stored responses kept for previous_response_id")->capture_default_str();
   cmd->add_option("--responses-ttl", config->responses_ttl_s, "Seconds a stored response is kept")->capture_default_str();

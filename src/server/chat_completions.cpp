@@ -228,7 +228,7 @@ void handle_chat_completions(ServerContext& ctx, const std::shared_ptr<Exchange>
     requests.push_back(std::move(r));
   }
   auto job = std::make_shared<ChatJob>(ctx, exchange, options, std::move(prompt), requests.size());
-  job->start(std::move(requests));
+  job->start(std::move(requests), options.stream);
 }
 
 }  // namespace ossrt::server

@@ -235,7 +235,7 @@ void handle_completions(ServerContext& ctx, const std::shared_ptr<Exchange>& exc
     echoes.push_back(options.echo ? ctx.tokenizer()->decode(prompt) : std::string());
   }
   auto job = std::make_shared<CompletionJob>(ctx, exchange, options, std::move(echoes));
-  job->start(std::move(requests));
+  job->start(std::move(requests), options.stream);
 }
 
 }  // namespace ossrt::server

@@ -17,7 +17,7 @@ GenerationJob::~GenerationJob() {
   if (counted_active_) ctx_.active_generations.fetch_sub(1);
 }
 
-void GenerationJob::start(std::vector<GenerationRequest> requests) {
+void GenerationJob::start(std::vector<GenerationRequest> requests, bool streaming) {
   const size_t n = requests.size();
   last_token_time_.assign(n, Clock::time_point{});
   finished_.assign(n, false);
@@ -51,6 +51,33 @@ void GenerationJob::start(std::vector<GenerationRequest> requests) {
                        ctx_.config.retry_after_s);
     }
   }
+  if (streaming && ctx_.config.sse_ping_interval_ms > 0) {
+    // Created on the strand: deliver() (also on the strand) may already be running.
+    boost::asio::post(strand_, [self = shared_from_this()] {
+      if (self->produced_output_) return;
+      self->ping_timer_ = std::make_unique<boost::asio::steady_timer>(self->strand_);
+      self->arm_ping_timer();
+    });
+  }
+}
+
+// One timer per streaming request, armed only while it has produced nothing: a single pending
+// wait on the io_context, no thread. The handler holds a weak pointer so a finished job dies.
+void GenerationJob::arm_ping_timer() {
+  if (produced_output_ || !ping_timer_) return;
+  ping_timer_->expires_after(std::chrono::milliseconds(ctx_.config.sse_ping_interval_ms));
+  std::weak_ptr<GenerationJob> weak = shared_from_this();
+  ping_timer_->async_wait([weak](const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->produced_output_ || self->client_gone()) return;
+    if (!self->started_) {
+      // Accepted by the generator (start() returned), so the SSE header may go out now.
+      self->started_ = true;
+      self->on_started();
+    }
+    self->exchange_->stream_write(": ping\n\n");
+    self->arm_ping_timer();
+  });
 }
 
 void GenerationJob::cancel_all() {
@@ -63,6 +90,10 @@ void GenerationJob::cancel_all() {
 void GenerationJob::deliver(size_t choice, const GenerationEvent& event) {
   if (choice >= finished_.size() || finished_[choice]) return;
   record_metrics(choice, event);
+  if (!produced_output_ && (!event.token_ids.empty() || event.finished)) {
+    produced_output_ = true;
+    if (ping_timer_) ping_timer_->cancel();
+  }
   try {
     // Lazily, on the strand: events of an accepted request may arrive before start() returns,
     // and nothing may be written before we know the generator accepted every choice.

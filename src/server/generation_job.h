@@ -3,6 +3,7 @@
 // the generator's events on a strand of the io_context (never on the engine thread: parsing and
 // JSON stay at the edge), records the vLLM latency metrics, and cancels generation when the client
 // disconnects. Subclasses (chat, completions, responses) turn events into their API's JSON/SSE.
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
 #include <chrono>
@@ -24,7 +25,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
 
   // Submits every request (one per choice). When the generator refuses (queue full or draining),
   // cancels what was submitted and throws ApiError 429/503 with Retry-After.
-  void start(std::vector<GenerationRequest> requests);
+  // `streaming`: the answer is SSE, so keep it alive with `: ping` comments until output starts.
+  void start(std::vector<GenerationRequest> requests, bool streaming = false);
   const std::string& id() const { return id_; }
 
  protected:
@@ -45,6 +47,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void deliver(size_t choice, const GenerationEvent& event);
   void record_metrics(size_t choice, const GenerationEvent& event);
   void cancel_all();
+  void arm_ping_timer();
 
   boost::asio::strand<boost::asio::io_context::executor_type> strand_;
   std::vector<std::string> request_ids_;
@@ -53,6 +56,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   size_t finished_count_ = 0;
   bool counted_active_ = false;
   bool started_ = false;
+  bool produced_output_ = false;  // any token or a finish: pings stop for good
+  std::unique_ptr<boost::asio::steady_timer> ping_timer_;
 };
 
 }  // namespace ossrt::server

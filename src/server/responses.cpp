@@ -313,7 +313,7 @@ void handle_create_response(ServerContext& ctx, const std::shared_ptr<Exchange>&
   requests.push_back(std::move(r));
   auto job = std::make_shared<ResponseJob>(ctx, exchange, stream, store, std::move(base), std::move(prompt),
                                            std::move(conversation));
-  job->start(std::move(requests));
+  job->start(std::move(requests), stream);
 }
 
 void handle_get_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string& id) {

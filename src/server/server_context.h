@@ -39,6 +39,9 @@ struct ServerConfig {
   int drain_timeout_s = 30;
   int retry_after_s = 1;
   bool enable_request_id_headers = false;
+  // A stream that has produced nothing yet (queued, long prefill) gets an SSE comment `: ping`
+  // this often, so proxies and clients with read timeouts do not give up on it. 0 = never.
+  int sse_ping_interval_ms = 15000;
 };
 
 // Serialises JSON for the wire. Model text can hold invalid UTF-8 (a random-weight model emits

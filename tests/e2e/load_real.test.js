@@ -44,8 +44,12 @@ function checkStream(raw) {
   if (events[events.length - 1] !== 'data: [DONE]') return 'last event is not [DONE]';
   let finishes = 0;
   let textChunks = 0;
+  let sawData = false;
   for (const e of events.slice(0, -1)) {
+    // `: ping` keep-alive comments are legal SSE, but only before the first output.
+    if (e === ': ping' && !sawData) continue;
     if (!e.startsWith('data: ')) return `bad event line: ${e.slice(0, 40)}`;
+    sawData = true;
     const chunk = JSON.parse(e.slice(6));
     if (chunk.error) return `error event: ${JSON.stringify(chunk.error)}`;
     if (chunk.object !== 'text_completion' || chunk.choices.length !== 1) return `bad chunk: ${e.slice(0, 80)}`;

@@ -57,7 +57,7 @@ Reply call(uint16_t port, http::verb method, const std::string& target, const st
   http::read(stream, buffer, parser);
   auto& res = parser.get();
   Reply r{int(res.result_int()), res.body(), std::string(res[http::field::retry_after]),
-          std::string(res[http::field::content_type]), std::string(res[http::field::transfer_encoding])};
+          std::string(res[http::field::content_type]), std::string(res[http::field::transfer_encoding]), std::nullopt};
   if (auto it = res.find("X-Request-Id"); it != res.end()) r.x_request_id = std::string(it->value());
   beast::error_code ec;
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -66,7 +66,8 @@ Reply call(uint16_t port, http::verb method, const std::string& target, const st
 
 class ServerFixture : public ::testing::Test {
  protected:
-  void start(ServerConfig config, const json& script, int max_queue = 64, uint64_t body_limit = 1 << 20) {
+  void start(ServerConfig config, const json& script, int max_queue = 64, uint64_t body_limit = 1 << 20,
+             int max_num_seqs = 256) {
     tokenizer_ = Tokenizer::load(default_tokenizer_path());
     HttpServerOptions http_options;
     http_options.host = "127.0.0.1";
@@ -85,6 +86,7 @@ class ServerFixture : public ::testing::Test {
                       [tok](std::span<const int32_t> ids) { return tok->decode(ids); }};
     auto options = parse_script(script, codec, "test");
     options.max_queue = max_queue;
+    options.max_num_seqs = max_num_seqs;
     options.max_model_len = 4096;
     generator_ = std::make_shared<ScriptedGenerator>(options, codec);
   }
@@ -311,4 +313,29 @@ TEST(RequestId, OnlyVisibleAsciiUpTo128Chars) {
   EXPECT_FALSE(is_usable_request_id("two words"));
   EXPECT_FALSE(is_usable_request_id("line\nbreak"));
   EXPECT_FALSE(is_usable_request_id("caf\xc3\xa9"));
+}
+
+TEST_F(ServerFixture, QueuedStreamGetsPingCommentsUntilItsFirstToken) {
+  // One running slot: the streamed request waits behind a ~0.6 s non-stream one, and pings every
+  // 50 ms while it waits; once its tokens flow, pings stop.
+  json slow = json::parse(R"({"token_interval_ms": 20, "replies": [{"ids": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30]}]})");
+  ServerConfig config;
+  config.sse_ping_interval_ms = 50;
+  start(config, slow, 64, 1 << 20, /*max_num_seqs=*/1);
+  make_ready();
+  std::thread blocker([&] { call(port(), http::verb::post, "/v1/chat/completions", chat_body(false, R"(,"max_tokens":30)")); });
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (generator_->stats().running == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  Reply r = call(port(), http::verb::post, "/v1/chat/completions", chat_body(true, R"(,"max_tokens":5)"));
+  blocker.join();
+  ASSERT_EQ(r.status, 200) << r.body;
+  const size_t first_data = r.body.find("data: ");
+  ASSERT_NE(first_data, std::string::npos);
+  const std::string before = r.body.substr(0, first_data), after = r.body.substr(first_data);
+  ASSERT_FALSE(before.empty()) << "no ping while queued";
+  for (size_t pos = 0; pos < before.size(); pos += std::string(": ping\n\n").size())
+    ASSERT_EQ(before.compare(pos, 8, ": ping\n\n"), 0) << before;
+  EXPECT_EQ(after.find(": ping"), std::string::npos) << "ping after output started";
+  EXPECT_NE(after.find("data: [DONE]\n\n"), std::string::npos);
 }
