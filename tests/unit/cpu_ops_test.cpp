@@ -219,7 +219,8 @@ class AttentionTest : public CpuOpsTest {
     backend_->begin_step(plan);
     Tensor tqkv = tensor(qkv, {T, kRow}), tsinks = tensor(sinks_, {kHq});
     Tensor out = backend_->alloc(DType::F32, {T, kHq * kD});
-    RopeParams identity{std::vector<float>(kD / 2, 0.0f), 1.0f};  // cos 1, sin 0
+    RopeParams identity{.inv_freq = std::vector<float>(kD / 2, 0.0f), .inv_freq_f64 = std::vector<double>(kD / 2, 0.0),
+                        .concentration = 1.0f};  // cos 1, sin 0
     backend_->rope_and_cache_write(tqkv, identity, params);
     backend_->attention(tqkv, tsinks, params, out);
     got_ = host(out);
@@ -375,7 +376,7 @@ TEST_F(AttentionTest, PlanThatDoesNotCoverTheWindowIsAnError) {
   EXPECT_THROW(backend_->attention(qkv, sinks, params(KvGroup::Sliding, 128), out), Error);
   plan.window_slots = {kBlocksPerGroup * kBlock};  // a write slot past the cache
   backend_->begin_step(plan);
-  EXPECT_THROW(backend_->rope_and_cache_write(qkv, RopeParams{std::vector<float>(kD / 2, 0.0f), 1.0f},
+  EXPECT_THROW(backend_->rope_and_cache_write(qkv, RopeParams{.inv_freq = std::vector<float>(kD / 2, 0.0f), .inv_freq_f64 = std::vector<double>(kD / 2, 0.0), .concentration = 1.0f},
                                               params(KvGroup::Sliding, 128)),
                Error);
 }
