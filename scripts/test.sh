@@ -13,10 +13,7 @@ BUILD_DIR=${OSSRT_BUILD_DIR:-build}
 LABELS="-LE gpu"
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then LABELS=""; fi
 log=$(mktemp)
-# --repeat until-pass:2: a failed test gets one more run. It exists for one known flake (an e2e
-# request on a reused keep-alive connection right after a stream, seen as ECONNRESET, under
-# investigation: docs/server.md); a real failure fails twice and is still counted.
-(cd "$BUILD_DIR" && ctest $LABELS --output-on-failure --timeout 900 --repeat until-pass:2 -j "${OSSRT_TEST_JOBS:-2}") 2>&1 | tee "$log"
+(cd "$BUILD_DIR" && ctest $LABELS --output-on-failure --timeout 900 -j "${OSSRT_TEST_JOBS:-2}") 2>&1 | tee "$log"
 total=$(grep -Eo 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)
 failed=$(grep -Eo '[0-9]+ tests failed out of' "$log" | grep -Eo '^[0-9]+' | tail -1)
 if [ -z "$total" ]; then

@@ -1,4 +1,5 @@
 // ossrt: inference engine and OpenAI-compatible server for gpt-oss-20b / gpt-oss-120b.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -17,6 +18,9 @@ int main(int argc, char** argv) {
   CLI::App app{"ossrt: inference engine and OpenAI-compatible server for gpt-oss"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ossrt 0.1.0");
+  // Logs go to stderr: stdout carries the commands' results (`--format json`, .npy paths, ids),
+  // which scripts parse.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ossrt"));
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
   for (auto& setup : ossrt::tools::command_registry()) setup(app);
   try {

@@ -285,10 +285,13 @@ void Session::start_monitor() {
       tcp::socket::wait_read, [self = shared_from_this(), generation](beast::error_code ec) {
         if (ec || generation != self->monitor_generation_ || !self->current_ || self->closed_) return;
         char byte;
-        beast::error_code peek_ec;
-        self->stream_.socket().non_blocking(true, peek_ec);
+        beast::error_code peek_ec, mode_ec;
+        // Separate error codes: restoring the blocking mode must not overwrite the peek's result
+        // (a would_block peek read as "0 bytes, success" looked like EOF and dropped live
+        // keep-alive connections, ~3% of requests).
+        self->stream_.socket().non_blocking(true, mode_ec);
         size_t n = self->stream_.socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
-        self->stream_.socket().non_blocking(false, peek_ec);
+        self->stream_.socket().non_blocking(false, mode_ec);
         if (peek_ec == net::error::would_block) return self->start_monitor();
         if (peek_ec || n == 0) return self->client_gone();
         // Pipelined data: stop watching; it is read after this answer.
