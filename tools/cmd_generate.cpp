@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "command.h"
+#include "core/token_ids_file.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/session.h"
@@ -52,26 +53,6 @@ struct GenerateOptions {
   int max_num_batched_tokens = 512;
 };
 
-std::vector<int32_t> read_prompt_ids(const std::string& path) {
-  std::ifstream f(path);
-  OSSRT_CHECK(f.good(), "cannot open prompt ids file {}", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", path, e.what());
-  }
-  OSSRT_CHECK(j.is_array() && !j.empty(), "{}: expected a non-empty JSON array of token ids", path);
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < j.size(); ++i) {
-    OSSRT_CHECK(j[i].is_number_integer(), "{}: element {} is not an integer", path, i);
-    const int64_t id = j[i].get<int64_t>();
-    OSSRT_CHECK(id >= 0 && id <= INT32_MAX, "{}: token id {} at index {} is not a valid id", path, id, i);
-    ids.push_back(int32_t(id));
-  }
-  return ids;
-}
-
 // The tokenizer to use, if any: --tokenizer, else the model directory's tokenizer.json, else (for
 // a preset, which has the real gpt-oss vocabulary) the bundled default.
 std::shared_ptr<const Tokenizer> resolve_tokenizer(const GenerateOptions& o, const std::string& model) {
@@ -108,7 +89,7 @@ void run_generate(const GenerateOptions& o) {
     prompt_ids = o.parse_special ? tokenizer->encode_with_special(o.prompt) : tokenizer->encode(o.prompt);
     OSSRT_CHECK(!prompt_ids.empty(), "the prompt encodes to no tokens");
   } else {
-    prompt_ids = read_prompt_ids(o.prompt_ids_file);
+    prompt_ids = read_token_ids_file(o.prompt_ids_file, TokenIdRange{});
   }
 
   SessionOptions so;

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "command.h"
+#include "core/token_ids_file.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "model/gpt_oss.h"
@@ -30,32 +31,12 @@ struct LogitsOptions {
   int threads = 0;
 };
 
-std::vector<int32_t> read_ids_file(const std::string& path, int vocab) {
-  std::ifstream f(path);
-  OSSRT_CHECK(f.good(), "cannot open ids file {}", path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", path, e.what());
-  }
-  OSSRT_CHECK(j.is_array() && !j.empty(), "{}: expected a non-empty JSON array of token ids", path);
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < j.size(); ++i) {
-    OSSRT_CHECK(j[i].is_number_integer(), "{}: element {} is not an integer", path, i);
-    const int64_t id = j[i].get<int64_t>();
-    OSSRT_CHECK(id >= 0 && id < vocab, "{}: token id {} at index {} outside the vocabulary [0, {})", path, id, i, vocab);
-    ids.push_back(int32_t(id));
-  }
-  return ids;
-}
-
 void run_logits(const LogitsOptions& o) {
   using Clock = std::chrono::steady_clock;
   OSSRT_CHECK(o.chunk > 0, "--chunk must be positive");
   const auto t0 = Clock::now();
   const HostModelWeights weights = load_model_weights(ModelSource{o.model, o.load_format, o.seed});
-  const std::vector<int32_t> ids = read_ids_file(o.ids_file, weights.config.vocab_size);
+  const std::vector<int32_t> ids = read_token_ids_file(o.ids_file, TokenIdRange{.max_exclusive = weights.config.vocab_size});
   const int n = int(ids.size());
 
   BackendOptions backend_options;

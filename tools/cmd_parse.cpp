@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "core/token_ids_file.h"
 #include "core/error.h"
 #include "harmony/parser.h"
 #include "tokenizer/tokenizer.h"
@@ -30,15 +31,7 @@ std::vector<int32_t> read_ids_file(const std::string& path) {
   std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   const auto doc = nlohmann::json::parse(text, nullptr, false);
   std::vector<int32_t> ids;
-  if (doc.is_array()) {
-    for (size_t i = 0; i < doc.size(); ++i) {
-      if (!doc[i].is_number_integer() || doc[i].get<int64_t>() < INT32_MIN || doc[i].get<int64_t>() > INT32_MAX) {
-        fail("{}: element {} is not a 32-bit integer id", path, i);
-      }
-      ids.push_back(static_cast<int32_t>(doc[i].get<int64_t>()));
-    }
-    return ids;
-  }
+  if (doc.is_array()) return token_ids_from_json(doc, path, {.min = INT32_MIN, .allow_empty = true});
   for (char& c : text) {
     if (c == ',') c = ' ';
   }

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "core/token_ids_file.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -46,16 +47,7 @@ void run_tokenize(const TokenizeOptions& opt) {
 void run_detokenize(const DetokenizeOptions& opt) {
   const auto tok = load_tokenizer(opt.tokenizer);
   const nlohmann::json doc = nlohmann::json::parse(read_file(opt.ids_file), nullptr, false);
-  if (!doc.is_array()) fail("{}: expected a JSON array of token ids", opt.ids_file);
-  std::vector<int32_t> ids;
-  ids.reserve(doc.size());
-  for (size_t i = 0; i < doc.size(); ++i) {
-    const auto& v = doc[i];
-    if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX) {
-      fail("{}: element {} is not a 32-bit integer id", opt.ids_file, i);
-    }
-    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
-  }
+  const std::vector<int32_t> ids = token_ids_from_json(doc, opt.ids_file, {.min = INT32_MIN, .allow_empty = true});
   std::cout << tok->decode(ids);
 }
 
