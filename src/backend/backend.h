@@ -29,6 +29,11 @@ struct ExpertWeights {
   Tensor down_w, down_b;        // logical [E, H, I], [E, H]
   Tensor gate_up_scales, down_scales;  // for quantized formats; empty otherwise
   int64_t experts = 0, hidden = 0, intermediate = 0;
+  // Expert parallelism (docs/parallel.md): these are experts [first_expert, first_expert + experts)
+  // of global_experts (0 = all of them are here). moe() takes global ids and gives a token's slots
+  // whose expert is not local zero contribution; the combine is then summed across ranks.
+  int64_t first_expert = 0, global_experts = 0;
+  int64_t total_experts() const { return global_experts > 0 ? global_experts : experts; }
 };
 
 // Shape of the KV cache storage, planned at start-up from the memory budget.
@@ -62,6 +67,17 @@ struct AttentionParams {
 struct SwigluParams {
   float alpha = 1.702f;
   float limit = 7.0f;
+};
+
+// One row of a backend's own (device) sampler; see Backend::sample_on_device. Deliberately only
+// what a GPU sampler does cheaply: the engine routes rows that need more (logprobs, penalties,
+// logit_bias, min_p, min_tokens suppression) to the host sampler.
+struct DeviceSamplingRow {
+  float temperature = 0.0f;  // 0 = greedy: argmax, lowest id on ties
+  int32_t top_k = 0;         // 0 = off
+  float top_p = 1.0f;        // in (0, 1]
+  uint64_t seed = 0;
+  uint32_t draw_index = 0;   // which draw of the seed's stream (the request's tokens generated so far)
 };
 
 class Backend {
@@ -105,6 +121,15 @@ class Backend {
   // until the next step.
   using StepFn = std::function<Tensor(const StepPlan& plan)>;
   virtual Tensor run_step(const StepPlan& plan, const StepFn& step) { return step(plan); }
+
+  // Optional device sampler: one token per row of `logits` (F32 [R, V] on this backend, e.g. what
+  // run_step returned) written to `out` (R ids), so only ids cross to the host. Each row's draw is
+  // a pure function of (its logits, seed, draw_index). Returns false, touching nothing, when the
+  // backend has none: the caller then copies the logits and samples on the host.
+  virtual bool sample_on_device(const Tensor& /*logits*/, std::span<const DeviceSamplingRow> /*rows*/,
+                                std::span<int32_t> /*out*/) {
+    return false;
+  }
 
   // out[t] = table[plan.token_ids[t]]
   virtual void embedding(const Tensor& table, Tensor& out) = 0;

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/weight_shard.h"
 
 namespace ossrt {
 
@@ -70,6 +71,7 @@ RopeParams compute_rope_params(const GptOssConfig& config) {
 }
 
 // Activation buffers planned once for ModelLimits; each step uses the first T (or R) rows.
+// Widths are this rank's (q heads, vocab); the *_all buffers exist only with data parallelism.
 struct GptOssModel::Workspace {
   Tensor residual;   // [T, H] the residual stream x
   Tensor normed;     // [T, H] RMSNorm output feeding attention or the MoE
@@ -82,74 +84,166 @@ struct GptOssModel::Workspace {
   Tensor logit_in;   // [R, H] residual rows whose logits are wanted
   Tensor final_norm; // [R, H]
   Tensor logits;     // [R, V] F32
+  Tensor logits_local;  // [R, V / tp] F32, tensor parallel only
+  // Data parallelism: the MoE runs on every DP group's tokens, each group padded to the largest.
+  Tensor dp_tokens;     // [dp] F32 token counts
+  Tensor moe_in_all;    // [dp * T, H]
+  Tensor moe_out_all;   // [dp * T, H]
+  Tensor ids_all;       // [dp * T, k] I32
+  Tensor weights_all;   // [dp * T, k] F32
 };
 
-GptOssModel::GptOssModel(Backend& backend, const HostModelWeights& host, const ModelLimits& limits)
-    : backend_(backend), config_(host.config), limits_(limits) {
+GptOssModel::LocalDims GptOssModel::local_dims(const GptOssConfig& c, const ModelShard& s) {
+  auto check_part = [](int rank, int size, const char* what) {
+    OSSRT_CHECK(size >= 1 && rank >= 0 && rank < size, "model shard: {} rank {} of {}", what, rank, size);
+  };
+  check_part(s.tp_rank, s.tp_size, "tensor-parallel");
+  check_part(s.expert_rank, s.expert_size, "expert-parallel");
+  check_part(s.expert_tp_rank, s.expert_tp_size, "expert tensor-parallel");
+  check_part(s.dp_rank, s.dp_size, "data-parallel");
+  const int tp = s.tp_size, Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
+  OSSRT_CHECK(Hq % tp == 0 && (Hkv % tp == 0 || tp % Hkv == 0) && c.vocab_size % tp == 0,
+              "model shard: tensor parallel size {} must divide {} attention heads and {} vocab rows, and divide or "
+              "be a multiple of {} KV heads",
+              tp, Hq, c.vocab_size, Hkv);
+  OSSRT_CHECK(c.num_experts % s.expert_size == 0, "model shard: expert parallel size {} does not divide {} experts",
+              s.expert_size, c.num_experts);
+  OSSRT_CHECK(c.intermediate_size % s.expert_tp_size == 0,
+              "model shard: {} ranks per expert group do not divide the intermediate size {}", s.expert_tp_size,
+              c.intermediate_size);
+  OSSRT_CHECK(tp == 1 || s.tp, "model shard: tensor parallel size {} without a communicator", tp);
+  OSSRT_CHECK(s.dp_size == 1 || s.dp, "model shard: data parallel size {} without a communicator", s.dp_size);
+  OSSRT_CHECK((s.expert_size == 1 && s.expert_tp_size == 1) || s.moe,
+              "model shard: a sharded MoE without a communicator");
+  LocalDims d;
+  d.q_heads = Hq / tp;
+  d.first_q_head = s.tp_rank * d.q_heads;
+  // More ranks than KV heads: each rank keeps (replicates) the one KV head its query heads read.
+  d.kv_heads = Hkv >= tp ? Hkv / tp : 1;
+  d.first_kv_head = Hkv >= tp ? s.tp_rank * d.kv_heads : s.tp_rank / (tp / Hkv);
+  d.vocab = c.vocab_size / tp;
+  d.first_vocab = s.tp_rank * d.vocab;
+  d.experts = c.num_experts / s.expert_size;
+  d.first_expert = s.expert_rank * d.experts;
+  d.intermediate = c.intermediate_size / s.expert_tp_size;
+  d.first_intermediate = s.expert_tp_rank * d.intermediate;
+  return d;
+}
+
+GptOssModel::GptOssModel(Backend& backend, const HostModelWeights& host, const ModelLimits& limits,
+                         const ModelShard& shard)
+    : backend_(backend), config_(host.config), limits_(limits), shard_(shard) {
   const GptOssConfig& c = config_;
   c.validate();
+  local_ = local_dims(c, shard);
   OSSRT_CHECK(limits.max_step_tokens > 0 && limits.max_logit_rows > 0, "model limits must be positive ({} tokens, {} rows)",
               limits.max_step_tokens, limits.max_logit_rows);
   OSSRT_CHECK(int(host.layers.size()) == c.num_layers, "model weights have {} layers, config says {}",
               host.layers.size(), c.num_layers);
-  const int64_t H = c.hidden_size, V = c.vocab_size, E = c.num_experts, I = c.intermediate_size;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
   expect_shape(host.embed, {V, H}, "embedding");
   expect_shape(host.final_norm, {H}, "final norm");
   expect_shape(host.lm_head, {V, H}, "lm_head");
+  // Slices that are not views into the checkpoint (o_proj columns, expert slices) live here until
+  // the backend has copied them (the sync below).
+  std::vector<std::shared_ptr<void>> keep;
   weights_.embed = backend.upload(host.embed);
   weights_.final_norm = backend.upload(host.final_norm);
-  weights_.lm_head = backend.upload(host.lm_head);
-
-  for (int l = 0; l < c.num_layers; ++l) {
-    const HostLayerWeights& h = host.layers[size_t(l)];
-    const std::string at = fmt::format("layer {}", l);
-    expect_shape(h.attn_norm, {H}, at + " attention norm");
-    expect_shape(h.q_w, {c.q_dim(), H}, at + " q_proj weight");
-    expect_shape(h.k_w, {c.kv_dim(), H}, at + " k_proj weight");
-    expect_shape(h.v_w, {c.kv_dim(), H}, at + " v_proj weight");
-    expect_shape(h.q_b, {c.q_dim()}, at + " q_proj bias");
-    expect_shape(h.k_b, {c.kv_dim()}, at + " k_proj bias");
-    expect_shape(h.v_b, {c.kv_dim()}, at + " v_proj bias");
-    expect_shape(h.o_w, {H, c.q_dim()}, at + " o_proj weight");
-    expect_shape(h.o_b, {H}, at + " o_proj bias");
-    expect_shape(h.sinks, {c.num_attention_heads}, at + " sinks");
-    expect_shape(h.mlp_norm, {H}, at + " MLP norm");
-    expect_shape(h.router_w, {E, H}, at + " router weight");
-    expect_shape(h.router_b, {E}, at + " router bias");
-    expect_experts(h.gate_up, E, 2 * I, H, at + " gate_up");
-    expect_experts(h.down, E, H, I, at + " down");
-
-    LayerWeights w;
-    w.attn_norm = backend.upload(h.attn_norm);
-    const HostTensor* qkv_w[] = {&h.q_w, &h.k_w, &h.v_w};
-    const HostTensor* qkv_b[] = {&h.q_b, &h.k_b, &h.v_b};
-    w.qkv_w = backend.upload_concat_rows(qkv_w);
-    w.qkv_b = backend.upload_concat_rows(qkv_b);
-    w.o_w = backend.upload(h.o_w);
-    w.o_b = backend.upload(h.o_b);
-    w.sinks = backend.upload(h.sinks);
-    w.mlp_norm = backend.upload(h.mlp_norm);
-    w.router_w = backend.upload(h.router_w);
-    w.router_b = backend.upload(h.router_b);
-    w.experts = backend.upload_experts(h.gate_up, h.down);
-    weights_.layers.push_back(std::move(w));
-  }
+  weights_.lm_head = backend.upload(slice_rows(host.lm_head, {local_.first_vocab, local_.vocab}));
+  for (int l = 0; l < c.num_layers; ++l) upload_layer(host.layers[size_t(l)], fmt::format("layer {}", l), keep);
+  backend.sync();
   rope_ = compute_rope_params(c);
 
-  const int64_t T = limits.max_step_tokens, R = limits.max_logit_rows;
+  const int64_t T = limits.max_step_tokens, R = limits.max_logit_rows, D = c.head_dim;
+  const int64_t k = c.experts_per_token, dp = shard.dp_size;
   const DType act = backend.activation_dtype();
   ws_ = std::make_shared<Workspace>();
   ws_->residual = backend.alloc(backend.residual_dtype(), {T, H});
   ws_->normed = backend.alloc(act, {T, H});
-  ws_->qkv = backend.alloc(act, {T, c.qkv_dim()});
-  ws_->attn = backend.alloc(act, {T, c.q_dim()});
+  ws_->qkv = backend.alloc(act, {T, (local_.q_heads + 2 * local_.kv_heads) * D});
+  ws_->attn = backend.alloc(act, {T, local_.q_heads * D});
   ws_->attn_out = backend.alloc(act, {T, H});
-  ws_->router_ids = backend.alloc(DType::I32, {T, c.experts_per_token});
-  ws_->router_weights = backend.alloc(DType::F32, {T, c.experts_per_token});
+  ws_->router_ids = backend.alloc(DType::I32, {T, k});
+  ws_->router_weights = backend.alloc(DType::F32, {T, k});
   ws_->moe_out = backend.alloc(act, {T, H});
   ws_->logit_in = backend.alloc(backend.residual_dtype(), {R, H});
   ws_->final_norm = backend.alloc(act, {R, H});
   ws_->logits = backend.alloc(DType::F32, {R, V});
+  if (shard.tp_size > 1) ws_->logits_local = backend.alloc(DType::F32, {R, local_.vocab});
+  if (dp > 1) {
+    ws_->dp_tokens = backend.alloc(DType::F32, {dp});
+    ws_->moe_in_all = backend.alloc(act, {dp * T, H});
+    ws_->moe_out_all = backend.alloc(act, {dp * T, H});
+    ws_->ids_all = backend.alloc(DType::I32, {dp * T, k});
+    ws_->weights_all = backend.alloc(DType::F32, {dp * T, k});
+  }
+}
+
+void GptOssModel::upload_layer(const HostLayerWeights& h, const std::string& at,
+                               std::vector<std::shared_ptr<void>>& keep) {
+  const GptOssConfig& c = config_;
+  const int64_t H = c.hidden_size, E = c.num_experts, I = c.intermediate_size, D = c.head_dim;
+  expect_shape(h.attn_norm, {H}, at + " attention norm");
+  expect_shape(h.q_w, {c.q_dim(), H}, at + " q_proj weight");
+  expect_shape(h.k_w, {c.kv_dim(), H}, at + " k_proj weight");
+  expect_shape(h.v_w, {c.kv_dim(), H}, at + " v_proj weight");
+  expect_shape(h.q_b, {c.q_dim()}, at + " q_proj bias");
+  expect_shape(h.k_b, {c.kv_dim()}, at + " k_proj bias");
+  expect_shape(h.v_b, {c.kv_dim()}, at + " v_proj bias");
+  expect_shape(h.o_w, {H, c.q_dim()}, at + " o_proj weight");
+  expect_shape(h.o_b, {H}, at + " o_proj bias");
+  expect_shape(h.sinks, {c.num_attention_heads}, at + " sinks");
+  expect_shape(h.mlp_norm, {H}, at + " MLP norm");
+  expect_shape(h.router_w, {E, H}, at + " router weight");
+  expect_shape(h.router_b, {E}, at + " router bias");
+  expect_experts(h.gate_up, E, 2 * I, H, at + " gate_up");
+  expect_experts(h.down, E, H, I, at + " down");
+
+  // Heads are contiguous rows of q/k/v (head h = rows [h D, (h+1) D)), so this rank's q heads and
+  // the KV heads they read are row views; the fused weight is q_local | k_local | v_local.
+  const IndexRange q_rows{local_.first_q_head * D, local_.q_heads * D};
+  const IndexRange kv_rows{local_.first_kv_head * D, local_.kv_heads * D};
+  const HostTensor q_w = slice_rows(h.q_w, q_rows), k_w = slice_rows(h.k_w, kv_rows), v_w = slice_rows(h.v_w, kv_rows);
+  const HostTensor q_b = slice_rows(h.q_b, q_rows), k_b = slice_rows(h.k_b, kv_rows), v_b = slice_rows(h.v_b, kv_rows);
+  const bool whole_heads = shard_.tp_size == 1;
+  LayerWeights w;
+  w.attn_norm = backend_.upload(h.attn_norm);
+  const HostTensor* qkv_w[] = {&q_w, &k_w, &v_w};
+  const HostTensor* qkv_b[] = {&q_b, &k_b, &v_b};
+  w.qkv_w = backend_.upload_concat_rows(qkv_w);
+  w.qkv_b = backend_.upload_concat_rows(qkv_b);
+  // o_proj is row-parallel: this rank's input columns; the partial outputs are summed by all-reduce.
+  w.o_w = backend_.upload(whole_heads ? h.o_w : slice_columns(h.o_w, q_rows, keep));
+  w.o_b = backend_.upload(h.o_b);
+  w.sinks = backend_.upload(slice_rows(h.sinks, {local_.first_q_head, local_.q_heads}));
+  w.mlp_norm = backend_.upload(h.mlp_norm);
+  w.router_w = backend_.upload(h.router_w);  // replicated: every rank routes every token
+  w.router_b = backend_.upload(h.router_b);
+  // Experts: a contiguous expert range, and within it a slice j in [j0, j1) of the intermediate
+  // dimension: gate_up rows 2j (gate) and 2j+1 (up) are interleaved, so the slice is rows
+  // [2 j0, 2 j1); down_proj is row-parallel over columns [j0, j1), its bias added by one slice only.
+  const IndexRange experts{local_.first_expert, local_.experts};
+  const IndexRange inter{local_.first_intermediate, local_.intermediate};
+  if (experts.count == E && inter.count == I) {
+    w.experts = backend_.upload_experts(h.gate_up, h.down);
+  } else {
+    const HostExperts gate_up =
+        slice_experts(h.gate_up, experts, {2 * inter.begin, 2 * inter.count}, {0, H}, false, keep);
+    const HostExperts down = slice_experts(h.down, experts, {0, H}, inter, shard_.expert_tp_rank != 0, keep);
+    w.experts = backend_.upload_experts(gate_up, down);
+  }
+  w.experts.first_expert = local_.first_expert;
+  w.experts.global_experts = E;
+  weights_.layers.push_back(std::move(w));
+}
+
+int64_t GptOssModel::dp_max_tokens(int64_t tokens) {
+  Tensor counts = ws_->dp_tokens, mine = counts.rows(shard_.dp_rank, 1);
+  const float t = float(tokens);
+  backend_.from_host(mine, &t);
+  shard_.dp->all_gather(mine, counts);
+  const std::vector<float> all = backend_.to_host_f32(counts);
+  return int64_t(*std::max_element(all.begin(), all.end()));
 }
 
 Tensor GptOssModel::forward(const StepPlan& plan) {
@@ -166,6 +260,8 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
     backend_.sync();
     observer_(name, t);
   };
+  const ModelShard& s = shard_;
+  const bool sharded_moe = s.expert_size > 1 || s.expert_tp_size > 1;
 
   Workspace& ws = *ws_;
   Tensor x = ws.residual.rows(0, T), normed = ws.normed.rows(0, T), qkv = ws.qkv.rows(0, T);
@@ -173,6 +269,16 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
   Tensor ids = ws.router_ids.rows(0, T), weights = ws.router_weights.rows(0, T);
 
   backend_.begin_step(plan);
+  // Data parallelism: the MoE sees every DP group's tokens, each group's rows padded to the largest
+  // group's count (padding rows are computed and dropped).
+  const int64_t dp_rows = s.dp_size > 1 ? dp_max_tokens(T) : T;
+  Tensor moe_in = normed, moe_result = moe_out;
+  if (s.dp_size > 1) {
+    moe_in = ws.moe_in_all.rows(0, s.dp_size * dp_rows), moe_result = ws.moe_out_all.rows(0, s.dp_size * dp_rows);
+    ids = ws.ids_all.rows(0, s.dp_size * dp_rows), weights = ws.weights_all.rows(0, s.dp_size * dp_rows);
+  }
+  Tensor moe_delta = moe_out;  // this rank's tokens' MoE output, what the next layer adds
+
   backend_.embedding(weights_.embed, x);
   observe("embed", x);
 
@@ -184,8 +290,8 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
     ap.group = c.is_sliding(l) ? KvGroup::Sliding : KvGroup::Full;
     ap.layer_in_group = c.is_sliding(l) ? sliding_index++ : full_index++;
     ap.window = c.is_sliding(l) ? c.sliding_window : 0;
-    ap.num_q_heads = c.num_attention_heads;
-    ap.num_kv_heads = c.num_key_value_heads;
+    ap.num_q_heads = local_.q_heads;
+    ap.num_kv_heads = local_.kv_heads;
     ap.head_dim = c.head_dim;
     ap.sm_scale = float(1.0 / std::sqrt(double(c.head_dim)));
 
@@ -193,7 +299,7 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
     if (l == 0)
       backend_.rmsnorm(x, w.attn_norm, eps, normed);
     else
-      backend_.add_rmsnorm(x, moe_out, w.attn_norm, eps, normed);
+      backend_.add_rmsnorm(x, moe_delta, w.attn_norm, eps, normed);
     observe(name + ".attn_in", normed);
     backend_.linear(normed, w.qkv_w, &w.qkv_b, qkv);
     observe(name + ".qkv", qkv);
@@ -201,25 +307,43 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
     observe(name + ".qkv_rope", qkv);
     backend_.attention(qkv, w.sinks, ap, attn);
     observe(name + ".attn", attn);
-    backend_.linear(attn, w.o_w, &w.o_b, attn_out);
+    // Row-parallel o_proj: the bias joins the sum once, on tensor-parallel rank 0.
+    backend_.linear(attn, w.o_w, s.tp_rank == 0 ? &w.o_b : nullptr, attn_out);
+    if (s.tp_size > 1) s.tp->all_reduce_sum(attn_out);
     observe(name + ".attn_out", attn_out);
 
     backend_.add_rmsnorm(x, attn_out, w.mlp_norm, eps, normed);
     observe(name + ".mlp_in", normed);
-    backend_.router_topk(normed, w.router_w, w.router_b, c.experts_per_token, ids, weights);
+    if (s.dp_size > 1) s.dp->all_gather(ws.normed.rows(0, dp_rows), moe_in);
+    backend_.router_topk(moe_in, w.router_w, w.router_b, c.experts_per_token, ids, weights);
     observe(name + ".router_ids", ids);
     observe(name + ".router_weights", weights);
-    backend_.moe(normed, w.experts, ids, weights, swiglu, moe_out);
-    observe(name + ".moe_out", moe_out);
+    backend_.moe(moe_in, w.experts, ids, weights, swiglu, moe_result);
+    if (s.dp_size > 1 && s.tp_size == 1) {
+      // The MoE ranks are exactly the DP ranks, in order: each keeps the sum of its own rows.
+      Tensor own_rows = ws.moe_out.rows(0, dp_rows);
+      s.moe->reduce_scatter_sum(moe_result, own_rows);
+    } else {
+      if (sharded_moe) s.moe->all_reduce_sum(moe_result);
+      if (s.dp_size > 1) moe_delta = moe_result.rows(s.dp_rank * dp_rows, T);
+    }
+    observe(name + ".moe_out", moe_delta);
   }
-  backend_.add(x, moe_out);
+  backend_.add(x, moe_delta);
   observe("residual", x);
 
   Tensor logit_in = ws.logit_in.rows(0, R), final_norm = ws.final_norm.rows(0, R), logits = ws.logits.rows(0, R);
   backend_.gather_logit_rows(x, logit_in);
   backend_.rmsnorm(logit_in, weights_.final_norm, eps, final_norm);
   observe("final_norm", final_norm);
-  backend_.linear(final_norm, weights_.lm_head, nullptr, logits);
+  if (s.tp_size > 1) {
+    // Vocab-parallel unembedding: this rank's vocab rows, then the columns of every rank side by side.
+    Tensor local = ws.logits_local.rows(0, R);
+    backend_.linear(final_norm, weights_.lm_head, nullptr, local);
+    s.tp->all_gather_columns(local, logits);
+  } else {
+    backend_.linear(final_norm, weights_.lm_head, nullptr, logits);
+  }
   observe("logits", logits);
   return logits;
 }

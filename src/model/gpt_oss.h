@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "model/config.h"
 #include "model/host_weights.h"
+#include "parallel/communicator.h"
 
 namespace ossrt {
 
@@ -39,14 +40,36 @@ struct ModelLimits {
   int max_logit_rows = 256;    // most rows of logits one step returns
 };
 
+// Which part of the model one rank holds, and the communicators it reduces through
+// (docs/parallel.md; src/parallel/parallel_config.h derives these from the CLI flags). The default
+// is the whole model on one rank, which runs exactly the unsharded forward.
+struct ModelShard {
+  int tp_rank = 0, tp_size = 1;                // attention heads by KV-head group, lm_head vocab rows
+  int expert_rank = 0, expert_size = 1;        // a contiguous range of num_experts / expert_size experts
+  int expert_tp_rank = 0, expert_tp_size = 1;  // a slice of every local expert's intermediate dimension
+  int dp_rank = 0, dp_size = 1;                // attention data parallelism: this rank's own sequences
+  Communicator* tp = nullptr;   // the tp_size ranks of this attention group (o_proj all-reduce, logits gather)
+  // Every rank holding part of the MoE (the combine's all-reduce). With dp_size > 1 and tp_size == 1
+  // its ranks must be the DP ranks in dp_rank order: the combine is then a reduce-scatter.
+  Communicator* moe = nullptr;
+  Communicator* dp = nullptr;   // the dp_size ranks with this tp_rank (token gather before the MoE)
+
+  bool is_whole() const { return tp_size == 1 && expert_size == 1 && expert_tp_size == 1 && dp_size == 1; }
+};
+
 class GptOssModel {
  public:
-  // Uploads the weights to the backend and plans the activation workspaces for `limits`.
-  GptOssModel(Backend& backend, const HostModelWeights& host, const ModelLimits& limits);
+  // Uploads the weights (this rank's part of them) to the backend and plans the activation
+  // workspaces for `limits`.
+  GptOssModel(Backend& backend, const HostModelWeights& host, const ModelLimits& limits,
+              const ModelShard& shard = {});
 
   const GptOssConfig& config() const { return config_; }
   const ModelLimits& limits() const { return limits_; }
   Backend& backend() { return backend_; }
+  const ModelShard& shard() const { return shard_; }
+  // KV heads in this rank's cache (KvCacheShape::num_kv_heads): all of them unless tensor parallel.
+  int local_kv_heads() const { return local_.kv_heads; }
 
   // Runs one step for `plan` (which the caller has made consistent with the KV cache) and returns
   // the logits of plan.logit_rows: [R, vocab] in float32 on the backend's device.
@@ -55,9 +78,23 @@ class GptOssModel {
   void set_observer(ActivationObserver observer) { observer_ = std::move(observer); }
 
  private:
+  // This rank's slice of every sharded dimension (all of it when the shard is whole).
+  struct LocalDims {
+    int q_heads = 0, kv_heads = 0, first_q_head = 0, first_kv_head = 0;
+    int64_t vocab = 0, first_vocab = 0;
+    int64_t experts = 0, first_expert = 0;
+    int64_t intermediate = 0, first_intermediate = 0;
+  };
+  static LocalDims local_dims(const GptOssConfig& c, const ModelShard& s);
+  void upload_layer(const HostLayerWeights& h, const std::string& at, std::vector<std::shared_ptr<void>>& keep);
+  // Tokens of the largest DP group this step (the others' rows are padded to it for the MoE gather).
+  int64_t dp_max_tokens(int64_t tokens);
+
   Backend& backend_;
   GptOssConfig config_;
   ModelLimits limits_;
+  ModelShard shard_;
+  LocalDims local_;
   ModelWeights weights_;
   RopeParams rope_;
   ActivationObserver observer_;

@@ -248,13 +248,21 @@ class CpuBackend final : public Backend {
     expect_vector(experts.gate_up_b, E * 2 * I, "moe", "gate_up_b");
     expect_vector(experts.down_w, E * H * I, "moe", "down_w");
     expect_vector(experts.down_b, E * H, "moe", "down_b");
+    const int64_t total = experts.total_experts();
+    OSSRT_CHECK(experts.first_expert >= 0 && experts.first_expert + E <= total,
+                "moe: local experts [{}, {}) outside the {} experts of the model", experts.first_expert,
+                experts.first_expert + E, total);
     for (int64_t i = 0; i < T * k; ++i)
-      OSSRT_CHECK(ids.ptr<int32_t>()[i] >= 0 && ids.ptr<int32_t>()[i] < E, "moe: expert id {} at [{}, {}] outside [0, {})",
-                  ids.ptr<int32_t>()[i], i / k, i % k, E);
-    const cpu::ExpertsView view{experts.gate_up_w.ptr<float>(), experts.gate_up_b.ptr<float>(),
-                                experts.down_w.ptr<float>(),    experts.down_b.ptr<float>(),
-                                E,                              H,
-                                I};
+      OSSRT_CHECK(ids.ptr<int32_t>()[i] >= 0 && ids.ptr<int32_t>()[i] < total,
+                  "moe: expert id {} at [{}, {}] outside [0, {})", ids.ptr<int32_t>()[i], i / k, i % k, total);
+    const cpu::ExpertsView view{experts.gate_up_w.ptr<float>(),
+                                experts.gate_up_b.ptr<float>(),
+                                experts.down_w.ptr<float>(),
+                                experts.down_b.ptr<float>(),
+                                E,
+                                H,
+                                I,
+                                experts.first_expert};
     cpu::moe(pool_, x.ptr<float>(), T, view, ids.ptr<int32_t>(), weights.ptr<float>(), k, swiglu, out.ptr<float>());
   }
 

@@ -84,7 +84,8 @@ void moe(ThreadPool& pool, const float* x, int64_t tokens, const ExpertsView& ex
       float* ot = out + t * H;
       std::fill(ot, ot + H, 0.0f);
       for (int slot = 0; slot < k; ++slot) {
-        const int64_t e = ids[t * k + slot];
+        const int64_t e = ids[t * k + slot] - ex.first_expert;
+        if (e < 0 || e >= ex.experts) continue;
         const float w = weights[t * k + slot];
         const float* w1 = ex.gate_up_w + e * 2 * I * H;
         const float* b1 = ex.gate_up_b + e * 2 * I;

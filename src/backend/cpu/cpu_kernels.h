@@ -74,9 +74,12 @@ struct ExpertsView {
   const float* down_w = nullptr;
   const float* down_b = nullptr;
   int64_t experts = 0, hidden = 0, intermediate = 0;
+  int64_t first_expert = 0;  // global id of local expert 0 (expert parallelism)
 };
 
 // out[t] = sum_k weights[t,k] * expert_{ids[t,k]}(x[t]), summed in slot order k = 0, 1, ...
+// Slots whose global id is outside [first_expert, first_expert + experts) are skipped (another
+// rank holds that expert).
 void moe(ThreadPool& pool, const float* x, int64_t tokens, const ExpertsView& experts, const int32_t* ids,
          const float* weights, int k, const SwigluParams& swiglu, float* out);
 

@@ -231,6 +231,12 @@ void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& id
               "moe: ids {} / weights {} for {} tokens", ids.shape_str(), weights.shape_str(), t);
   OSSRT_CHECK(ex.gate_up_w.dtype == DType::BF16 && ex.gate_up_b.dtype == DType::F32,
               "moe: expert weights were not uploaded by the CUDA backend");
+  // The route kernel indexes experts by global id; expert parallelism (a partial expert set) is
+  // proven on the CPU backend only so far (docs/parallel.md).
+  OSSRT_CHECK(ex.first_expert == 0 && ex.total_experts() == ex.experts,
+              "moe: this layer holds experts [{}, {}) of {}; the CUDA backend does not run a partial expert set yet "
+              "(--expert-parallel-size > 1 needs --backend cpu)",
+              ex.first_expert, ex.first_expert + ex.experts, ex.total_experts());
   const size_t need = cuda::moe_workspace_bytes(int(t), k, int(ex.experts), int(ex.hidden), int(ex.intermediate));
   OSSRT_CHECK(need <= moe_workspace_bytes_, "moe: {} tokens x top-{} need {} workspace bytes, {} planned", t, k, need,
               moe_workspace_bytes_);

@@ -1,0 +1,62 @@
+#pragma once
+// A gpt-oss model sharded over ParallelConfig::world_size() ranks in one process: one backend and
+// one GptOssModel (with its ModelShard) per rank, each rank's step on its own thread, collectives
+// through in-process communicators (CPU backend) or NCCL (CUDA backend, one GPU per rank). What
+// `ossrt logits` calls for --tensor/expert/data-parallel-size, and what the engine will call.
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/gpt_oss.h"
+#include "parallel/communicator.h"
+#include "parallel/parallel_config.h"
+
+namespace ossrt {
+
+class InProcessGroup;
+
+class ParallelModel {
+ public:
+  // Creates the ranks' backends (`backend_name`; CUDA: rank r on device r; CPU: options.threads
+  // is the total, split among ranks, 0 = all cores) and uploads each rank's part of `host`.
+  ParallelModel(const HostModelWeights& host, const ParallelConfig& parallel, const std::string& backend_name,
+                const BackendOptions& options, const ModelLimits& limits);
+  ~ParallelModel();
+  ParallelModel(const ParallelModel&) = delete;
+  ParallelModel& operator=(const ParallelModel&) = delete;
+
+  const GptOssConfig& config() const { return config_; }
+  const ModelLimits& limits() const { return limits_; }
+  const ParallelConfig& parallel() const { return parallel_; }
+  int world_size() const { return int(ranks_.size()); }
+  GptOssModel& rank_model(int rank);
+  Backend& rank_backend(int rank);
+
+  // Allocates every rank's KV storage for the unsharded `shape`; each rank keeps its own KV heads.
+  void allocate_kv_cache(const KvCacheShape& shape);
+
+  // Without data parallelism: runs `plan` on every rank and returns logits [R, vocab] (host f32).
+  std::vector<float> forward(const StepPlan& plan);
+  // With data parallelism: plans[d] is DP group d's step (its own sequences and KV slots); returns
+  // each group's logits [R_d, vocab]. A group may have an empty step.
+  std::vector<std::vector<float>> forward_dp(std::span<const StepPlan> plans);
+
+ private:
+  struct Rank;
+  // Runs fn(rank) on one thread per rank. When one throws, the others are woken out of their
+  // collectives, and the first error is rethrown here once all have returned.
+  void run_on_ranks(const std::function<void(int rank)>& fn);
+  void make_communicators(const std::string& backend_name);
+
+  GptOssConfig config_;
+  ModelLimits limits_;
+  ParallelConfig parallel_;
+  int device_base_ = 0;  // CUDA: rank r runs on device device_base_ + r
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<std::shared_ptr<InProcessGroup>> groups_;  // empty with NCCL
+};
+
+}  // namespace ossrt
