@@ -274,9 +274,10 @@ void Engine::run_until_idle() {
 
 void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   const StepPlan plan = build_step_plan(scheduled, kv_);
-  const Tensor logits_device = model_.forward(plan);
-  std::vector<float> logits;
-  if (!plan.logit_rows.empty()) logits = model_.backend().to_host_f32(logits_device);
+  // run_step lets the backend run the step its own way (CUDA: a captured graph for decode-only
+  // plans); the logits stay on the device until the step sampler decides what must come back.
+  const Tensor logits =
+      model_.backend().run_step(plan, [this](const StepPlan& p) { return model_.forward(p); });
 
   std::vector<Sequence*> sampling_seqs;
   std::vector<SamplingRow> rows;
@@ -289,7 +290,7 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   }
   if (rows.empty()) return;
   const int64_t vocab = model_.config().vocab_size;
-  std::vector<SampledToken> sampled = sampler_.sample(logits, vocab, rows);
+  std::vector<SampledToken> sampled = step_sampler_.sample(model_.backend(), logits, vocab, rows);
 
   const Clock::time_point now = Clock::now();
   for (size_t i = 0; i < sampling_seqs.size(); ++i) {

@@ -1,5 +1,7 @@
 #pragma once
 // Engine: continuous batching of GenerationRequests over one GptOssModel (any backend).
+// Each step runs through Backend::run_step (CUDA replays decode graphs) and is sampled by the
+// backend's device sampler where it can serve the row, else on the host (engine/step_sampling.h).
 // One engine thread owns the scheduler, the KV block accounting and the backend: it runs steps while
 // work exists and sleeps on a condition variable otherwise. submit()/cancel() only touch a
 // mutex-protected inbox that the thread drains at the start of every step; event callbacks run on
@@ -19,10 +21,10 @@
 #include "engine/output_filter.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_sampling.h"
 #include "kvcache/kv_cache.h"
 #include "kvcache/memory_plan.h"
 #include "model/gpt_oss.h"
-#include "sampling/sampler.h"
 
 namespace ossrt {
 
@@ -61,6 +63,9 @@ class Engine : public Generator {
   void run_until_idle();
 
   const KvMemoryPlan& memory_plan() const { return memory_plan_; }
+  // Rows sampled on the backend's device sampler vs on the host. Engine-thread data: read it only
+  // when the engine has no thread (start_thread = false) or is idle.
+  const StepSamplingCounters& sampling_counters() const { return step_sampler_.counters(); }
   const KvCache& kv_cache() const { return kv_; }
   const EngineConfig& config() const { return config_; }
 
@@ -92,7 +97,7 @@ class Engine : public Generator {
   int max_model_len_ = 0;
   KvCache kv_;
   Scheduler scheduler_;
-  Sampler sampler_;
+  StepSampler step_sampler_;
   SequenceId next_sequence_id_ = 1;
   std::mt19937_64 seed_source_;  // seeds for requests without one
 

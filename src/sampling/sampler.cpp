@@ -9,9 +9,6 @@
 namespace ossrt {
 
 namespace {
-// Below this temperature sampling is greedy (vLLM's epsilon).
-constexpr float kGreedyTemperature = 1e-5f;
-
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -1,11 +1,14 @@
 #pragma once
-// The sampler turns a step's logits (F32 [R, V] on the host, one row per sequence that samples)
-// into one token per row. It is batch-shaped on purpose so a GPU sampler can replace it later with
-// the same inputs: per-row parameters and per-row state.
+// The host sampler turns a step's logits (F32 [R, V] on the host, one row per sequence that
+// samples) into one token per row, with per-row parameters and per-row state. The engine sends it
+// only the rows the backend's device sampler cannot serve (engine/step_sampling.h).
 //
 // Reproducibility: the random draw for a sequence's n-th output token is a pure function of
 // (seed, n) (a counter-based generator), so the same seed yields the same tokens regardless of
-// batching, chunking or preemption (a preempted sequence resumes with its counter intact).
+// batching, chunking or preemption (a preempted sequence resumes with its counter intact). The
+// device sampler (CUDA: Philox) is likewise deterministic but draws a DIFFERENT stream for the same
+// seed, so a seeded request's tokens depend on the backend (and, per token, on which sampler served
+// it), never on the batch. Greedy is identical on both: argmax, lowest id on ties.
 //
 // Logprobs are those of the RAW model distribution (log-softmax of the logits before bias,
 // penalties, temperature and truncation), like OpenAI's API; vLLM's default also returns raw ones.
@@ -19,6 +22,9 @@
 #include "engine/request.h"  // SamplingParams, TokenLogprob (plain data, no engine code)
 
 namespace ossrt {
+
+// Below this temperature sampling is greedy (vLLM's epsilon).
+inline constexpr float kGreedyTemperature = 1e-5f;
 
 // Per-request sampling state; lives as long as the request, across preemptions.
 class SamplingState {

@@ -1,8 +1,10 @@
 #pragma once
-// Shared by the engine_*_test.cpp files: a small gpt-oss (vocab 512, window 16) with dummy weights
-// on the CPU backend, an independent greedy reference built on SingleSequenceRunner (no scheduler,
-// no block pool, no sampler), and a collector for a request's event stream.
+// Shared by the engine_*_test.cpp files (and tests/kernels/engine_cuda_test.cpp): a small gpt-oss
+// (vocab 512, window 16) with dummy weights on the CPU backend (or one given), an independent
+// greedy reference built on SingleSequenceRunner (no scheduler, no block pool, no sampler), and a
+// collector for a request's event stream.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,25 +37,40 @@ inline GptOssConfig small_engine_config() {
 
 struct SmallModel {
   explicit SmallModel(int max_step_tokens = 256, int max_logit_rows = 64, uint64_t seed = 5)
+      : SmallModel(make_cpu_backend(BackendOptions{.threads = 2}), max_step_tokens, max_logit_rows, seed) {}
+  // The same model on another backend (the GPU engine tests pass a CudaBackend, the device-sampler
+  // tests a recording wrapper).
+  SmallModel(std::unique_ptr<Backend> on_backend, int max_step_tokens = 256, int max_logit_rows = 64,
+             uint64_t seed = 5)
       : weights(make_dummy_weights(small_engine_config(), seed)),
-        backend(make_cpu_backend(BackendOptions{.threads = 2})),
+        backend(std::move(on_backend)),
         model(*backend, weights, ModelLimits{.max_step_tokens = max_step_tokens, .max_logit_rows = max_logit_rows}) {}
   HostModelWeights weights;
   std::unique_ptr<Backend> backend;
   GptOssModel model;
 };
 
-// Greedy continuation by plain single-sequence forwards and std::max_element (lowest id on ties).
-inline std::vector<int32_t> reference_greedy(GptOssModel& model, const std::vector<int32_t>& prompt, int n) {
-  SingleSequenceRunner runner(model, int(prompt.size()) + n);
+// Greedy continuation by plain single-sequence forwards and std::max_element (lowest id on ties),
+// starting the runner over (a backend whose KV cache is allocated once, like CUDA's, keeps one
+// runner for every reference). `on_step(i, logits)` sees the logits that chose token i.
+inline std::vector<int32_t> reference_greedy(
+    SingleSequenceRunner& runner, const std::vector<int32_t>& prompt, int n,
+    const std::function<void(int, const std::vector<float>&)>& on_step = nullptr) {
+  runner.reset();
   std::vector<float> logits = runner.run(prompt, 0, SingleSequenceRunner::Logits::LastRow);
   std::vector<int32_t> out;
   for (int i = 0; i < n; ++i) {
+    if (on_step) on_step(i, logits);
     const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
     out.push_back(next);
     if (i + 1 < n) logits = runner.run(std::vector<int32_t>{next}, 1, SingleSequenceRunner::Logits::LastRow);
   }
   return out;
+}
+
+inline std::vector<int32_t> reference_greedy(GptOssModel& model, const std::vector<int32_t>& prompt, int n) {
+  SingleSequenceRunner runner(model, int(prompt.size()) + n);
+  return reference_greedy(runner, prompt, n);
 }
 
 // Collects every request's events (thread-safe: callbacks run on the engine thread).

@@ -210,6 +210,11 @@ namespace ossrt {
 
 Tensor CudaBackend::run_step(const StepPlan& plan, const StepFn& step) {
   if (!graphs_enabled_ || !graphs_->graphable(plan)) return step(plan);
+  // A graph runs the plan padded to its batch bucket; the caller's model was sized for at most
+  // max_seqs rows and max_step_tokens tokens (the server passes the same numbers to both), so a
+  // bucket beyond either would be refused by the model: such plans run eagerly instead.
+  const int bucket = cuda::decode_batch_bucket(plan.num_seqs());
+  if (bucket > options_.max_seqs || bucket > options_.max_step_tokens) return step(plan);
   return graphs_->run(plan, step);
 }
 

@@ -85,6 +85,11 @@ class CudaBackend final : public Backend {
   // else runs `step` eagerly.
   Tensor run_step(const StepPlan& plan, const StepFn& step) override;
 
+  // The engine's GPU sampler hook: maps each row to SamplingRowParams (seed split in two words,
+  // offset = draw_index) and runs sample().
+  bool sample_on_device(const Tensor& logits, std::span<const DeviceSamplingRow> rows,
+                        std::span<int32_t> out) override;
+
   // ---- CUDA-only API (tests, the engine's GPU sampler)
   // Samples one token per row of logits (F32 [R, V] on this device); only the ids come back.
   std::vector<int32_t> sample(const Tensor& logits, std::span<const SamplingRowParams> params);

@@ -2,6 +2,7 @@
 // only the ids come back.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
@@ -33,6 +34,25 @@ std::vector<int32_t> CudaBackend::sample(const Tensor& logits, std::span<const S
   OSSRT_CUDA_CHECK(cudaMemcpyAsync(ids.data(), sample_ids_, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return ids;
+}
+
+bool CudaBackend::sample_on_device(const Tensor& logits, std::span<const DeviceSamplingRow> rows,
+                                   std::span<int32_t> out) {
+  OSSRT_CHECK(out.size() == rows.size(), "sample_on_device: {} output slots for {} rows", out.size(), rows.size());
+  std::vector<SamplingRowParams> params(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const DeviceSamplingRow& r = rows[i];
+    SamplingRowParams& p = params[i];
+    p.temperature = r.temperature;
+    p.top_k = r.top_k;
+    p.top_p = r.top_p;
+    p.seed_lo = uint32_t(r.seed);
+    p.seed_hi = uint32_t(r.seed >> 32);
+    p.offset = r.draw_index;
+  }
+  const std::vector<int32_t> ids = sample(logits, params);
+  std::copy(ids.begin(), ids.end(), out.begin());
+  return true;
 }
 
 }  // namespace ossrt
