@@ -74,6 +74,12 @@ SingleSequenceRunner::SingleSequenceRunner(GptOssModel& model, int max_tokens, i
   model.backend().allocate_kv_cache(shape);
 }
 
+void SingleSequenceRunner::rewind(int position) {
+  OSSRT_CHECK(position >= 0 && position <= position_, "SingleSequenceRunner::rewind({}) outside [0, {}]", position,
+              position_);
+  position_ = position;
+}
+
 std::vector<float> SingleSequenceRunner::run(std::span<const int32_t> tokens, int chunk, Logits which) {
   const int n = int(tokens.size());
   const ModelLimits& limits = model_.limits();

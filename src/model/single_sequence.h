@@ -45,6 +45,9 @@ class SingleSequenceRunner {
 
   int position() const { return position_; }  // tokens already in the cache
   void reset() { position_ = 0; }             // start a new sequence over the same storage
+  // Forgets the tokens from `position` on (0 <= position <= position()): the next run continues
+  // there and overwrites their KV slots. Lets a caller try alternatives for one token.
+  void rewind(int position);
 
  private:
   GptOssModel& model_;

@@ -11,7 +11,7 @@ rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib"
 for t in "$BUILD"/tests/*_test "$BUILD"/ossrt ${EXTRA_BINARIES:-}; do
   [ -f "$t" ] || continue
   case "$(basename "$t")" in
-    ops_test|graph_test|sample_test|model_test|golden_cuda_test|attention_test|moe_test|ossrt) ;;
+    ops_test|graph_test|sample_test|model_test|golden_cuda_test|attention_test|moe_test|engine_cuda_test|ossrt) ;;
     *) continue ;;
   esac
   # KEEP_SYMBOLS=1 keeps the symbol table (function names in a gdb backtrace), drops only debug info.

@@ -95,6 +95,7 @@ run_test sample_test 60
 run_test graph_test 90
 run_test model_test 90
 run_test golden_cuda_test 90
+run_test engine_cuda_test 120
 # BENCH_LAST=1: every test suite first, the benchmark in whatever time is left (a test record matters
 # more than a benchmark when one call has to carry both).
 [ "$MODE" = full ] && [ "${BENCH_LAST:-0}" != 1 ] && run_bench
