@@ -443,7 +443,9 @@ TEST(EngineDeviceSampling, SeededDrawsAreAPureFunctionOfSeedAndTokenIndexInAnyBa
     if (i % 3 == 1) r.sampling.logprobs = 2;
     if (i % 3 == 2 && i % 2 == 0) r.sampling.presence_penalty = 0.5f;
     ASSERT_TRUE(engine.submit(r, log.callback(r.id)));
-    if (i == 7) ASSERT_TRUE(engine.submit(seeded_request("s", prompt, kSeed, kTokens), log.callback("s")));
+    if (i == 7) {
+      ASSERT_TRUE(engine.submit(seeded_request("s", prompt, kSeed, kTokens), log.callback("s")));
+    }
   }
   engine.run_until_idle();
   EXPECT_GT(engine.stats().preemptions, 0u);
