@@ -16,6 +16,8 @@
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"
+#include "parallel/parallel_model.h"
+#include "parallel/parallel_sequence_runner.h"
 
 namespace ossrt::tools {
 namespace {
@@ -29,6 +31,7 @@ struct LogitsOptions {
   std::string backend = "cpu";
   int chunk = 256;
   int threads = 0;
+  ParallelConfig parallel;
 };
 
 void run_logits(const LogitsOptions& o) {
@@ -41,17 +44,31 @@ void run_logits(const LogitsOptions& o) {
 
   BackendOptions backend_options;
   backend_options.threads = o.threads;
-  std::unique_ptr<Backend> backend = make_backend(o.backend, backend_options);
   const int step = std::min(o.chunk, n);
-  GptOssModel model(*backend, weights, ModelLimits{step, step});
-  SingleSequenceRunner runner(model, n);
-  const auto t1 = Clock::now();
-  const std::vector<float> logits = runner.run(ids, step, SingleSequenceRunner::Logits::EveryRow);
+  const ModelLimits limits{step, step};
+  std::vector<float> logits;
+  auto t1 = Clock::now();
+  if (o.parallel.is_single()) {
+    std::unique_ptr<Backend> backend = make_backend(o.backend, backend_options);
+    GptOssModel model(*backend, weights, limits);
+    SingleSequenceRunner runner(model, n);
+    t1 = Clock::now();
+    logits = runner.run(ids, step, SingleSequenceRunner::Logits::EveryRow);
+  } else {
+    // One sequence: data parallelism has nothing to split (it runs different sequences per group).
+    OSSRT_CHECK(o.parallel.data_parallel == 1,
+                "--data-parallel-size {}: `ossrt logits` runs one sequence; data parallelism needs several",
+                o.parallel.data_parallel);
+    ParallelModel model(weights, o.parallel, o.backend, backend_options, limits);
+    ParallelSequenceRunner runner(model, n);
+    t1 = Clock::now();
+    logits = runner.run(ids, step, SingleSequenceRunner::Logits::EveryRow);
+  }
   const auto t2 = Clock::now();
   write_npy_f32(o.out, logits.data(), {int64_t(n), int64_t(weights.config.vocab_size)});
-  spdlog::info("logits: {} tokens on {} in {:.2f} s (load + upload {:.2f} s), wrote {} [{}, {}]", n, backend->name(),
-               std::chrono::duration<double>(t2 - t1).count(), std::chrono::duration<double>(t1 - t0).count(), o.out,
-               n, weights.config.vocab_size);
+  spdlog::info("logits: {} tokens on {} ({}) in {:.2f} s (load + upload {:.2f} s), wrote {} [{}, {}]", n, o.backend,
+               o.parallel.describe(), std::chrono::duration<double>(t2 - t1).count(),
+               std::chrono::duration<double>(t1 - t0).count(), o.out, n, weights.config.vocab_size);
 }
 
 void setup_logits(CLI::App& app) {
@@ -65,7 +82,15 @@ void setup_logits(CLI::App& app) {
   cmd->add_option("--out", o->out, "Output .npy path")->required();
   cmd->add_option("--backend", o->backend, "cpu | cuda");
   cmd->add_option("--chunk", o->chunk, "Tokens per forward step (chunked prefill)")->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", o->threads, "CPU worker threads (0 = all cores)");
+  cmd->add_option("--threads", o->threads, "CPU worker threads (0 = all cores; shared by the ranks)");
+  cmd->add_option("--tensor-parallel-size", o->parallel.tensor_parallel,
+                  "Ranks splitting attention heads (by KV-head group), lm_head vocab and expert widths")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--expert-parallel-size", o->parallel.expert_parallel, "Ranks splitting the experts")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--data-parallel-size", o->parallel.data_parallel,
+                  "Attention groups running their own sequences (not for one sequence: refused here)")
+      ->check(CLI::PositiveNumber);
   cmd->callback([o] { run_logits(*o); });
 }
 

@@ -120,7 +120,7 @@ void ParallelModel::make_communicators(const std::string& backend_name) {
     auto comms = make_nccl_communicators(devices, streams, gather_bytes);
     for (size_t i = 0; i < members.size(); ++i) (ranks_[size_t(members[i])].get()->*slot) = std::move(comms[i]);
   };
-  std::vector<int> all(size_t(world));
+  std::vector<int> all(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) all[size_t(r)] = r;
   make_group(all, 0, &Rank::moe);
   const size_t logits_bytes = size_t(limits_.max_logit_rows) * size_t(config_.vocab_size) * sizeof(float);

@@ -135,7 +135,7 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<con
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   const int n = int(devices.size());
   OSSRT_CHECK(n <= cuda_device_count(), "NCCL: {} ranks need {} GPUs, {} visible", n, n, cuda_device_count());
-  std::vector<ncclComm_t> comms(size_t(n));
+  std::vector<ncclComm_t> comms(static_cast<size_t>(n));
   nccl_check(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll");
   std::vector<std::unique_ptr<Communicator>> out;
   for (int i = 0; i < n; ++i)
