@@ -208,6 +208,39 @@ TEST_F(ParallelModelTest, DataParallelAttentionWithShardedMoEMatchesUnsharded) {
   }
 }
 
+TEST_F(ParallelModelTest, ARankThatFailsWakesItsPeersAndTheModelStaysUsable) {
+  // Data parallel: group 1 gets a token outside the vocabulary and throws in its embedding, while
+  // group 0 is already waiting in the token-count gather: it must be woken, not hang, and the
+  // caller gets group 1's error. Afterwards the same model still computes correct logits.
+  ParallelModel model(*weights_, ParallelConfig{.data_parallel = 2}, "cpu", BackendOptions{.threads = 2}, limits());
+  const GptOssConfig& c = model.config();
+  LinearKvLayout layout;
+  layout.block_size = 16;
+  layout.num_window_blocks = window_ring_blocks(c.sliding_window, kChunk, layout.block_size);
+  KvCacheShape shape;
+  shape.num_full_layers = c.num_full_layers(), shape.num_sliding_layers = c.num_sliding_layers();
+  shape.num_full_blocks = 8, shape.num_window_blocks = layout.num_window_blocks;
+  shape.block_size = 16, shape.num_kv_heads = c.num_key_value_heads, shape.head_dim = c.head_dim;
+  model.allocate_kv_cache(shape);
+  std::vector<StepPlan> plans(2);
+  append_sequence_step(plans[0], layout, std::vector<int32_t>{1, 2, 3}, 0, c.sliding_window, true);
+  append_sequence_step(plans[1], layout, std::vector<int32_t>{1, 100000}, 0, c.sliding_window, true);
+  try {
+    model.forward_dp(plans);
+    ADD_FAILURE() << "a token outside the vocabulary was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos) << e.what();
+  }
+  const std::vector<int32_t> ids = prompt(kChunk, 0);
+  plans.assign(2, StepPlan{});
+  for (auto& p : plans) append_sequence_step(p, layout, ids, 0, c.sliding_window, true);
+  const auto logits = model.forward_dp(plans);
+  const size_t n = size_t(kChunk) * size_t(c.vocab_size);
+  const std::vector<float> ref(reference_[0].prefill.begin(), reference_[0].prefill.begin() + std::ptrdiff_t(n));
+  EXPECT_LE(worst_row_rel_diff(logits[0], ref, c.vocab_size), kMaxRelDiff);
+  EXPECT_LE(worst_row_rel_diff(logits[1], ref, c.vocab_size), kMaxRelDiff);
+}
+
 TEST_F(ParallelModelTest, InvalidSizesAreRefusedWithTheFlagName) {
   auto expect_refused = [&](ParallelConfig p, const std::string& needle) {
     try {
