@@ -52,7 +52,7 @@ inline RouterRobustPrompt router_robust_prompt(const HostModelWeights& w, int n,
     if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return;
     const size_t layer = size_t(std::stoi(name.substr(5)));  // "layer<N>.mlp_in"
     const float* x = static_cast<const float*>(t.data);     // one row: the step has one token
-    std::vector<double> logits(size_t(E));
+    std::vector<double> logits(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) {
       double acc = router_b[layer][size_t(e)];
       for (int64_t h = 0; h < H; ++h) acc += double(router_w[layer][size_t(e * H + h)]) * double(x[h]);
