@@ -38,7 +38,8 @@ std::unique_ptr<SmallModel> cuda_small_model() {
   BackendOptions options;
   options.max_step_tokens = kMaxStepTokens;  // the model's limits: graph buckets stay within them
   options.max_seqs = kMaxSeqs;
-  return std::make_unique<SmallModel>(std::make_unique<CudaBackend>(options), kMaxStepTokens, kMaxSeqs);
+  return std::make_unique<SmallModel>(std::make_unique<CudaBackend>(options), small_engine_config_gqa8(), kMaxStepTokens,
+                                      kMaxSeqs);
 }
 CudaBackend& cuda(SmallModel& m) { return static_cast<CudaBackend&>(*m.backend); }
 

@@ -35,6 +35,16 @@ inline GptOssConfig small_engine_config() {
   return c;
 }
 
+// The same small model with gpt-oss's 8 query heads per KV head, which the CUDA attention kernels are
+// built for (they refuse other ratios).
+inline GptOssConfig small_engine_config_gqa8() {
+  GptOssConfig c = small_engine_config();
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 2;
+  c.name = "engine-test-gqa8";
+  return c;
+}
+
 struct SmallModel {
   explicit SmallModel(int max_step_tokens = 256, int max_logit_rows = 64, uint64_t seed = 5)
       : SmallModel(make_cpu_backend(BackendOptions{.threads = 2}), max_step_tokens, max_logit_rows, seed) {}
@@ -42,7 +52,10 @@ struct SmallModel {
   // tests a recording wrapper).
   SmallModel(std::unique_ptr<Backend> on_backend, int max_step_tokens = 256, int max_logit_rows = 64,
              uint64_t seed = 5)
-      : weights(make_dummy_weights(small_engine_config(), seed)),
+      : SmallModel(std::move(on_backend), small_engine_config(), max_step_tokens, max_logit_rows, seed) {}
+  SmallModel(std::unique_ptr<Backend> on_backend, const GptOssConfig& config, int max_step_tokens, int max_logit_rows,
+             uint64_t seed = 5)
+      : weights(make_dummy_weights(config, seed)),
         backend(std::move(on_backend)),
         model(*backend, weights, ModelLimits{.max_step_tokens = max_step_tokens, .max_logit_rows = max_logit_rows}) {}
   HostModelWeights weights;

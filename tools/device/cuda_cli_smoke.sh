@@ -10,7 +10,9 @@ FINAL=${OUT:-/tmp/ossrt-out}
 mkdir -p "$FINAL"
 exec > >(tee -a "$FINAL/cli_smoke.log") 2>&1
 CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:${LD_LIBRARY_PATH:-}
+# NCCL (linked by the parallel module) from the machine or torch's nvidia-nccl wheel.
+NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
 if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$ROOT" /work/main; fi
 OSSRT=$PACK/bin/ossrt
 # The tokenizer travels in .carry/tok when node_modules (git-ignored) does not.

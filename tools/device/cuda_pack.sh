@@ -2,7 +2,7 @@
 # Packs the CUDA build made on the CPU machine for a device call: the GPU test binaries and the
 # ossrt binary (stripped: debug info would not fit the 64 MiB carry limit) plus the non-system
 # shared libraries they link (fmt, spdlog, ...) into .carry/cuda, which the `run` call carries.
-# cuBLASLt (500 MB) does not travel: the device machine has CUDA 13's. cudart is static.
+# cuBLASLt (500 MB) and NCCL (200 MB) do not travel: the device machine has CUDA 13's and torch's. cudart is static.
 # Usage: [KEEP_SYMBOLS=1] [EXTRA_BINARIES="other/build/tests/x_test ..."] tools/device/cuda_pack.sh [build-dir]
 set -euo pipefail
 BUILD=${1:-build-cudaA}
@@ -21,7 +21,7 @@ done
 # Shared libraries outside glibc/libstdc++ and CUDA's: the device's Ubuntu may lack these versions.
 for b in "$PACK"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}'
-done | sort -u | grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt|ld-linux|libcublas|libcublasLt|libcuda)[.-]' |
+done | sort -u | grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|librt|ld-linux|libcublas|libcublasLt|libcuda|libnccl)[.-]' |
   while read -r lib; do cp -L "$lib" "$PACK/lib/"; done
 git rev-parse HEAD > "$PACK/COMMIT"
 git status --short -- src tests tools | grep -q . && echo "+uncommitted" >> "$PACK/COMMIT" || true

@@ -31,7 +31,9 @@ echo "== commit: $(cat "$PACK/COMMIT" 2>/dev/null)"
 if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$ROOT" /work/main; fi
 # cuBLASLt 13 from the machine's CUDA toolkit or torch's wheels; our other shared libraries travel.
 CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:${LD_LIBRARY_PATH:-}
+# NCCL (linked by the parallel module) from the machine or torch's nvidia-nccl wheel.
+NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
 echo "== cuBLASLt from $CUBLAS_DIR"
 missing=0
 for b in "$PACK"/bin/*; do
