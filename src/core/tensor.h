@@ -37,8 +37,13 @@ struct Tensor {
     return n;
   }
   size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }
-  // Elements per leading-dimension row.
-  int64_t row_elems() const { return ndim == 0 ? 1 : numel() / shape[0]; }
+  // Elements per leading-dimension row (the product of the other dimensions; also for 0 rows, which
+  // a step without logit rows has, so no division by the row count).
+  int64_t row_elems() const {
+    int64_t n = 1;
+    for (int i = 1; i < ndim; ++i) n *= shape[i];
+    return n;
+  }
 
   template <typename T>
   T* ptr() const { return static_cast<T*>(data); }
