@@ -2,7 +2,9 @@
 // backend: relative L2 error of the logits under 2e-2 at every prompt position, and the greedy
 // continuation equal to HF's wherever the top-2 margin exceeds 0.5 (HF's margin when the fixture
 // records one, else the margin of our own logits at that position). The continuation is checked
-// teacher-forced (HF's tokens fed back) through eager one-token decode steps.
+// teacher-forced (HF's tokens fed back) through eager one-token decode steps. The fixtures' prompts
+// keep every router top-4 gap >= 0.08 (tests/golden/README.md), so bf16 activation storage cannot
+// flip an expert choice at a prompt position and the 2e-2 bar measures the backend, not a tie.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -104,14 +106,13 @@ TEST(CudaGolden, LogitsAndGreedyContinuationMatchHf) {
   }
 }
 
-// The same fixtures against the bf16 precision floor. The CUDA backend stores activations in bf16;
-// these fixtures (hidden 64, weights scaled up for clear logit margins, router top-4 gaps down to
-// 1.7e-4) amplify that rounding far beyond 2e-2 at many positions: the CPU oracle itself, with its
-// activations rounded to bf16 where the GPU stores bf16 (test::bf16_storage_emulation), misses HF by
-// 0.38 / 0.62 / 0.82 worst and 2.1e-2 - 2.9e-2 median (issue 7 measurements). So the GPU is held to
-// that floor, computed here independently on the CPU: its per-position error profile against HF
-// must match the emulation's (a real defect, like the upload race of issue 7 at worst 0.93, moves
-// the median and the 90th percentile far beyond the margins).
+// The same fixtures against the bf16 precision floor: the CPU oracle with its activations rounded to
+// bf16 where the GPU stores bf16 (test::bf16_storage_emulation), computed here independently. The
+// GPU's per-position error profile against HF must look like the emulation's. Since the fixtures'
+// prompts avoid bf16-level router ties (tests/golden/README.md), this floor sits near 1e-2 worst
+// (H200, issue 7: GPU 0.0105 / 0.0136 / 0.00995 worst, emulation 0.0111 / 0.0127 / 0.00999), and the
+// test mostly guards against the GPU drifting from the emulation; on fixtures with router ties (the
+// first generation: worst 0.38 - 0.84 for both) it is what still tells a defect from a tie.
 TEST(CudaGolden, LogitsWithinTheBf16FloorOfTheCpuOracle) {
   OSSRT_SKIP_WITHOUT_GPU();
   const auto cases = golden_cases();
