@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "command.h"
+#include "parallel_flags.h"
 #include "core/error.h"
 #include "engine/session.h"
 #include "harmony/chat_request.h"
@@ -29,6 +30,7 @@ struct ChatOptions {
   uint64_t weights_seed = 0;
   std::string backend = "cpu";
   int threads = 0;
+  ParallelConfig parallel;
   std::string tokenizer;
   std::string reasoning_effort = "medium";
   std::string system;  // developer instructions
@@ -95,6 +97,7 @@ void run_chat(const ChatOptions& o) {
   so.weights_seed = o.weights_seed;
   so.backend = o.backend;
   so.threads = o.threads;
+  so.parallel = o.parallel;
   so.engine.max_num_seqs = 1;
   so.engine.max_num_batched_tokens = 512;
   so.engine.max_queue = 1;
@@ -102,7 +105,7 @@ void run_chat(const ChatOptions& o) {
   so.engine.token_bytes = [tokenizer](int32_t id) { return tokenizer->token_bytes(id); };
   EngineSession session(so);
   spdlog::info("chat with {} on {} (reasoning effort {}); /reset clears the history, /exit or Ctrl-D quits",
-               session.config().name, session.backend().name(), o.reasoning_effort);
+               session.config().name, session.describe_model(), o.reasoning_effort);
 
   harmony::Conversation conversation;
   conversation.system.effort = *effort;
@@ -166,7 +169,8 @@ void setup_chat(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
   cmd->add_option("--weights-seed", o->weights_seed, "Seed of dummy weights");
   cmd->add_option("--backend", o->backend, "cpu | cuda");
-  cmd->add_option("--threads", o->threads, "CPU worker threads (0 = all cores)");
+  cmd->add_option("--threads", o->threads, "CPU worker threads (0 = all cores; shared by the ranks)");
+  add_engine_parallel_flags(cmd, o->parallel);
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, or the bundled one)");
   cmd->add_option("--reasoning-effort", o->reasoning_effort, "low | medium | high")
       ->check(CLI::IsMember({"low", "medium", "high"}));

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "command.h"
+#include "parallel_flags.h"
 #include "core/token_ids_file.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -31,6 +32,7 @@ struct GenerateOptions {
   uint64_t weights_seed = 0;
   std::string backend = "cpu";
   int threads = 0;
+  ParallelConfig parallel;
   std::string tokenizer;
   std::string prompt;
   std::string prompt_ids_file;
@@ -98,6 +100,7 @@ void run_generate(const GenerateOptions& o) {
   so.weights_seed = o.weights_seed;
   so.backend = o.backend;
   so.threads = o.threads;
+  so.parallel = o.parallel;
   EngineConfig& ec = so.engine;
   ec.max_num_seqs = 1;
   ec.max_num_batched_tokens = o.max_num_batched_tokens;
@@ -115,7 +118,7 @@ void run_generate(const GenerateOptions& o) {
   const auto t1 = Clock::now();
   if (o.verbose) {
     spdlog::info("model {} ({} layers, vocab {}), backend {}, loaded in {:.2f} s", config.name, config.num_layers,
-                 config.vocab_size, session.backend().name(), session.load_seconds());
+                 config.vocab_size, session.describe_model(), session.load_seconds());
     std::fputs(describe_memory_plan(engine.memory_plan(), config).c_str(), stderr);
   }
 
@@ -193,7 +196,8 @@ void setup_generate(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
   cmd->add_option("--weights-seed", o->weights_seed, "Seed of dummy weights");
   cmd->add_option("--backend", o->backend, "cpu | cuda");
-  cmd->add_option("--threads", o->threads, "CPU worker threads (0 = all cores)");
+  cmd->add_option("--threads", o->threads, "CPU worker threads (0 = all cores; shared by the ranks)");
+  add_engine_parallel_flags(cmd, o->parallel);
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, or the bundled one)");
   cmd->add_option("--prompt", o->prompt, "Prompt text (encoded as ordinary text; no chat template)");
   cmd->add_option("--prompt-ids-file", o->prompt_ids_file, "JSON array of prompt token ids");

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include "command.h"
+#include "engine/step_model.h"
+#include "parallel_flags.h"
 #include "harmony/chat_request.h"
 #include "server/serve.h"
 
@@ -23,7 +25,9 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--backend", runtime->backend, "cpu | cuda")->capture_default_str();
   cmd->add_option("--tokenizer", runtime->tokenizer, "tokenizer.json (default: the model's, else the bundled one)");
   cmd->add_option("--seed", runtime->seed, "Seed of dummy weights")->capture_default_str();
-  cmd->add_option("--threads", runtime->threads, "CPU backend threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--threads", runtime->threads, "CPU backend threads (0 = all cores; shared by the ranks)")
+      ->capture_default_str();
+  ossrt::tools::add_engine_parallel_flags(cmd, runtime->parallel);
   cmd->add_option("--host", config->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", config->port, "Port (0 = any free port; the chosen one is printed)")->capture_default_str();
   cmd->add_option("--api-key", config->api_key, "Require 'Authorization: Bearer KEY' on /v1/*")
@@ -60,6 +64,7 @@ void setup_serve(CLI::App& app) {
 
   cmd->callback([=] {
     spdlog::set_level(spdlog::level::from_str(*log_level));
+    ossrt::engine_parallel_check(runtime->parallel);  // at once, not after the listener is up
     auto parsed = ossrt::harmony::parse_reasoning_effort(*effort);
     if (!parsed) throw CLI::ValidationError("--reasoning-effort", "expected low, medium or high");
     config->default_effort = *parsed;

@@ -16,19 +16,19 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }
 
 // Bytes one cached K or V element takes in this backend (bf16 on CUDA, f32 on the CPU oracle).
-size_t kv_elem_bytes(const Backend& backend, const GptOssConfig& c, int block_size) {
+size_t kv_elem_bytes(const StepModel& model, int block_size) {
   KvCacheShape probe;
   probe.block_size = block_size;
-  probe.num_kv_heads = c.num_key_value_heads;
-  probe.head_dim = c.head_dim;
-  const size_t per_elem_count = 2 * size_t(block_size) * size_t(c.num_key_value_heads) * size_t(c.head_dim);
-  const size_t bytes = backend.kv_block_bytes(probe);
+  probe.num_kv_heads = model.kv_heads_per_rank();
+  probe.head_dim = model.config().head_dim;
+  const size_t per_elem_count = 2 * size_t(block_size) * size_t(probe.num_kv_heads) * size_t(probe.head_dim);
+  const size_t bytes = model.kv_block_bytes(probe);
   OSSRT_CHECK(bytes > 0 && bytes % per_elem_count == 0, "backend reports {} bytes per KV block of {} elements",
               bytes, per_elem_count);
   return bytes / per_elem_count;
 }
 
-KvMemoryPlan plan_memory(GptOssModel& model, const EngineConfig& config) {
+KvMemoryPlan plan_memory(const StepModel& model, const EngineConfig& config) {
   const GptOssConfig& mc = model.config();
   OSSRT_CHECK(config.max_num_batched_tokens <= model.limits().max_step_tokens,
               "engine: max_num_batched_tokens {} exceeds the model's step capacity {}", config.max_num_batched_tokens,
@@ -38,11 +38,12 @@ KvMemoryPlan plan_memory(GptOssModel& model, const EngineConfig& config) {
               model.limits().max_logit_rows);
   KvMemoryPlanRequest request;
   request.kv_budget_bytes = config.kv_cache_bytes > 0 ? config.kv_cache_bytes : kDefaultKvCacheBytes;
-  request.elem_bytes = kv_elem_bytes(model.backend(), mc, config.block_size);
+  request.elem_bytes = kv_elem_bytes(model, config.block_size);
   request.block_size = config.block_size;
   request.max_num_seqs = config.max_num_seqs;
   request.max_num_batched_tokens = config.max_num_batched_tokens;
   request.num_full_blocks_override = config.num_full_blocks;
+  request.kv_heads = model.kv_heads_per_rank();
   return plan_kv_memory(mc, request);
 }
 
@@ -77,15 +78,24 @@ void deliver(const EventCallback& cb, const GenerationEvent& ev, const std::stri
 }  // namespace
 
 Engine::Engine(GptOssModel& model, EngineConfig config)
-    : model_(model),
+    : Engine(std::make_unique<SingleModelStep>(model), nullptr, std::move(config)) {}
+
+Engine::Engine(ParallelModel& model, EngineConfig config)
+    : Engine(std::make_unique<ParallelModelStep>(model), nullptr, std::move(config)) {}
+
+Engine::Engine(StepModel& model, EngineConfig config) : Engine(nullptr, &model, std::move(config)) {}
+
+Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* borrowed, EngineConfig config)
+    : owned_model_(std::move(owned)),
+      model_(borrowed ? *borrowed : *owned_model_),
       config_(std::move(config)),
-      memory_plan_(plan_memory(model, config_)),
-      max_model_len_(resolve_max_model_len(model.config(), memory_plan_, config_.max_model_len)),
-      kv_(kv_config(model.config(), memory_plan_, config_)),
+      memory_plan_(plan_memory(model_, config_)),
+      max_model_len_(resolve_max_model_len(model_.config(), memory_plan_, config_.max_model_len)),
+      kv_(kv_config(model_.config(), memory_plan_, config_)),
       scheduler_(SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, kv_),
       seed_source_(std::random_device{}()) {
   OSSRT_CHECK(config_.max_queue > 0, "engine: max_queue must be positive, got {}", config_.max_queue);
-  const GptOssConfig& mc = model.config();
+  const GptOssConfig& mc = model_.config();
   KvCacheShape shape;
   shape.num_full_layers = mc.num_full_layers();
   shape.num_sliding_layers = mc.num_sliding_layers();
@@ -94,7 +104,7 @@ Engine::Engine(GptOssModel& model, EngineConfig config)
   shape.block_size = memory_plan_.block_size;
   shape.num_kv_heads = mc.num_key_value_heads;
   shape.head_dim = mc.head_dim;
-  model.backend().allocate_kv_cache(shape);
+  model_.allocate_kv_cache(shape);
   publish_stats();
   if (config_.start_thread) thread_ = std::thread([this] { thread_main(); });
 }
@@ -274,10 +284,9 @@ void Engine::run_until_idle() {
 
 void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   const StepPlan plan = build_step_plan(scheduled, kv_);
-  // run_step lets the backend run the step its own way (CUDA: a captured graph for decode-only
-  // plans); the logits stay on the device until the step sampler decides what must come back.
-  const Tensor logits =
-      model_.backend().run_step(plan, [this](const StepPlan& p) { return model_.forward(p); });
+  // The model runs the step its own way (one CUDA backend: a captured graph for decode-only plans);
+  // the logits stay on their device until the step sampler decides what must come back.
+  const Tensor logits = model_.run_step(plan);
 
   std::vector<Sequence*> sampling_seqs;
   std::vector<SamplingRow> rows;
@@ -290,7 +299,7 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   }
   if (rows.empty()) return;
   const int64_t vocab = model_.config().vocab_size;
-  std::vector<SampledToken> sampled = step_sampler_.sample(model_.backend(), logits, vocab, rows);
+  std::vector<SampledToken> sampled = step_sampler_.sample(model_.sampling_backend(), logits, vocab, rows);
 
   const Clock::time_point now = Clock::now();
   for (size_t i = 0; i < sampling_seqs.size(); ++i) {

@@ -1,7 +1,9 @@
 #pragma once
-// Engine: continuous batching of GenerationRequests over one GptOssModel (any backend).
-// Each step runs through Backend::run_step (CUDA replays decode graphs) and is sampled by the
-// backend's device sampler where it can serve the row, else on the host (engine/step_sampling.h).
+// Engine: continuous batching of GenerationRequests over one model (engine/step_model.h): a
+// GptOssModel on any backend, or a ParallelModel (tensor / expert parallel ranks).
+// Each step runs through StepModel::run_step (one backend: Backend::run_step, where CUDA replays
+// decode graphs) and is sampled by the logits' backend's device sampler where it can serve the
+// row, else on the host (engine/step_sampling.h).
 // One engine thread owns the scheduler, the KV block accounting and the backend: it runs steps while
 // work exists and sleeps on a condition variable otherwise. submit()/cancel() only touch a
 // mutex-protected inbox that the thread drains at the start of every step; event callbacks run on
@@ -21,6 +23,7 @@
 #include "engine/output_filter.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_model.h"
 #include "engine/step_sampling.h"
 #include "kvcache/kv_cache.h"
 #include "kvcache/memory_plan.h"
@@ -45,7 +48,12 @@ inline constexpr size_t kDefaultKvCacheBytes = size_t(1) << 30;
 
 class Engine : public Generator {
  public:
+  // One model on one backend (SingleModelStep).
   Engine(GptOssModel& model, EngineConfig config);
+  // A sharded model (ParallelModelStep); refuses data parallelism.
+  Engine(ParallelModel& model, EngineConfig config);
+  // Any StepModel; it must outlive the engine.
+  Engine(StepModel& model, EngineConfig config);
   ~Engine() override;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -68,8 +76,12 @@ class Engine : public Generator {
   const StepSamplingCounters& sampling_counters() const { return step_sampler_.counters(); }
   const KvCache& kv_cache() const { return kv_; }
   const EngineConfig& config() const { return config_; }
+  // "cpu" or the backend and rank layout of a sharded model.
+  std::string describe_model() const { return model_.describe(); }
 
  private:
+  // `owned` (an adapter made by the public ctors) or `borrowed` is the model stepped through.
+  Engine(std::unique_ptr<StepModel> owned, StepModel* borrowed, EngineConfig config);
   struct Submission {
     GenerationRequest request;
     EventCallback on_event;
@@ -91,7 +103,8 @@ class Engine : public Generator {
   std::vector<int32_t> stop_ids_for(const SamplingParams& params) const;
   std::string validate(const GenerationRequest& request) const;
 
-  GptOssModel& model_;
+  std::unique_ptr<StepModel> owned_model_;  // the adapter the GptOssModel / ParallelModel ctors made
+  StepModel& model_;
   EngineConfig config_;
   KvMemoryPlan memory_plan_;
   int max_model_len_ = 0;

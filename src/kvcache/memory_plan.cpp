@@ -8,19 +8,24 @@ namespace ossrt {
 
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-// K and V, one position, one layer.
-size_t kv_bytes_per_position_layer(const GptOssConfig& c, size_t elem_bytes) {
-  return 2 * size_t(c.num_key_value_heads) * size_t(c.head_dim) * elem_bytes;
+// K and V, one position, one layer, `kv_heads` heads.
+size_t kv_bytes_per_position_layer(const GptOssConfig& c, int kv_heads, size_t elem_bytes) {
+  return 2 * size_t(kv_heads) * size_t(c.head_dim) * elem_bytes;
+}
+size_t full_layers_bytes_per_token(const GptOssConfig& c, int kv_heads, size_t elem_bytes) {
+  return size_t(c.num_full_layers()) * kv_bytes_per_position_layer(c, kv_heads, elem_bytes);
+}
+size_t window_layers_bytes_per_sequence(const GptOssConfig& c, int kv_heads, size_t elem_bytes) {
+  return size_t(c.num_sliding_layers()) * size_t(c.sliding_window) * kv_bytes_per_position_layer(c, kv_heads, elem_bytes);
 }
 }  // namespace
 
 size_t kv_bytes_per_token_full_layers(const GptOssConfig& config, size_t elem_bytes) {
-  return size_t(config.num_full_layers()) * kv_bytes_per_position_layer(config, elem_bytes);
+  return full_layers_bytes_per_token(config, config.num_key_value_heads, elem_bytes);
 }
 
 size_t kv_bytes_per_sequence_window_layers(const GptOssConfig& config, size_t elem_bytes) {
-  return size_t(config.num_sliding_layers()) * size_t(config.sliding_window) *
-         kv_bytes_per_position_layer(config, elem_bytes);
+  return window_layers_bytes_per_sequence(config, config.num_key_value_heads, elem_bytes);
 }
 
 int window_pool_blocks(int sliding_window, int block_size, int max_num_seqs, int max_num_batched_tokens) {
@@ -37,13 +42,18 @@ KvMemoryPlan plan_kv_memory(const GptOssConfig& config, const KvMemoryPlanReques
   OSSRT_CHECK(r.max_num_batched_tokens > 0, "kv memory plan: max_num_batched_tokens must be positive, got {}",
               r.max_num_batched_tokens);
   OSSRT_CHECK(r.elem_bytes > 0, "kv memory plan: element size must be positive");
+  OSSRT_CHECK(r.kv_heads >= 0, "kv memory plan: KV heads per rank must not be negative, got {}", r.kv_heads);
+  const int kv_heads = r.kv_heads > 0 ? r.kv_heads : config.num_key_value_heads;
+  OSSRT_CHECK(kv_heads <= config.num_key_value_heads, "kv memory plan: {} KV heads per rank, the model has {}",
+              kv_heads, config.num_key_value_heads);
   KvMemoryPlan plan;
   plan.block_size = r.block_size;
-  const size_t per_layer_block = kv_bytes_per_position_layer(config, r.elem_bytes) * size_t(r.block_size);
+  plan.kv_heads = kv_heads;
+  const size_t per_layer_block = kv_bytes_per_position_layer(config, kv_heads, r.elem_bytes) * size_t(r.block_size);
   plan.bytes_per_full_block = per_layer_block * size_t(config.num_full_layers());
   plan.bytes_per_window_block = per_layer_block * size_t(config.num_sliding_layers());
-  plan.full_bytes_per_token = kv_bytes_per_token_full_layers(config, r.elem_bytes);
-  plan.window_bytes_per_sequence = kv_bytes_per_sequence_window_layers(config, r.elem_bytes);
+  plan.full_bytes_per_token = full_layers_bytes_per_token(config, kv_heads, r.elem_bytes);
+  plan.window_bytes_per_sequence = window_layers_bytes_per_sequence(config, kv_heads, r.elem_bytes);
 
   plan.num_window_blocks = config.num_sliding_layers() == 0
                                ? 0

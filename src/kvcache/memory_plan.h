@@ -22,17 +22,21 @@ struct KvMemoryPlanRequest {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
   int num_full_blocks_override = 0;  // > 0: use exactly this many full blocks (tests, tiny pools)
+  // KV heads one rank's cache holds (0: all of the config's). Tensor parallel ranks each cache only
+  // their own heads, so the budget (per rank) and every per-token figure count those.
+  int kv_heads = 0;
 };
 
 struct KvMemoryPlan {
   int block_size = 16;
+  int kv_heads = 0;                 // KV heads per rank the figures below count
   int num_full_blocks = 0;          // per full layer
   int num_window_blocks = 0;        // per sliding layer
   size_t bytes_per_full_block = 0;  // one block across all full layers (K and V)
   size_t bytes_per_window_block = 0;
   size_t full_bytes_per_token = 0;
   size_t window_bytes_per_sequence = 0;
-  size_t total_bytes = 0;           // what the plan actually uses
+  size_t total_bytes = 0;           // what the plan actually uses (on each rank)
   int64_t full_token_capacity() const { return int64_t(num_full_blocks) * block_size; }
 };
 

@@ -153,10 +153,17 @@ void ParallelModel::allocate_kv_cache(const KvCacheShape& shape) {
   }
 }
 
-std::vector<float> ParallelModel::forward(const StepPlan& plan) {
+int ParallelModel::local_kv_heads() const { return ranks_[0]->model->local_kv_heads(); }
+
+Tensor ParallelModel::forward_on_rank0(const StepPlan& plan) {
   OSSRT_CHECK(parallel_.data_parallel == 1, "parallel: with data parallelism use forward_dp (one plan per group)");
   run_on_ranks([&](int r) { ranks_[size_t(r)]->logits = ranks_[size_t(r)]->model->forward(plan); });
-  return ranks_[0]->backend->to_host_f32(ranks_[0]->logits);
+  return ranks_[0]->logits;
+}
+
+std::vector<float> ParallelModel::forward(const StepPlan& plan) {
+  const Tensor logits = forward_on_rank0(plan);
+  return ranks_[0]->backend->to_host_f32(logits);
 }
 
 std::vector<std::vector<float>> ParallelModel::forward_dp(std::span<const StepPlan> plans) {

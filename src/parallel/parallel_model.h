@@ -2,7 +2,8 @@
 // A gpt-oss model sharded over ParallelConfig::world_size() ranks in one process: one backend and
 // one GptOssModel (with its ModelShard) per rank, each rank's step on its own thread, collectives
 // through in-process communicators (CPU backend) or NCCL (CUDA backend, one GPU per rank). What
-// `ossrt logits` calls for --tensor/expert/data-parallel-size, and what the engine will call.
+// `ossrt logits` calls for --tensor/expert/data-parallel-size, and what the engine steps through
+// (engine/step_model.h) for serve / generate / chat.
 #include <functional>
 #include <memory>
 #include <span>
@@ -37,9 +38,15 @@ class ParallelModel {
 
   // Allocates every rank's KV storage for the unsharded `shape`; each rank keeps its own KV heads.
   void allocate_kv_cache(const KvCacheShape& shape);
+  // KV heads in one rank's cache (every rank holds the same count): what a rank's KV budget pays for.
+  int local_kv_heads() const;
 
   // Without data parallelism: runs `plan` on every rank and returns logits [R, vocab] (host f32).
   std::vector<float> forward(const StepPlan& plan);
+  // The same step, its logits [R, vocab] F32 left on rank 0's backend (rank_backend(0)), valid until
+  // the next step: every tensor-parallel rank holds the whole gathered logits, so rank 0's are the
+  // model's, and the engine samples them where they are.
+  Tensor forward_on_rank0(const StepPlan& plan);
   // With data parallelism: plans[d] is DP group d's step (its own sequences and KV slots); returns
   // each group's logits [R_d, vocab]. A group may have an empty step.
   std::vector<std::vector<float>> forward_dp(std::span<const StepPlan> plans);

@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
+#include "parallel/parallel_model.h"
 #include "server/scripted_generator.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,8 +22,9 @@ namespace fs = std::filesystem;
 struct ModelRuntime::Owned {
   // Declaration order = reverse destruction order: the engine thread stops before the model goes.
   HostModelWeights weights;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<GptOssModel> model;
+  std::unique_ptr<Backend> backend;               // unsharded
+  std::unique_ptr<GptOssModel> model;             // unsharded
+  std::unique_ptr<ParallelModel> parallel_model;  // tensor / expert parallel
 };
 
 ModelRuntime::~ModelRuntime() {
@@ -61,6 +63,7 @@ std::unique_ptr<ModelRuntime> ModelRuntime::load(const RuntimeOptions& options) 
     return rt;
   }
 
+  engine_parallel_check(options.parallel);  // before the load: --data-parallel-size is refused
   ModelSource source{options.model, options.load_format, options.seed};
   rt->owned_->weights = load_model_weights(source);
   BackendOptions backend_options;
@@ -68,9 +71,14 @@ std::unique_ptr<ModelRuntime> ModelRuntime::load(const RuntimeOptions& options) 
   backend_options.gpu_memory_utilization = options.gpu_memory_utilization;
   backend_options.max_step_tokens = options.max_num_batched_tokens;
   backend_options.max_seqs = options.max_num_seqs;
-  rt->owned_->backend = make_backend(options.backend, backend_options);
   ModelLimits limits{options.max_num_batched_tokens, options.max_num_seqs};
-  rt->owned_->model = std::make_unique<GptOssModel>(*rt->owned_->backend, rt->owned_->weights, limits);
+  if (options.parallel.is_single()) {
+    rt->owned_->backend = make_backend(options.backend, backend_options);
+    rt->owned_->model = std::make_unique<GptOssModel>(*rt->owned_->backend, rt->owned_->weights, limits);
+  } else {
+    rt->owned_->parallel_model = std::make_unique<ParallelModel>(rt->owned_->weights, options.parallel,
+                                                                 options.backend, backend_options, limits);
+  }
 
   EngineConfig engine;
   engine.max_num_seqs = options.max_num_seqs;
@@ -80,9 +88,11 @@ std::unique_ptr<ModelRuntime> ModelRuntime::load(const RuntimeOptions& options) 
   engine.enable_prefix_caching = options.enable_prefix_caching;
   engine.max_model_len = options.max_model_len;
   engine.token_bytes = [tok](int32_t id) { return tok->token_bytes(id); };
-  rt->generator_ = std::make_shared<Engine>(*rt->owned_->model, engine);
-  rt->description_ = fmt::format("model {} ({} weights) on backend {}, tokenizer {}", options.model,
-                                 options.load_format, options.backend, tokenizer_path);
+  auto built = rt->owned_->model ? std::make_shared<Engine>(*rt->owned_->model, engine)
+                                 : std::make_shared<Engine>(*rt->owned_->parallel_model, engine);
+  rt->description_ = fmt::format("model {} ({} weights) on {}, tokenizer {}", options.model, options.load_format,
+                                 built->describe_model(), tokenizer_path);
+  rt->generator_ = std::move(built);
   return rt;
 }
 

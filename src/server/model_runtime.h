@@ -1,6 +1,7 @@
 #pragma once
 // Everything `ossrt serve` builds before it can answer: the tokenizer and a Generator, either the
-// real Engine (checkpoint or preset -> backend -> GptOssModel -> Engine) or, for tests, the
+// real Engine (checkpoint or preset -> backend -> GptOssModel -> Engine, or -> ParallelModel over
+// tensor / expert parallel ranks -> Engine) or, for tests, the
 // ScriptedGenerator. Owns them all, in the order they must be destroyed (engine before model
 // before backend before weights).
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "engine/request.h"
+#include "parallel/parallel_config.h"
 
 namespace ossrt {
 class Tokenizer;
@@ -21,7 +23,8 @@ struct RuntimeOptions {
   std::string backend = "cpu";        // cpu | cuda
   std::string tokenizer;              // empty: <model dir>/tokenizer.json, else the bundled one
   uint64_t seed = 0;                  // dummy weights
-  int threads = 0;                    // CPU backend threads (0 = all cores)
+  int threads = 0;                    // CPU backend threads (0 = all cores; shared by the ranks)
+  ParallelConfig parallel;            // more than one rank: a ParallelModel (data_parallel must be 1)
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
   int max_queue = 1024;
