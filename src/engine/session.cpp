@@ -17,6 +17,7 @@ EngineSession::EngineSession(const SessionOptions& o) {
   BackendOptions backend_options;
   backend_options.threads = o.threads;
   const ModelLimits limits{o.engine.max_num_batched_tokens, o.engine.max_num_seqs};
+  o.parallel.validate(weights_.config);  // also for one rank: a size of 0 is an error, not "unsharded"
   if (o.parallel.is_single()) {
     backend_ = make_backend(o.backend, backend_options);
     model_ = std::make_unique<GptOssModel>(*backend_, weights_, limits);

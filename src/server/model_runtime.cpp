@@ -41,6 +41,7 @@ std::string resolve_tokenizer_path(const RuntimeOptions& options) {
 }
 
 std::unique_ptr<ModelRuntime> ModelRuntime::load(const RuntimeOptions& options) {
+  engine_parallel_check(options.parallel);  // before any load: --data-parallel-size is refused
   std::unique_ptr<ModelRuntime> rt(new ModelRuntime());
   rt->owned_ = std::make_unique<Owned>();
   std::string tokenizer_path = resolve_tokenizer_path(options);
@@ -63,7 +64,6 @@ std::unique_ptr<ModelRuntime> ModelRuntime::load(const RuntimeOptions& options) 
     return rt;
   }
 
-  engine_parallel_check(options.parallel);  // before the load: --data-parallel-size is refused
   ModelSource source{options.model, options.load_format, options.seed};
   rt->owned_->weights = load_model_weights(source);
   BackendOptions backend_options;
@@ -72,6 +72,7 @@ std::unique_ptr<ModelRuntime> ModelRuntime::load(const RuntimeOptions& options) 
   backend_options.max_step_tokens = options.max_num_batched_tokens;
   backend_options.max_seqs = options.max_num_seqs;
   ModelLimits limits{options.max_num_batched_tokens, options.max_num_seqs};
+  options.parallel.validate(rt->owned_->weights.config);  // also for one rank: a size of 0 is an error
   if (options.parallel.is_single()) {
     rt->owned_->backend = make_backend(options.backend, backend_options);
     rt->owned_->model = std::make_unique<GptOssModel>(*rt->owned_->backend, rt->owned_->weights, limits);
