@@ -17,6 +17,10 @@ if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$ROOT" /work/main; fi
 OSSRT=$PACK/bin/ossrt
 # The tokenizer travels in .carry/tok when node_modules (git-ignored) does not.
 [ -f "$ROOT/.carry/tok/tokenizer.json" ] && export OSSRT_TOKENIZER=$ROOT/.carry/tok/tokenizer.json
+# ... or gzipped in .carry/tokgz (5 MB instead of 27: the carry limit is 64 MiB with the binaries).
+if [ -f "$ROOT/.carry/tokgz/tokenizer.json.gz" ]; then
+  gunzip -c "$ROOT/.carry/tokgz/tokenizer.json.gz" > /tmp/tokenizer.json && export OSSRT_TOKENIZER=/tmp/tokenizer.json
+fi
 echo "== commit $(cat "$PACK/COMMIT" 2>/dev/null | head -1); $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 ldd "$OSSRT" | grep -E "not found" && echo "!! missing libraries"
 
