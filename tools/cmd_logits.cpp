@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <memory>
 
 #include "backend/backend.h"
@@ -46,6 +47,7 @@ void run_logits(const LogitsOptions& o) {
   backend_options.threads = o.threads;
   const int step = std::min(o.chunk, n);
   const ModelLimits limits{step, step};
+  o.parallel.validate(weights.config);  // also on one rank: e.g. --expert-dispatch without experts to split
   std::vector<float> logits;
   auto t1 = Clock::now();
   if (o.parallel.is_single()) {
@@ -91,6 +93,13 @@ void setup_logits(CLI::App& app) {
   cmd->add_option("--data-parallel-size", o->parallel.data_parallel,
                   "Attention groups running their own sequences (not for one sequence: refused here)")
       ->check(CLI::PositiveNumber);
+  const std::map<std::string, MoeDispatch> dispatch_modes{{"replicate", MoeDispatch::Replicate},
+                                                          {"all_to_all", MoeDispatch::AllToAll}};
+  cmd->add_option("--expert-dispatch", o->parallel.moe_dispatch,
+                  "How tokens reach other ranks' experts: replicate (every rank routes every token, the combine "
+                  "is all-reduced) | all_to_all (each rank routes its own rows and exchanges them; needs "
+                  "--expert-parallel-size > 1)")
+      ->transform(CLI::CheckedTransformer(dispatch_modes));
   cmd->callback([o] { run_logits(*o); });
 }
 

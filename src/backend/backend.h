@@ -159,6 +159,20 @@ class Backend {
                    const SwigluParams& swiglu, Tensor& out) = 0;
   // out[r] = x[plan.logit_rows[r]]
   virtual void gather_logit_rows(const Tensor& x, Tensor& out) = 0;
+
+  // ---- all-to-all expert dispatch (ModelShard::moe_dispatch, docs/parallel.md). Optional: the
+  // defaults refuse, and GptOssModel asks supports_moe_dispatch() at start-up so the error comes
+  // then, not mid-step. The row index lists are small host arrays (the routing is planned on the host).
+  virtual bool supports_moe_dispatch() const { return false; }
+  // out[i] = x[rows[i]]; a zero row where rows[i] < 0 (padding of a fixed-size exchange).
+  virtual void gather_rows(const Tensor& /*x*/, std::span<const int32_t> /*rows*/, Tensor& /*out*/) {
+    fail("backend '{}' has no all-to-all expert dispatch (gather_rows): use --expert-dispatch replicate", name());
+  }
+  // out[r] = sum over j = 0, 1, ... of src[index[r * per_row + j]], in that order (index < 0 adds
+  // nothing), starting from zero: a fixed order, whichever rank computed which row.
+  virtual void sum_rows(const Tensor& /*src*/, std::span<const int32_t> /*index*/, int /*per_row*/, Tensor& /*out*/) {
+    fail("backend '{}' has no all-to-all expert dispatch (sum_rows): use --expert-dispatch replicate", name());
+  }
 };
 
 // Creates a backend by name: "cpu" (always), "cuda" (when built with CUDA). Throws on others.

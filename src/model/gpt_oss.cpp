@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/moe_dispatch.h"
 #include "model/weight_shard.h"
 
 namespace ossrt {
@@ -170,7 +171,9 @@ GptOssModel::GptOssModel(Backend& backend, const HostModelWeights& host, const M
   ws_->final_norm = backend.alloc(act, {R, H});
   ws_->logits = backend.alloc(DType::F32, {R, V});
   if (shard.tp_size > 1) ws_->logits_local = backend.alloc(DType::F32, {R, local_.vocab});
-  if (dp > 1) {
+  const bool all_to_all = shard.moe_dispatch == MoeDispatch::AllToAll;
+  if (all_to_all) dispatch_ = std::make_shared<MoeDispatcher>(backend, c, shard_, T);
+  if (dp > 1 && !all_to_all) {
     ws_->dp_tokens = backend.alloc(DType::F32, {dp});
     ws_->moe_in_all = backend.alloc(act, {dp * T, H});
     ws_->moe_out_all = backend.alloc(act, {dp * T, H});
@@ -262,6 +265,9 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
   };
   const ModelShard& s = shard_;
   const bool sharded_moe = s.expert_size > 1 || s.expert_tp_size > 1;
+  // All-to-all dispatch: each rank routes its own rows and exchanges (token, expert) pairs, so no
+  // DP token gather and no padding of the groups to the largest (MoeDispatcher).
+  const bool gather_dp = s.dp_size > 1 && !dispatch_;
 
   Workspace& ws = *ws_;
   Tensor x = ws.residual.rows(0, T), normed = ws.normed.rows(0, T), qkv = ws.qkv.rows(0, T);
@@ -271,9 +277,9 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
   backend_.begin_step(plan);
   // Data parallelism: the MoE sees every DP group's tokens, each group's rows padded to the largest
   // group's count (padding rows are computed and dropped).
-  const int64_t dp_rows = s.dp_size > 1 ? dp_max_tokens(T) : T;
+  const int64_t dp_rows = gather_dp ? dp_max_tokens(T) : T;
   Tensor moe_in = normed, moe_result = moe_out;
-  if (s.dp_size > 1) {
+  if (gather_dp) {
     moe_in = ws.moe_in_all.rows(0, s.dp_size * dp_rows), moe_result = ws.moe_out_all.rows(0, s.dp_size * dp_rows);
     ids = ws.ids_all.rows(0, s.dp_size * dp_rows), weights = ws.weights_all.rows(0, s.dp_size * dp_rows);
   }
@@ -314,7 +320,12 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
 
     backend_.add_rmsnorm(x, attn_out, w.mlp_norm, eps, normed);
     observe(name + ".mlp_in", normed);
-    if (s.dp_size > 1) s.dp->all_gather(ws.normed.rows(0, dp_rows), moe_in);
+    if (dispatch_) {
+      moe_delta = dispatch_->run(normed, w.router_w, w.router_b, w.experts, swiglu);
+      observe(name + ".moe_out", moe_delta);
+      continue;
+    }
+    if (gather_dp) s.dp->all_gather(ws.normed.rows(0, dp_rows), moe_in);
     backend_.router_topk(moe_in, w.router_w, w.router_b, c.experts_per_token, ids, weights);
     observe(name + ".router_ids", ids);
     observe(name + ".router_weights", weights);

@@ -40,6 +40,12 @@ struct ModelLimits {
   int max_logit_rows = 256;    // most rows of logits one step returns
 };
 
+// How the MoE reaches experts held by other ranks (docs/parallel.md, "Expert dispatch").
+enum class MoeDispatch : uint8_t {
+  Replicate,  // every rank routes every token, runs its local experts, and the combine is all-reduced
+  AllToAll,   // each rank routes its own rows and sends each (token, expert) pair to the expert's owner
+};
+
 // Which part of the model one rank holds, and the communicators it reduces through
 // (docs/parallel.md; src/parallel/parallel_config.h derives these from the CLI flags). The default
 // is the whole model on one rank, which runs exactly the unsharded forward.
@@ -53,9 +59,14 @@ struct ModelShard {
   // its ranks must be the DP ranks in dp_rank order: the combine is then a reduce-scatter.
   Communicator* moe = nullptr;
   Communicator* dp = nullptr;   // the dp_size ranks with this tp_rank (token gather before the MoE)
+  // AllToAll needs expert_size > 1; `moe` is then the world in rank order (expert group g = ranks
+  // [g * expert_tp_size, (g+1) * expert_tp_size)), and with dp_size > 1 `tp` is the DP group's ranks.
+  MoeDispatch moe_dispatch = MoeDispatch::Replicate;
 
   bool is_whole() const { return tp_size == 1 && expert_size == 1 && expert_tp_size == 1 && dp_size == 1; }
 };
+
+class MoeDispatcher;  // model/moe_dispatch.h
 
 class GptOssModel {
  public:
@@ -100,6 +111,7 @@ class GptOssModel {
   ActivationObserver observer_;
   struct Workspace;
   std::shared_ptr<Workspace> ws_;
+  std::shared_ptr<MoeDispatcher> dispatch_;  // MoeDispatch::AllToAll only
 };
 
 // YaRN inv_freq and concentration for the config (SPEC.md 2.5), computed as the references do.

@@ -15,6 +15,7 @@ std::string ParallelConfig::describe() const {
                               tensor_parallel, data_parallel);
   if (attention_replicas() > 1) s += fmt::format(" (x{} replicas)", attention_replicas());
   s += fmt::format(", MoE ep {} x {} intermediate slices", expert_parallel, expert_tensor_parallel());
+  if (moe_dispatch != MoeDispatch::Replicate) s += fmt::format(", {} dispatch", moe_dispatch_name(moe_dispatch));
   return s;
 }
 
@@ -42,6 +43,10 @@ void ParallelConfig::validate(const GptOssConfig& m) const {
               "--expert-parallel-size {} exceeds tensor x data parallel {} x {}: replicated attention is only "
               "supported without data parallelism",
               ep, tp, dp);
+  OSSRT_CHECK(moe_dispatch == MoeDispatch::Replicate || ep > 1,
+              "--expert-dispatch {} needs --expert-parallel-size > 1 (without expert parallelism every rank holds "
+              "every expert: there is nothing to dispatch)",
+              moe_dispatch_name(moe_dispatch));
   OSSRT_CHECK(m.intermediate_size % expert_tensor_parallel() == 0,
               "{} ranks / --expert-parallel-size {} = {} slices do not divide the intermediate size {}", world, ep,
               expert_tensor_parallel(), m.intermediate_size);
@@ -60,7 +65,16 @@ ModelShard ParallelConfig::shard_of(int rank) const {
   s.expert_rank = rank / per_expert_group;
   s.expert_tp_size = per_expert_group;
   s.expert_tp_rank = rank % per_expert_group;
+  s.moe_dispatch = moe_dispatch;
   return s;
+}
+
+const char* moe_dispatch_name(MoeDispatch d) {
+  switch (d) {
+    case MoeDispatch::Replicate: return "replicate";
+    case MoeDispatch::AllToAll: return "all_to_all";
+  }
+  return "?";
 }
 
 }  // namespace ossrt

@@ -8,6 +8,9 @@
 // dp must be 1) are replicas that compute the same attention. The MoE uses every rank: expert
 // group r / (world / ep) holds that range of experts, and its world / ep ranks split each expert's
 // intermediate dimension (so tp alone, ep = 1, splits the intermediate dimension tp ways).
+// --expert-dispatch picks how tokens reach the experts (MoeDispatch, model/gpt_oss.h): replicate
+// (every rank routes every token, the combine is all-reduced) or all_to_all (each rank routes its
+// own rows and exchanges (token, expert) pairs; model/moe_dispatch.h). docs/parallel.md compares them.
 #include <string>
 
 #include "model/config.h"
@@ -19,6 +22,7 @@ struct ParallelConfig {
   int tensor_parallel = 1;
   int expert_parallel = 1;
   int data_parallel = 1;
+  MoeDispatch moe_dispatch = MoeDispatch::Replicate;
 
   int world_size() const;
   int attention_replicas() const { return world_size() / (tensor_parallel * data_parallel); }
@@ -31,5 +35,8 @@ struct ParallelConfig {
   // Where `rank` sits: its parts of every sharded dimension (communicators left null).
   ModelShard shard_of(int rank) const;
 };
+
+// "replicate" / "all_to_all", the --expert-dispatch spellings.
+const char* moe_dispatch_name(MoeDispatch d);
 
 }  // namespace ossrt

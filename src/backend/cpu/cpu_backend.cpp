@@ -266,6 +266,45 @@ class CpuBackend final : public Backend {
     cpu::moe(pool_, x.ptr<float>(), T, view, ids.ptr<int32_t>(), weights.ptr<float>(), k, swiglu, out.ptr<float>());
   }
 
+  bool supports_moe_dispatch() const override { return true; }
+
+  void gather_rows(const Tensor& x, std::span<const int32_t> rows, Tensor& out) override {
+    expect_f32(x, "gather_rows", "x"), expect_f32(out, "gather_rows", "out");
+    OSSRT_CHECK(x.ndim == 2, "gather_rows: x has shape {}, expected [rows, features]", x.shape_str());
+    const int64_t H = x.dim(1);
+    expect_matrix(out, int64_t(rows.size()), H, "gather_rows", "out");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int32_t row = rows[i];
+      OSSRT_CHECK(row < x.dim(0), "gather_rows: row {} outside [0, {})", row, x.dim(0));
+      float* dst = out.ptr<float>() + int64_t(i) * H;
+      if (row < 0)
+        std::fill_n(dst, H, 0.0f);
+      else
+        std::copy_n(x.ptr<float>() + int64_t(row) * H, H, dst);
+    }
+  }
+
+  void sum_rows(const Tensor& src, std::span<const int32_t> index, int per_row, Tensor& out) override {
+    expect_f32(src, "sum_rows", "src"), expect_f32(out, "sum_rows", "out");
+    OSSRT_CHECK(src.ndim == 2 && out.ndim == 2 && src.dim(1) == out.dim(1),
+                "sum_rows: src {} and out {} must be matrices of the same width", src.shape_str(), out.shape_str());
+    OSSRT_CHECK(per_row >= 0 && int64_t(index.size()) == out.dim(0) * per_row,
+                "sum_rows: {} indices for {} rows of {}", index.size(), out.dim(0), per_row);
+    for (int32_t i : index)
+      OSSRT_CHECK(i < src.dim(0), "sum_rows: row {} outside [0, {})", i, src.dim(0));
+    const int64_t H = src.dim(1);
+    for (int64_t r = 0; r < out.dim(0); ++r) {
+      float* o = out.ptr<float>() + r * H;
+      std::fill_n(o, H, 0.0f);
+      for (int j = 0; j < per_row; ++j) {
+        const int32_t i = index[size_t(r * per_row + j)];
+        if (i < 0) continue;
+        const float* s = src.ptr<float>() + int64_t(i) * H;
+        for (int64_t h = 0; h < H; ++h) o[h] += s[h];
+      }
+    }
+  }
+
   void gather_logit_rows(const Tensor& x, Tensor& out) override {
     expect_f32(x, "gather_logit_rows", "x"), expect_f32(out, "gather_logit_rows", "out");
     OSSRT_CHECK(x.ndim == 2, "gather_logit_rows: x has shape {}, expected [rows, features]", x.shape_str());
