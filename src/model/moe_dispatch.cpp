@@ -154,6 +154,8 @@ Tensor MoeDispatcher::run(const Tensor& normed, const Tensor& router_w, const Te
   Tensor combined = combined_.rows(0, own.count);
   if (chunk > 0) {  // every rank sees the same count matrix, so all exchange or none does
     const int64_t rows = world_size_ * chunk;
+    // Holds while every rank's step fits max_step_tokens (each rank's forward checks its own).
+    OSSRT_CHECK(rows <= send_.dim(0), "all-to-all dispatch: {} exchange rows, planned for {}", rows, send_.dim(0));
     Tensor send = send_.rows(0, rows), recv = recv_.rows(0, rows);
     Tensor meta_send = meta_send_.rows(0, rows), meta_recv = meta_recv_.rows(0, rows);
     backend_.gather_rows(normed, send_rows_, send);

@@ -287,6 +287,45 @@ TEST_F(ParallelDispatchTest, DispatchWithoutExpertParallelismIsRefused) {
   EXPECT_THROW(GptOssModel(*backend, *weights_, limits(), shard), Error);
 }
 
+// ---- the two Backend ops the dispatch adds, on the CPU backend against plain loops
+
+TEST(ParallelDispatchOps, GatherRowsCopiesRowsAndZeroFillsPadding) {
+  auto backend = make_cpu_backend(BackendOptions{.threads = 1});
+  Tensor x = backend->alloc(DType::F32, {3, 4}), out = backend->alloc(DType::F32, {4, 4});
+  std::vector<float> xs(12);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = float(i) * 0.5f - 1.0f;
+  backend->from_host(x, xs.data());
+  const std::vector<int32_t> rows = {2, -1, 0, 2};
+  backend->gather_rows(x, rows, out);
+  const std::vector<float> got = backend->to_host_f32(out);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t h = 0; h < 4; ++h)
+      EXPECT_EQ(got[i * 4 + h], rows[i] < 0 ? 0.0f : xs[size_t(rows[i]) * 4 + h]) << i << "," << h;
+  const std::vector<int32_t> outside = {3, 0, 0, 0};
+  EXPECT_THROW(backend->gather_rows(x, outside, out), Error);
+  EXPECT_THROW(backend->gather_rows(x, std::vector<int32_t>{0, 1}, out), Error);  // 2 indices, 4 rows
+}
+
+TEST(ParallelDispatchOps, SumRowsAddsInIndexOrderFromZero) {
+  auto backend = make_cpu_backend(BackendOptions{.threads = 1});
+  // Values whose sum depends on the order: 1e8 + 1 - 1e8 is 0 in fp32 left to right, 1 otherwise.
+  Tensor src = backend->alloc(DType::F32, {3, 2}), out = backend->alloc(DType::F32, {2, 2});
+  const std::vector<float> vals = {1e8f, 2.0f, 1.0f, 3.0f, -1e8f, 5.0f};
+  backend->from_host(src, vals.data());
+  const std::vector<int32_t> index = {0, 1, 2, /*row 1:*/ 1, -1, -1};
+  backend->sum_rows(src, index, 3, out);
+  const std::vector<float> got = backend->to_host_f32(out);
+  for (int h = 0; h < 2; ++h) {
+    float expect0 = 0.0f;
+    for (int j = 0; j < 3; ++j) expect0 += vals[size_t(index[size_t(j)] * 2 + h)];
+    EXPECT_EQ(got[size_t(h)], expect0) << h;
+    EXPECT_EQ(got[size_t(2 + h)], 0.0f + vals[size_t(2 + h)]) << h;  // one row; the padding adds nothing
+  }
+  EXPECT_EQ(got[0], 0.0f);  // the order really is left to right (1e8 + 1 rounds back to 1e8)
+  EXPECT_THROW(backend->sum_rows(src, std::vector<int32_t>{0, 1, 3, 0, 0, 0}, 3, out), Error);
+  EXPECT_THROW(backend->sum_rows(src, index, 2, out), Error);  // 6 indices for 2 rows of 2
+}
+
 // ---- HF golden fixtures (tests/golden) at EP 4 with dispatch
 
 std::filesystem::path golden_dir() {
