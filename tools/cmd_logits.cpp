@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <map>
 #include <memory>
 
 #include "backend/backend.h"
@@ -33,6 +32,7 @@ struct LogitsOptions {
   int chunk = 256;
   int threads = 0;
   ParallelConfig parallel;
+  std::string expert_dispatch = "replicate";  // parallel.moe_dispatch, spelled as on the command line
 };
 
 void run_logits(const LogitsOptions& o) {
@@ -93,14 +93,15 @@ void setup_logits(CLI::App& app) {
   cmd->add_option("--data-parallel-size", o->parallel.data_parallel,
                   "Attention groups running their own sequences (not for one sequence: refused here)")
       ->check(CLI::PositiveNumber);
-  const std::map<std::string, MoeDispatch> dispatch_modes{{"replicate", MoeDispatch::Replicate},
-                                                          {"all_to_all", MoeDispatch::AllToAll}};
-  cmd->add_option("--expert-dispatch", o->parallel.moe_dispatch,
+  cmd->add_option("--expert-dispatch", o->expert_dispatch,
                   "How tokens reach other ranks' experts: replicate (every rank routes every token, the combine "
                   "is all-reduced) | all_to_all (each rank routes its own rows and exchanges them; needs "
                   "--expert-parallel-size > 1)")
-      ->transform(CLI::CheckedTransformer(dispatch_modes));
-  cmd->callback([o] { run_logits(*o); });
+      ->check(CLI::IsMember({"replicate", "all_to_all"}));
+  cmd->callback([o] {
+    o->parallel.moe_dispatch = parse_moe_dispatch(o->expert_dispatch);
+    run_logits(*o);
+  });
 }
 
 }  // namespace

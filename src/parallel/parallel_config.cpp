@@ -77,4 +77,10 @@ const char* moe_dispatch_name(MoeDispatch d) {
   return "?";
 }
 
+MoeDispatch parse_moe_dispatch(const std::string& name) {
+  for (MoeDispatch d : {MoeDispatch::Replicate, MoeDispatch::AllToAll})
+    if (name == moe_dispatch_name(d)) return d;
+  fail("--expert-dispatch '{}': expected replicate or all_to_all", name);
+}
+
 }  // namespace ossrt

@@ -36,7 +36,8 @@ struct ParallelConfig {
   ModelShard shard_of(int rank) const;
 };
 
-// "replicate" / "all_to_all", the --expert-dispatch spellings.
+// "replicate" / "all_to_all", the --expert-dispatch spellings; parse throws naming the flag.
 const char* moe_dispatch_name(MoeDispatch d);
+MoeDispatch parse_moe_dispatch(const std::string& name);
 
 }  // namespace ossrt

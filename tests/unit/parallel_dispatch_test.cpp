@@ -280,6 +280,14 @@ TEST_F(ParallelDispatchTest, DispatchWithoutExpertParallelismIsRefused) {
       EXPECT_NE(std::string(e.what()).find("--expert-dispatch all_to_all"), std::string::npos) << e.what();
     }
   }
+  EXPECT_EQ(parse_moe_dispatch("all_to_all"), kAllToAll);
+  EXPECT_EQ(parse_moe_dispatch(moe_dispatch_name(MoeDispatch::Replicate)), MoeDispatch::Replicate);
+  try {
+    parse_moe_dispatch("alltoall");
+    ADD_FAILURE() << "a misspelled mode was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--expert-dispatch 'alltoall'"), std::string::npos) << e.what();
+  }
   // A shard built by hand (no ParallelConfig) is refused by the model itself.
   auto backend = make_cpu_backend(BackendOptions{.threads = 1});
   ModelShard shard;
