@@ -24,16 +24,19 @@ function generate(extra) {
   return r;
 }
 
-test('generate: TP2 and TP2xEP4 print the unsharded ids', { timeout: 300000 }, () => {
+test('generate: TP2, TP2xEP4 and EP4 all-to-all print the unsharded ids', { timeout: 300000 }, () => {
   const base = generate([]);
   assert.equal(base.status, 0, base.stderr);
   const want = JSON.parse(base.stdout);
   assert.equal(want.ids.length, 16);
-  for (const flags of [['--tensor-parallel-size', '2'], ['--tensor-parallel-size', '2', '--expert-parallel-size', '4']]) {
+  for (const flags of [['--tensor-parallel-size', '2'], ['--tensor-parallel-size', '2', '--expert-parallel-size', '4'],
+    ['--expert-parallel-size', '4', '--expert-dispatch', 'all_to_all']]) {
     const r = generate([...flags, '--verbose']);
     assert.equal(r.status, 0, r.stderr);
     assert.deepEqual(JSON.parse(r.stdout).ids, want.ids, flags.join(' '));
-    assert.match(r.stderr, /each caches 1 of the model's 2 kv heads/, 'the --verbose KV plan is per rank');
+    // The --verbose KV plan is per rank: under TP a rank caches 1 of the 2 KV heads; EP alone keeps both.
+    if (flags.includes('--tensor-parallel-size')) assert.match(r.stderr, /x 1 kv heads x .*\n.*each caches 1 of the model's 2 kv heads/s);
+    else assert.match(r.stderr, /full layers \d+ B per token \(2 x \d+ layers x 2 kv heads x/);
   }
 });
 

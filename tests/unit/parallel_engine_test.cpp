@@ -1,6 +1,7 @@
 // The engine on a ParallelModel (ranks as threads on the CPU): 16 mixed greedy requests with
 // chunked prefill and preemption give exactly the unsharded engine's tokens at TP2, TP4 (each rank
-// keeps a copy of one KV head), EP4 and TP2xEP4, with every KV block back; the memory plan counts a
+// keeps a copy of one KV head), EP4 and TP2xEP4 (EP with replicated or all-to-all expert dispatch),
+// with every KV block back; the memory plan counts a
 // rank's KV heads; data parallelism and sizes the model cannot take are refused naming the flag,
 // by the engine, the session (generate / chat), the server runtime and the CLI flag parser.
 #include <gmock/gmock.h>
@@ -96,18 +97,24 @@ const RunResult& unsharded_result() {
   return r;
 }
 
-ParallelConfig layout(int tp, int ep, int dp = 1) {
+ParallelConfig layout(int tp, int ep, int dp = 1, MoeDispatch dispatch = MoeDispatch::Replicate) {
   ParallelConfig p;
   p.tensor_parallel = tp;
   p.expert_parallel = ep;
   p.data_parallel = dp;
+  p.moe_dispatch = dispatch;
   return p;
 }
 
-class ParallelEngineTest : public ::testing::TestWithParam<std::pair<int, int>> {};
+struct Layout {
+  int tp, ep;
+  MoeDispatch dispatch = MoeDispatch::Replicate;
+};
+
+class ParallelEngineTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(ParallelEngineTest, SixteenMixedRequestsWithChunkingAndPreemptionMatchTheUnshardedEngine) {
-  const auto [tp, ep] = GetParam();
+  const auto [tp, ep, dispatch] = GetParam();
   const RunResult& expected = unsharded_result();
   ASSERT_GT(expected.preemptions, 0u) << "the scenario must preempt to test recompute on the ranks";
   // The unsharded engine itself is held to an independent single-sequence reference (two requests
@@ -121,7 +128,7 @@ TEST_P(ParallelEngineTest, SixteenMixedRequestsWithChunkingAndPreemptionMatchThe
     }
   }
 
-  ParallelModel model(weights(), layout(tp, ep), "cpu", BackendOptions{.threads = 2}, kLimits);
+  ParallelModel model(weights(), layout(tp, ep, 1, dispatch), "cpu", BackendOptions{.threads = 2}, kLimits);
   Engine engine(model, chunked_preempting_config());
   const RunResult got = run_cases(engine, mixed_cases());
   EXPECT_GT(got.preemptions, 0u);
@@ -133,9 +140,11 @@ TEST_P(ParallelEngineTest, SixteenMixedRequestsWithChunkingAndPreemptionMatchThe
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ParallelEngineTest,
-                         ::testing::Values(std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 4}, std::pair{2, 4}),
+                         ::testing::Values(Layout{2, 1}, Layout{4, 1}, Layout{1, 4}, Layout{2, 4},
+                                           Layout{1, 4, MoeDispatch::AllToAll}, Layout{2, 4, MoeDispatch::AllToAll}),
                          [](const auto& info) {
-                           return fmt::format("tp{}_ep{}", info.param.first, info.param.second);
+                           return fmt::format("tp{}_ep{}_{}", info.param.tp, info.param.ep,
+                                              moe_dispatch_name(info.param.dispatch));
                          });
 
 // What a rank caches: 2 (K, V) x layers x its KV heads x head_dim x 4 bytes (f32 on the CPU).
@@ -242,7 +251,11 @@ TEST(ParallelEngineFlagsTest, CommandLineFlagsParseIntoTheParallelConfig) {
   EXPECT_EQ(p.tensor_parallel, 2);
   EXPECT_EQ(p.expert_parallel, 4);
   EXPECT_EQ(p.data_parallel, 1);
+  EXPECT_EQ(p.moe_dispatch, MoeDispatch::Replicate);
+  parse({"--expert-parallel-size", "4", "--expert-dispatch", "all_to_all"}, p);
+  EXPECT_EQ(p.moe_dispatch, MoeDispatch::AllToAll);
   ParallelConfig bad;
+  EXPECT_THROW(parse({"--expert-dispatch", "scatter"}, bad), CLI::ValidationError);
   EXPECT_THROW(parse({"--tensor-parallel-size", "0"}, bad), CLI::ValidationError);
   EXPECT_THROW(parse({"--expert-parallel-size", "two"}, bad), CLI::ValidationError);
   EXPECT_THROW(parse({"--data-parallel-size", "-1"}, bad), CLI::ValidationError);
