@@ -26,6 +26,7 @@
 #include "model/single_sequence.h"
 #include "parallel/parallel_model.h"
 #include "parallel/parallel_sequence_runner.h"
+#include "parallel_test_model.h"
 
 namespace ossrt {
 namespace {
@@ -37,46 +38,9 @@ constexpr int kDecodeSteps = 6;
 constexpr int kTokens = 45;  // crosses the window of 16 several times
 constexpr auto kAllToAll = MoeDispatch::AllToAll;
 
-GptOssConfig small_config() {
-  GptOssConfig c = preset_config("tiny");
-  c.num_layers = 4;
-  c.hidden_size = 64;
-  c.intermediate_size = 64;  // MXFP4 experts; TP8xEP4 slices them in 2 (32 columns: still MXFP4)
-  c.num_experts = 8;
-  c.experts_per_token = 4;
-  c.num_attention_heads = 16;
-  c.num_key_value_heads = 8;
-  c.head_dim = 16;
-  c.vocab_size = 512;
-  c.sliding_window = 16;
-  c.layer_types = {LayerKind::SlidingAttention, LayerKind::FullAttention, LayerKind::SlidingAttention,
-                   LayerKind::FullAttention};
-  c.name = "dispatch_test";
-  return c;
-}
-
-std::vector<int32_t> prompt(int n, int salt) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(int32_t((i * 37 + salt * 101 + 11) % 512));
-  return ids;
-}
-
-// The worst per-row max|diff| / max|ref| of `got` against `ref` (NaN sticks).
-double worst_row_rel_diff(const std::vector<float>& got, const std::vector<float>& ref, int64_t vocab) {
-  EXPECT_EQ(got.size(), ref.size());
-  double worst = 0.0;
-  for (size_t row = 0; (row + 1) * size_t(vocab) <= std::min(got.size(), ref.size()); ++row) {
-    double diff = 0.0, scale = 0.0;
-    for (int64_t v = 0; v < vocab; ++v) {
-      const size_t i = row * size_t(vocab) + size_t(v);
-      diff = std::max(diff, std::abs(double(got[i]) - double(ref[i])));
-      scale = std::max(scale, std::abs(double(ref[i])));
-    }
-    const double rel = diff / std::max(scale, 1e-30);
-    if (!(rel <= worst)) worst = rel;
-  }
-  return worst;
-}
+using testing_parallel::prompt;
+using testing_parallel::worst_row_rel_diff;
+GptOssConfig small_config() { return testing_parallel::small_config("dispatch_test"); }
 
 // Every prefill row's logits, then decode steps fed the unsharded model's greedy tokens (so a
 // sharded run is compared on the same inputs even if it would pick differently at a near tie).

@@ -17,6 +17,7 @@
 #include "model/single_sequence.h"
 #include "parallel/parallel_model.h"
 #include "parallel/parallel_sequence_runner.h"
+#include "parallel_test_model.h"
 
 namespace ossrt {
 namespace {
@@ -25,46 +26,9 @@ constexpr double kMaxRelDiff = 1e-5;
 constexpr int kChunk = 16;
 constexpr int kDecodeSteps = 6;
 
-GptOssConfig small_config() {
-  GptOssConfig c = preset_config("tiny");
-  c.num_layers = 4;
-  c.hidden_size = 64;
-  c.intermediate_size = 64;  // MXFP4 experts: slices of 32 stay MXFP4, of 16 and 8 are dequantized
-  c.num_experts = 8;
-  c.experts_per_token = 4;
-  c.num_attention_heads = 16;
-  c.num_key_value_heads = 8;
-  c.head_dim = 16;
-  c.vocab_size = 512;
-  c.sliding_window = 16;
-  c.layer_types = {LayerKind::SlidingAttention, LayerKind::FullAttention, LayerKind::SlidingAttention,
-                   LayerKind::FullAttention};
-  c.name = "parallel_test";
-  return c;
-}
-
-std::vector<int32_t> prompt(int n, int salt) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(int32_t((i * 37 + salt * 101 + 11) % 512));
-  return ids;
-}
-
-// Relative error of `got` against `ref`, per row: the worst max|diff| / max|ref| of any row.
-double worst_row_rel_diff(const std::vector<float>& got, const std::vector<float>& ref, int64_t vocab) {
-  EXPECT_EQ(got.size(), ref.size());
-  double worst = 0.0;
-  for (size_t row = 0; row * size_t(vocab) < ref.size() && row * size_t(vocab) < got.size(); ++row) {
-    double diff = 0.0, scale = 0.0;
-    for (int64_t v = 0; v < vocab; ++v) {
-      const size_t i = row * size_t(vocab) + size_t(v);
-      diff = std::max(diff, std::abs(double(got[i]) - double(ref[i])));
-      scale = std::max(scale, std::abs(double(ref[i])));
-    }
-    const double rel = diff / std::max(scale, 1e-30);
-    if (!(rel <= worst)) worst = rel;  // NaN sticks
-  }
-  return worst;
-}
+using testing_parallel::prompt;
+using testing_parallel::worst_row_rel_diff;
+GptOssConfig small_config() { return testing_parallel::small_config("parallel_test"); }
 
 // Prefill logits of every row (chunked), then the last-row logits of greedy decode steps.
 struct Trace {
