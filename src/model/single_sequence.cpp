@@ -56,56 +56,72 @@ void append_sequence_step(StepPlan& plan, const LinearKvLayout& layout, std::spa
   plan.seqs.push_back(s);
 }
 
-SingleSequenceRunner::SingleSequenceRunner(GptOssModel& model, int max_tokens, int block_size)
-    : model_(model), max_tokens_(max_tokens) {
-  const GptOssConfig& c = model.config();
-  OSSRT_CHECK(max_tokens > 0 && block_size > 0, "SingleSequenceRunner: max_tokens {} and block_size {} must be positive",
+SequenceRunnerBase::SequenceRunnerBase(const GptOssConfig& config, const ModelLimits& limits, int max_tokens,
+                                       int block_size)
+    : sliding_window_(config.sliding_window),
+      num_full_layers_(config.num_full_layers()),
+      num_sliding_layers_(config.num_sliding_layers()),
+      num_kv_heads_(config.num_key_value_heads),
+      head_dim_(config.head_dim),
+      vocab_(config.vocab_size),
+      limits_(limits),
+      max_tokens_(max_tokens) {
+  OSSRT_CHECK(max_tokens > 0 && block_size > 0, "sequence runner: max_tokens {} and block_size {} must be positive",
               max_tokens, block_size);
   layout_.block_size = block_size;
-  layout_.num_window_blocks = window_ring_blocks(c.sliding_window, model.limits().max_step_tokens, block_size);
-  KvCacheShape shape;
-  shape.num_full_layers = c.num_full_layers();
-  shape.num_sliding_layers = c.num_sliding_layers();
-  shape.num_full_blocks = ceil_div(max_tokens, block_size);
-  shape.num_window_blocks = layout_.num_window_blocks;
-  shape.block_size = block_size;
-  shape.num_kv_heads = c.num_key_value_heads;
-  shape.head_dim = c.head_dim;
-  model.backend().allocate_kv_cache(shape);
+  layout_.num_window_blocks = window_ring_blocks(sliding_window_, limits.max_step_tokens, block_size);
 }
 
-void SingleSequenceRunner::rewind(int position) {
-  OSSRT_CHECK(position >= 0 && position <= position_, "SingleSequenceRunner::rewind({}) outside [0, {}]", position,
+KvCacheShape SequenceRunnerBase::kv_shape() const {
+  KvCacheShape shape;
+  shape.num_full_layers = num_full_layers_;
+  shape.num_sliding_layers = num_sliding_layers_;
+  shape.num_full_blocks = ceil_div(max_tokens_, layout_.block_size);
+  shape.num_window_blocks = layout_.num_window_blocks;
+  shape.block_size = layout_.block_size;
+  shape.num_kv_heads = num_kv_heads_;
+  shape.head_dim = head_dim_;
+  return shape;
+}
+
+void SequenceRunnerBase::rewind(int position) {
+  OSSRT_CHECK(position >= 0 && position <= position_, "sequence runner: rewind({}) outside [0, {}]", position,
               position_);
   position_ = position;
 }
 
-std::vector<float> SingleSequenceRunner::run(std::span<const int32_t> tokens, int chunk, Logits which) {
+std::vector<float> SequenceRunnerBase::run(std::span<const int32_t> tokens, int chunk, Logits which) {
   const int n = int(tokens.size());
-  const ModelLimits& limits = model_.limits();
-  if (chunk <= 0) chunk = limits.max_step_tokens;
-  OSSRT_CHECK(chunk <= limits.max_step_tokens, "chunk of {} tokens exceeds the model's step limit of {}", chunk,
-              limits.max_step_tokens);
-  if (which == Logits::EveryRow) chunk = std::min(chunk, limits.max_logit_rows);
+  if (chunk <= 0) chunk = limits_.max_step_tokens;
+  OSSRT_CHECK(chunk <= limits_.max_step_tokens, "chunk of {} tokens exceeds the model's step limit of {}", chunk,
+              limits_.max_step_tokens);
+  if (which == Logits::EveryRow) chunk = std::min(chunk, limits_.max_logit_rows);
   OSSRT_CHECK(position_ + n <= max_tokens_, "sequence of {} tokens exceeds the {} the runner was built for",
               position_ + n, max_tokens_);
-  const int64_t vocab = model_.config().vocab_size;
   std::vector<float> out;
-  if (which == Logits::EveryRow) out.reserve(size_t(n) * size_t(vocab));
+  if (which == Logits::EveryRow) out.reserve(size_t(n) * size_t(vocab_));
   for (int begin = 0; begin < n; begin += chunk) {
     const int count = std::min(chunk, n - begin);
     StepPlan plan;
-    append_sequence_step(plan, layout_, tokens.subspan(size_t(begin), size_t(count)), position_,
-                         model_.config().sliding_window, which == Logits::EveryRow);
-    const Tensor logits = model_.forward(plan);
-    std::vector<float> host = model_.backend().to_host_f32(logits);
+    append_sequence_step(plan, layout_, tokens.subspan(size_t(begin), size_t(count)), position_, sliding_window_,
+                         which == Logits::EveryRow);
+    std::vector<float> host = step(plan);
     position_ += count;
     if (which == Logits::EveryRow)
       out.insert(out.end(), host.begin(), host.end());
     else if (begin + count == n)
-      out.assign(host.end() - vocab, host.end());
+      out.assign(host.end() - vocab_, host.end());
   }
   return out;
+}
+
+SingleSequenceRunner::SingleSequenceRunner(GptOssModel& model, int max_tokens, int block_size)
+    : SequenceRunnerBase(model.config(), model.limits(), max_tokens, block_size), model_(model) {
+  model.backend().allocate_kv_cache(kv_shape());
+}
+
+std::vector<float> SingleSequenceRunner::step(const StepPlan& plan) {
+  return model_.backend().to_host_f32(model_.forward(plan));
 }
 
 }  // namespace ossrt

@@ -31,12 +31,13 @@ int window_ring_blocks(int sliding_window, int max_step_tokens, int block_size);
 void append_sequence_step(StepPlan& plan, const LinearKvLayout& layout, std::span<const int32_t> tokens,
                           int context_begin, int sliding_window, bool logits_for_every_row);
 
-class SingleSequenceRunner {
+// What a single-sequence runner does whatever runs its steps: the trivial KV layout, the position,
+// and the chunked run loop. SingleSequenceRunner runs the steps on one GptOssModel;
+// ParallelSequenceRunner (parallel/) on every rank of a ParallelModel.
+class SequenceRunnerBase {
  public:
   enum class Logits { EveryRow, LastRow };
-
-  // Allocates KV storage on the model's backend for up to `max_tokens` positions.
-  SingleSequenceRunner(GptOssModel& model, int max_tokens, int block_size = 16);
+  virtual ~SequenceRunnerBase() = default;
 
   // Continues the sequence with `tokens`, `chunk` tokens per forward step (0 = as many as the
   // model's limits allow). Earlier steps' tokens are read from the KV cache (chunked prefill).
@@ -49,11 +50,31 @@ class SingleSequenceRunner {
   // there and overwrites their KV slots. Lets a caller try alternatives for one token.
   void rewind(int position);
 
+ protected:
+  // Lays out KV storage for up to `max_tokens` positions; the derived constructor allocates
+  // kv_shape() on whatever holds the cache.
+  SequenceRunnerBase(const GptOssConfig& config, const ModelLimits& limits, int max_tokens, int block_size);
+  KvCacheShape kv_shape() const;
+  // Runs one step and returns the host f32 logits of the plan's logit rows.
+  virtual std::vector<float> step(const StepPlan& plan) = 0;
+
  private:
-  GptOssModel& model_;
+  int sliding_window_, num_full_layers_, num_sliding_layers_, num_kv_heads_, head_dim_;
+  int64_t vocab_;
+  ModelLimits limits_;
   int max_tokens_;
   LinearKvLayout layout_;
   int position_ = 0;
+};
+
+class SingleSequenceRunner final : public SequenceRunnerBase {
+ public:
+  // Allocates KV storage on the model's backend for up to `max_tokens` positions.
+  SingleSequenceRunner(GptOssModel& model, int max_tokens, int block_size = 16);
+
+ private:
+  std::vector<float> step(const StepPlan& plan) override;
+  GptOssModel& model_;
 };
 
 }  // namespace ossrt

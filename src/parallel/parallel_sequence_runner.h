@@ -10,20 +10,14 @@
 
 namespace ossrt {
 
-class ParallelSequenceRunner {
+class ParallelSequenceRunner final : public SequenceRunnerBase {
  public:
   // Allocates every rank's KV storage for up to `max_tokens` positions.
   ParallelSequenceRunner(ParallelModel& model, int max_tokens, int block_size = 16);
 
-  // As SingleSequenceRunner::run: logits [n, vocab] (EveryRow) or [vocab] of the last token (LastRow).
-  std::vector<float> run(std::span<const int32_t> tokens, int chunk, SingleSequenceRunner::Logits which);
-  int position() const { return position_; }
-
  private:
+  std::vector<float> step(const StepPlan& plan) override { return model_.forward(plan); }
   ParallelModel& model_;
-  int max_tokens_;
-  LinearKvLayout layout_;
-  int position_ = 0;
 };
 
 }  // namespace ossrt

@@ -34,6 +34,23 @@ std::vector<fs::path> golden_cases() {
   return cases;
 }
 
+// One fixture: case.json, its prompt, HF's logits for it and the checkpoint.
+struct GoldenCase {
+  nlohmann::json json;
+  std::vector<int32_t> prompt;
+  NpyArray ref;
+  HostModelWeights weights;
+};
+
+GoldenCase load_case(const fs::path& dir) {
+  GoldenCase gc;
+  std::ifstream(dir / "case.json") >> gc.json;
+  gc.prompt = gc.json.at("prompt_ids").get<std::vector<int32_t>>();
+  gc.ref = read_npy((dir / gc.json.value("logits", std::string("logits.npy"))).string());
+  gc.weights = load_model_weights(ModelSource{dir.string(), "auto", 0});
+  return gc;
+}
+
 float top2_margin(const float* row, size_t v) {
   float a = -INFINITY, b = -INFINITY;
   for (size_t i = 0; i < v; ++i) {
@@ -49,11 +66,11 @@ TEST(CudaGolden, LogitsAndGreedyContinuationMatchHf) {
   if (cases.empty()) GTEST_SKIP() << "no fixtures under tests/golden/ yet";
   for (const fs::path& dir : cases) {
     SCOPED_TRACE(dir.filename().string());
-    nlohmann::json c;
-    std::ifstream(dir / "case.json") >> c;
-    const std::vector<int32_t> prompt = c.at("prompt_ids").get<std::vector<int32_t>>();
-    const NpyArray ref = read_npy((dir / c.value("logits", std::string("logits.npy"))).string());
-    const HostModelWeights weights = load_model_weights(ModelSource{dir.string(), "auto", 0});
+    const GoldenCase gc = load_case(dir);
+    const nlohmann::json& c = gc.json;
+    const std::vector<int32_t>& prompt = gc.prompt;
+    const NpyArray& ref = gc.ref;
+    const HostModelWeights& weights = gc.weights;
     const size_t v = size_t(weights.config.vocab_size);
     if (ref.f32.size() != prompt.size() * v) {
       ADD_FAILURE() << "logits.npy has " << ref.f32.size() << " values for " << prompt.size() << " x " << v;
@@ -119,11 +136,10 @@ TEST(CudaGolden, LogitsWithinTheBf16FloorOfTheCpuOracle) {
   if (cases.empty()) GTEST_SKIP() << "no fixtures under tests/golden/ yet";
   for (const fs::path& dir : cases) {
     SCOPED_TRACE(dir.filename().string());
-    nlohmann::json c;
-    std::ifstream(dir / "case.json") >> c;
-    const std::vector<int32_t> prompt = c.at("prompt_ids").get<std::vector<int32_t>>();
-    const NpyArray ref = read_npy((dir / c.value("logits", std::string("logits.npy"))).string());
-    const HostModelWeights weights = load_model_weights(ModelSource{dir.string(), "auto", 0});
+    const GoldenCase gc = load_case(dir);
+    const std::vector<int32_t>& prompt = gc.prompt;
+    const NpyArray& ref = gc.ref;
+    const HostModelWeights& weights = gc.weights;
     const size_t v = size_t(weights.config.vocab_size);
     ASSERT_EQ(ref.f32.size(), prompt.size() * v);
     auto logits_on = [&](const std::string& backend_name, bool emulate_bf16) {
