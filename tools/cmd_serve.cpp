@@ -30,8 +30,12 @@ void setup_serve(CLI::App& app) {
   ossrt::tools::add_engine_parallel_flags(cmd, runtime->parallel);
   cmd->add_option("--host", config->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", config->port, "Port (0 = any free port; the chosen one is printed)")->capture_default_str();
-  cmd->add_option("--api-key", config->api_key, "Require 'Authorization: Bearer KEY' on /v1/*")
-      ->envname("OSSRT_API_KEY");
+  cmd->add_option("--api-key", config->api_keys,
+                  "Require 'Authorization: Bearer KEY' on every route but /health, /ready, /live, /metrics and "
+                  "/version; repeat it (or separate keys with commas) to accept several keys, each seeing only "
+                  "its own stored responses")
+      ->envname("OSSRT_API_KEY")
+      ->delimiter(',');
   cmd->add_option("--served-model-name", config->served_model_name, "The model id clients send")->capture_default_str();
   cmd->add_option("--max-model-len", runtime->max_model_len, "Context length (0 = what the model and KV cache hold)");
   cmd->add_option("--max-num-seqs", runtime->max_num_seqs, "Most sequences in a running batch")->capture_default_str();
@@ -48,10 +52,27 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--current-date", *current_date, "Date in the system message (YYYY-MM-DD or none; default today)");
   cmd->add_option("--http-threads", config->http_threads, "Threads of the HTTP event loop")->capture_default_str();
   cmd->add_option("--max-body-bytes", config->max_body_bytes, "Largest request body; beyond it 413")->capture_default_str();
+  cmd->add_option("--max-connections", config->max_connections,
+                  "Most open connections; beyond it a new one gets 503 and is closed")
+      ->check(CLI::Range(size_t(1), size_t(1) << 24))->capture_default_str();
+  cmd->add_option("--timeout-keep-alive", config->idle_timeout_s,
+                  "Seconds a connection may wait for (or trickle) a request's headers")
+      ->check(CLI::Range(1, 86400))->capture_default_str();
+  cmd->add_option("--timeout-request-body", config->body_timeout_s,
+                  "Seconds a request body may take to arrive once its headers are in")
+      ->check(CLI::Range(1, 86400))->capture_default_str();
+  cmd->add_option("--preprocess-threads", config->work_threads,
+                  "Threads that parse, render and tokenize requests (off the HTTP I/O threads)")
+      ->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_option("--preprocess-queue", config->work_queue,
+                  "Requests waiting for a preprocess thread at most; beyond it 503 + Retry-After")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd->add_option("--sse-ping-interval-ms", config->sse_ping_interval_ms,
                   "Send `: ping` SSE comments this often while a stream has no output yet (0 = off)")->capture_default_str();
   cmd->add_option("--drain-timeout", config->drain_timeout_s, "Seconds SIGTERM waits for in-flight requests")->capture_default_str();
   cmd->add_option("--responses-store-size", config->responses_store_capacity, "Stored responses kept for previous_response_id")->capture_default_str();
+  cmd->add_option("--responses-store-bytes", config->responses_store_bytes,
+                  "Approximate bytes of all stored responses; the oldest are dropped beyond it")->capture_default_str();
   cmd->add_option("--responses-ttl", config->responses_ttl_s, "Seconds a stored response is kept")->capture_default_str();
   cmd->add_flag("--enable-request-id-headers", config->enable_request_id_headers, "Echo X-Request-Id");
   cmd->add_option("--log-level", *log_level, "trace | debug | info | warn | error")->capture_default_str();

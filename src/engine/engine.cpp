@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/plan_builder.h"
+#include "engine/request_validation.h"
 
 namespace ossrt {
 
@@ -138,6 +139,8 @@ void Engine::cancel(const std::string& request_id) {
   cv_.notify_one();
 }
 
+int Engine::vocab_size() const { return model_.config().vocab_size; }
+
 GeneratorStats Engine::stats() const {
   std::lock_guard lk(mu_);
   return stats_;
@@ -180,34 +183,10 @@ void Engine::thread_main() {
 }
 
 std::string Engine::validate(const GenerationRequest& r) const {
-  const int vocab = model_.config().vocab_size;
-  const SamplingParams& p = r.sampling;
-  if (r.prompt_ids.empty()) return "the prompt is empty";
-  for (size_t i = 0; i < r.prompt_ids.size(); ++i)
-    if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= vocab)
-      return fmt::format("prompt token {} (at index {}) is outside the vocabulary [0, {})", r.prompt_ids[i], i,
-                         vocab);
-  if (int64_t(r.prompt_ids.size()) >= max_model_len_)
-    return fmt::format("the prompt has {} tokens but the maximum context length is {} tokens", r.prompt_ids.size(),
-                       max_model_len_);
-  if (p.max_tokens < 1) return fmt::format("max_tokens must be at least 1, got {}", p.max_tokens);
-  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens)
-    return fmt::format("min_tokens must be in [0, max_tokens={}], got {}", p.max_tokens, p.min_tokens);
-  if (!(p.temperature >= 0.0f)) return fmt::format("temperature must be >= 0, got {}", p.temperature);
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return fmt::format("top_p must be in (0, 1], got {}", p.top_p);
-  if (p.top_k < -1) return fmt::format("top_k must be -1 or 0 (off) or positive, got {}", p.top_k);
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return fmt::format("min_p must be in [0, 1], got {}", p.min_p);
-  if (!(p.repetition_penalty > 0.0f))
-    return fmt::format("repetition_penalty must be > 0, got {}", p.repetition_penalty);
-  if (p.logprobs > vocab) return fmt::format("logprobs {} exceeds the vocabulary size {}", p.logprobs, vocab);
-  for (const auto& [id, bias] : p.logit_bias)
-    if (id < 0 || id >= vocab) return fmt::format("logit_bias token {} is outside the vocabulary [0, {})", id, vocab);
-  for (int32_t id : p.stop_token_ids)
-    if (id < 0 || id >= vocab) return fmt::format("stop token {} is outside the vocabulary [0, {})", id, vocab);
-  if (!p.stop_strings.empty() && !config_.token_bytes)
+  if (auto invalid = validate_generation_request(r, GenerationLimits{model_.config().vocab_size, max_model_len_}))
+    return invalid->message;
+  if (!r.sampling.stop_strings.empty() && !config_.token_bytes)
     return "stop strings need a tokenizer, and this engine has none";
-  for (const auto& s : p.stop_strings)
-    if (s.empty()) return "stop strings must not be empty";
   return {};
 }
 
@@ -245,6 +224,9 @@ void Engine::drain_inbox() {
     std::lock_guard lk(mu_);
     inbox.swap(inbox_);
     cancels.swap(cancels_);
+    // Until publish_stats() recounts them, the taken submissions are waiting: submit() bounds
+    // inbox + waiting by max_queue, and a step can take long enough for a burst to overshoot it.
+    stats_.waiting += int(inbox.size());
     abort_all = abort_all_;
     // Taken work counts as busy from here on, or drain() could see an empty inbox and an idle
     // engine between this swap and the end of the step.

@@ -62,6 +62,7 @@ class Engine : public Generator {
   void cancel(const std::string& request_id) override;
   GeneratorStats stats() const override;
   int max_model_len() const override { return max_model_len_; }
+  int vocab_size() const override;
   void drain(std::chrono::milliseconds timeout) override;
 
   // Runs one step on the calling thread (only when constructed with start_thread = false).

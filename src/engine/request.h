@@ -88,6 +88,8 @@ class Generator {
   virtual void cancel(const std::string& request_id) = 0;
   virtual GeneratorStats stats() const = 0;
   virtual int max_model_len() const = 0;
+  // Token ids (prompt, stop_token_ids, logit_bias keys) must lie in [0, vocab_size()).
+  virtual int vocab_size() const = 0;
   // Stops accepting work; waits up to `timeout` for running requests, aborts the rest.
   virtual void drain(std::chrono::milliseconds timeout) = 0;
 };

@@ -16,22 +16,27 @@ namespace {
 // change BPE results, so the pieces must be the same ones harmony encodes.
 class PromptBuilder {
  public:
-  explicit PromptBuilder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  PromptBuilder(const Tokenizer& tokenizer, size_t max_tokens) : tokenizer_(tokenizer), max_tokens_(max_tokens) {}
 
   void text(std::string_view piece) {
     if (piece.empty()) return;
-    std::vector<int32_t> ids = tokenizer_.encode(piece);
-    prompt_.token_ids.insert(prompt_.token_ids.end(), ids.begin(), ids.end());
+    const size_t used = prompt_.token_ids.size();
+    if (used > max_tokens_) throw PromptTooLong(max_tokens_);
+    auto ids = tokenizer_.encode_at_most(piece, max_tokens_ - used);
+    if (!ids) throw PromptTooLong(max_tokens_);
+    prompt_.token_ids.insert(prompt_.token_ids.end(), ids->begin(), ids->end());
     prompt_.text += piece;
   }
   void special(int32_t id, std::string_view spelled) {
     prompt_.token_ids.push_back(id);
+    if (prompt_.token_ids.size() > max_tokens_) throw PromptTooLong(max_tokens_);
     prompt_.text += spelled;
   }
   RenderedPrompt take() { return std::move(prompt_); }
 
  private:
   const Tokenizer& tokenizer_;
+  const size_t max_tokens_;
   RenderedPrompt prompt_;
 };
 
@@ -138,14 +143,14 @@ std::string system_message_body(const Conversation& conversation) {
   return join(sections, "\n\n");
 }
 
-std::string developer_message_body(const Conversation& conversation) {
+std::string developer_message_body(const Conversation& conversation, const RenderBudget& budget) {
   std::vector<std::string> sections;
   if (!conversation.developer_instructions.empty()) {
     sections.push_back("# Instructions");
     sections.push_back(conversation.developer_instructions);
   }
   if (!conversation.tools.empty()) {
-    sections.push_back(tools_section({ToolNamespace{"functions", "", conversation.tools}}));
+    sections.push_back(tools_section({ToolNamespace{"functions", "", conversation.tools}}, budget));
   }
   if (conversation.response_format) {
     sections.push_back(response_format_section(*conversation.response_format));
@@ -179,9 +184,15 @@ std::vector<Message> messages_after_history_rule(const std::vector<Message>& mes
 
 RenderedPrompt render_conversation(const Conversation& conversation, const Tokenizer& tokenizer,
                                    const RenderOptions& options) {
-  PromptBuilder out(tokenizer);
+  PromptBuilder out(tokenizer, options.max_tokens);
   render_body_message(out, Role::System, system_message_body(conversation));
-  const std::string developer = developer_message_body(conversation);
+  // Text past max_tokens x the longest token's bytes cannot fit: the schema rendering stops there.
+  RenderBudget budget;
+  if (options.max_tokens != SIZE_MAX) {
+    budget.max_tokens = options.max_tokens;
+    budget.max_bytes = options.max_tokens * tokenizer.max_token_bytes();
+  }
+  const std::string developer = developer_message_body(conversation, budget);
   if (!developer.empty()) render_body_message(out, Role::Developer, developer);
   for (const Message& message :
        messages_after_history_rule(conversation.messages, options.analysis_history)) {
@@ -194,8 +205,13 @@ RenderedPrompt render_conversation(const Conversation& conversation, const Token
   return out.take();
 }
 
-RenderedPrompt render_for_completion(const Conversation& conversation, const Tokenizer& tokenizer) {
-  return render_conversation(conversation, tokenizer, RenderOptions{});
+RenderedPrompt render_for_completion(const Conversation& conversation, const Tokenizer& tokenizer, size_t max_tokens) {
+  RenderOptions options;
+  options.max_tokens = max_tokens;
+  return render_conversation(conversation, tokenizer, options);
 }
+
+PromptTooLong::PromptTooLong(size_t max_tokens)
+    : ossrt::Error(fmt::format("the prompt has more than {} tokens", max_tokens)), max_tokens_(max_tokens) {}
 
 }  // namespace ossrt::harmony

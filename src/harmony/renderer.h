@@ -2,11 +2,14 @@
 // Harmony renderer: Conversation -> prompt token ids (SPEC 5.1-5.8). Every text piece is encoded
 // with ordinary BPE and special ids are inserted directly, exactly as harmony does, so text in a
 // user or tool message can never forge Harmony structure.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "harmony/conversation.h"
+#include "harmony/prompt_too_long.h"
+#include "harmony/typescript_schema.h"
 
 namespace ossrt {
 class Tokenizer;
@@ -31,6 +34,9 @@ enum class AnalysisHistory {
 struct RenderOptions {
   AnalysisHistory analysis_history = AnalysisHistory::DropCompletedTurns;
   bool add_generation_prompt = true;  // append <|start|>assistant
+  // A prompt of more tokens than this throws PromptTooLong (harmony/prompt_too_long.h) as soon as
+  // that is certain, before the rest is rendered or tokenized. The server passes the context length.
+  size_t max_tokens = SIZE_MAX;
 };
 
 // System + developer (when it has content) + history (+ <|start|>assistant). Throws ossrt::Error
@@ -38,12 +44,15 @@ struct RenderOptions {
 RenderedPrompt render_conversation(const Conversation& conversation, const Tokenizer& tokenizer,
                                    const RenderOptions& options);
 
-// The prompt for the next assistant turn: render_conversation with the default options.
-RenderedPrompt render_for_completion(const Conversation& conversation, const Tokenizer& tokenizer);
+// The prompt for the next assistant turn: render_conversation with the default options (and
+// `max_tokens`).
+RenderedPrompt render_for_completion(const Conversation& conversation, const Tokenizer& tokenizer,
+                                     size_t max_tokens = SIZE_MAX);
 
 // Building blocks, exposed for golden tests and the server's render route.
 std::string system_message_body(const Conversation& conversation);
-std::string developer_message_body(const Conversation& conversation);  // empty -> not rendered
+// Empty -> not rendered. Tool signatures longer than `budget` throw PromptTooLong.
+std::string developer_message_body(const Conversation& conversation, const RenderBudget& budget = {});
 // The messages that survive the history rule, in order.
 std::vector<Message> messages_after_history_rule(const std::vector<Message>& messages,
                                                  AnalysisHistory rule);

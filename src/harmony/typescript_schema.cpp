@@ -8,6 +8,8 @@
 
 #include <unordered_set>
 
+#include "harmony/prompt_too_long.h"
+
 namespace ossrt::harmony {
 namespace {
 
@@ -51,11 +53,11 @@ std::string with_nullable(const Json& schema, std::string type) {
   return type;
 }
 
-std::string union_of_variants(const Json& variants, std::string_view indent) {
+std::string union_of_variants(const Json& variants, std::string_view indent, const RenderBudget& budget) {
   std::string out;
   for (const Json& variant : variants) {
     out += fmt::format("\n{} | ", indent);
-    out += with_nullable(variant, schema_to_typescript(variant, fmt::format("{}   ", indent)));
+    out += with_nullable(variant, schema_to_typescript(variant, fmt::format("{}   ", indent), budget));
     std::vector<std::string> comments;
     if (const std::string* desc = string_member(variant, "description")) comments.push_back(*desc);
     if (const Json* def = member(variant, "default")) {
@@ -64,13 +66,14 @@ std::string union_of_variants(const Json& variants, std::string_view indent) {
                                                                 : "default: " + def->dump());
     }
     if (!comments.empty()) out += " // " + fmt::format("{}", fmt::join(comments, " "));
+    budget.check(out.size());
   }
   return out;
 }
 
 // A property whose schema is a oneOf: comments above, then one ` | TYPE` line per variant.
 void append_one_of_property(std::string& out, std::string_view indent, const std::string& key,
-                            bool required, const Json& property, const Json& variants) {
+                            bool required, const Json& property, const Json& variants, const RenderBudget& budget) {
   const std::string* property_desc = string_member(property, "description");
   bool desc_above = false;
   if (property_desc) {
@@ -89,7 +92,7 @@ void append_one_of_property(std::string& out, std::string_view indent, const std
   for (size_t i = 0; i < variants.size(); ++i) {
     const Json& variant = variants[i];
     out += fmt::format("{} | ", indent);
-    out += with_nullable(variant, schema_to_typescript(variant, fmt::format("{}   ", indent)));
+    out += with_nullable(variant, schema_to_typescript(variant, fmt::format("{}   ", indent), budget));
     std::vector<std::string> comments;
     const std::string* desc = string_member(variant, "description");
     if (desc && !(i == 0 && desc_above) && !(property_desc && *desc == *property_desc)) {
@@ -98,11 +101,12 @@ void append_one_of_property(std::string& out, std::string_view indent, const std
     if (const Json* def = member(variant, "default")) comments.push_back(default_text(variant, *def));
     if (!comments.empty()) out += " // " + fmt::format("{}", fmt::join(comments, " "));
     out += "\n";
+    budget.check(out.size());
   }
   out += fmt::format("{},\n", indent);
 }
 
-std::string object_type(const Json& schema, std::string_view indent) {
+std::string object_type(const Json& schema, std::string_view indent, const RenderBudget& budget) {
   std::string out;
   if (const std::string* desc = string_member(schema, "description")) {
     out += fmt::format("{}// {}\n", indent, *desc);
@@ -137,16 +141,18 @@ std::string object_type(const Json& schema, std::string_view indent) {
         }
       }
       if (one_of && one_of->is_array()) {
-        append_one_of_property(out, indent, key, is_required, property, *one_of);
+        append_one_of_property(out, indent, key, is_required, property, *one_of, budget);
+        budget.check(out.size());
         continue;
       }
       out += fmt::format("{}{}{}: ", indent, key, is_required ? "" : "?");
-      out += with_nullable(property, schema_to_typescript(property, fmt::format("{}    ", indent)));
+      out += with_nullable(property, schema_to_typescript(property, fmt::format("{}    ", indent), budget));
       out += ",";
       if (!one_of) {
         if (const Json* def = member(property, "default")) out += " // " + default_text(property, *def);
       }
       out += "\n";
+      budget.check(out.size());
     }
   }
   out += fmt::format("{}}}", indent);
@@ -178,9 +184,13 @@ std::vector<std::string_view> split_lines(std::string_view text) {
 
 }  // namespace
 
-std::string schema_to_typescript(const Json& schema, std::string_view indent) {
+void RenderBudget::check(size_t bytes) const {
+  if (bytes > max_bytes) throw PromptTooLong(max_tokens);
+}
+
+std::string schema_to_typescript(const Json& schema, std::string_view indent, const RenderBudget& budget) {
   if (const Json* one_of = member(schema, "oneOf"); one_of && one_of->is_array()) {
-    return union_of_variants(*one_of, indent);
+    return union_of_variants(*one_of, indent, budget);
   }
   const Json* type = member(schema, "type");
   if (type && type->is_array()) {
@@ -192,7 +202,7 @@ std::string schema_to_typescript(const Json& schema, std::string_view indent) {
   }
   if (type && type->is_string()) {
     const auto& name = type->get_ref<const std::string&>();
-    if (name == "object") return object_type(schema, indent);
+    if (name == "object") return object_type(schema, indent, budget);
     if (name == "string") {
       const Json* values = member(schema, "enum");
       if (values && values->is_array()) {
@@ -208,7 +218,7 @@ std::string schema_to_typescript(const Json& schema, std::string_view indent) {
     if (name == "boolean") return "boolean";
     if (name == "array") {
       const Json* items = member(schema, "items");
-      return items ? schema_to_typescript(*items, indent) + "[]" : "Array<any>";
+      return items ? schema_to_typescript(*items, indent, budget) + "[]" : "Array<any>";
     }
     return "any";
   }
@@ -217,15 +227,19 @@ std::string schema_to_typescript(const Json& schema, std::string_view indent) {
     if (has_enum(schema)) return literal_union(*member(schema, "enum"));
     if (const Json* any_of = member(schema, "anyOf"); any_of && any_of->is_array() && !any_of->empty()) {
       std::vector<std::string> members;
-      for (const Json& variant : *any_of) members.push_back(with_nullable(variant, schema_to_typescript(variant, indent)));
+      for (const Json& variant : *any_of) {
+        members.push_back(with_nullable(variant, schema_to_typescript(variant, indent, budget)));
+        budget.check(members.back().size());
+      }
       return fmt::format("{}", fmt::join(members, " | "));
     }
   }
   return "any";
 }
 
-std::string tools_section(const std::vector<ToolNamespace>& namespaces) {
+std::string tools_section(const std::vector<ToolNamespace>& namespaces, const RenderBudget& budget) {
   std::vector<std::string> sections = {"# Tools"};
+  size_t rendered = 0;  // bytes of tool signatures so far, against the budget
   for (const ToolNamespace& ns : namespaces) {
     std::vector<std::string> parts = {fmt::format("## {}\n", ns.name)};
     const bool has_tools = !ns.tools.empty();
@@ -240,8 +254,10 @@ std::string tools_section(const std::vector<ToolNamespace>& namespaces) {
           parts.push_back(fmt::format("type {} = () => any;\n", tool.name));
         } else {
           parts.push_back(fmt::format("type {} = (_: {}) => any;\n", tool.name,
-                                      schema_to_typescript(tool.parameters, "")));
+                                      schema_to_typescript(tool.parameters, "", budget)));
         }
+        rendered += parts.back().size();
+        budget.check(rendered);
       }
       parts.push_back(fmt::format("}} // namespace {}", ns.name));
     }

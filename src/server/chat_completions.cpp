@@ -192,16 +192,15 @@ class ChatJob : public GenerationJob {
   bool stream_failed_ = false;
 };
 
-ChatOptions read_chat_options(const ServerContext& ctx, const nlohmann::json& body) {
+ChatOptions read_chat_options(const ServerContext& ctx, const Json& body) {
   ChatOptions o;
   o.stream = bool_field(body, "stream").value_or(false);
-  if (auto so = body.find("stream_options"); so != body.end() && !so->is_null()) {
-    if (!so->is_object()) throw bad_request("stream_options: expected an object", "stream_options");
+  if (const Json* so = object_field(body, "stream_options")) {
     o.include_usage = bool_field(*so, "include_usage").value_or(false);
     o.continuous_usage = bool_field(*so, "continuous_usage_stats").value_or(false);
   }
   o.include_reasoning = bool_field(body, "include_reasoning").value_or(true);
-  if (auto r = body.find("reasoning"); r != body.end() && r->is_object() && bool_field(*r, "exclude").value_or(false))
+  if (const Json* r = object_field(body, "reasoning"); r && bool_field(*r, "exclude").value_or(false))
     o.include_reasoning = false;
   o.mirror_reasoning_content = ctx.config.reasoning_content_mirror;
   o.want_logprobs = bool_field(body, "logprobs").value_or(false);
@@ -210,14 +209,13 @@ ChatOptions read_chat_options(const ServerContext& ctx, const nlohmann::json& bo
 
 }  // namespace
 
-void handle_chat_completions(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
-  nlohmann::json body = parse_json_body(exchange->request().body());
-  // The ordered parse keeps tool schema property order: the model sees properties in that order.
-  nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(exchange->request().body());
+void handle_chat_completions(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const Json& body) {
+  const GenerationLimits limits = ctx.generation_limits();
   ChatOptions options = read_chat_options(ctx, body);
-  SamplingRequest sampling = parse_sampling(body, SamplingApi::Chat);
-  BuiltPrompt prompt = build_chat_prompt(ctx, ordered);
-  resolve_max_tokens(sampling, int(prompt.prompt_ids.size()), ctx.max_model_len());
+  SamplingRequest sampling = parse_sampling(body, SamplingApi::Chat, limits, ctx.config.limits);
+  read_metadata(body, ctx.config.limits);  // validated as OpenAI does; chat completions are not stored
+  BuiltPrompt prompt = build_chat_prompt(ctx, body);
+  resolve_max_tokens(sampling, int64_t(prompt.prompt_ids.size()), ctx.max_model_len());
 
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < sampling.n; ++i) {
@@ -225,6 +223,7 @@ void handle_chat_completions(ServerContext& ctx, const std::shared_ptr<Exchange>
     r.prompt_ids = prompt.prompt_ids;
     r.sampling = sampling.params;
     if (r.sampling.seed && i > 0) *r.sampling.seed += uint64_t(i);  // n choices must differ
+    validate_for_generator(r, limits, sampling, "messages");
     requests.push_back(std::move(r));
   }
   auto job = std::make_shared<ChatJob>(ctx, exchange, options, std::move(prompt), requests.size());

@@ -5,10 +5,12 @@
 #include <string>
 
 #include "server/http_server.h"
+#include "server/request_fields.h"
 #include "server/server_context.h"
 
 namespace ossrt::server {
 
-void handle_chat_completions(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange);
+// `body`: the parsed request (the router parses once, on the work pool).
+void handle_chat_completions(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const Json& body);
 
 }  // namespace ossrt::server

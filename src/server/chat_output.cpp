@@ -1,8 +1,7 @@
 #include "server/chat_output.h"
 
-#include <random>
-
 #include "harmony/conversation.h"
+#include "server/random_id.h"
 
 namespace ossrt::server {
 
@@ -23,14 +22,7 @@ void ChatDelta::append(ChatDelta&& other) {
   }
 }
 
-std::string make_tool_call_id() {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::uniform_int_distribution<size_t> pick(0, sizeof(kAlphabet) - 2);
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i) id += kAlphabet[pick(rng)];
-  return id;
-}
+std::string make_tool_call_id() { return random_id("call_"); }
 
 ChatOutputMapper::ChatOutputMapper(std::shared_ptr<const Tokenizer> tokenizer,
                                    std::set<std::string> declared_tools)

@@ -3,6 +3,7 @@
 #include "server/api_error.h"
 #include "server/generation_job.h"
 #include "server/openai_format.h"
+#include "server/prompt_builder.h"
 #include "server/request_fields.h"
 #include "tokenizer/tokenizer.h"
 
@@ -181,27 +182,35 @@ class CompletionJob : public GenerationJob {
 };
 
 // `prompt`: a string, an array of token ids, or a one-element array of either (vLLM accepts
-// batches; ossrt answers one prompt per request and says so).
-std::vector<int32_t> read_prompt(const ServerContext& ctx, const nlohmann::json& body) {
+// batches; ossrt answers one prompt per request and says so). A prompt longer than the context
+// is refused as soon as that is certain, without tokenizing the rest.
+std::vector<int32_t> read_prompt(const ServerContext& ctx, const Json& body) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) throw bad_request("prompt: required", "prompt");
-  nlohmann::json prompt = *it;
-  if (prompt.is_array() && prompt.size() == 1 && (prompt[0].is_string() || prompt[0].is_array())) prompt = prompt[0];
-  if (prompt.is_string()) {
-    auto ids = ctx.tokenizer()->encode_with_special(prompt.get<std::string>());
-    if (ids.empty()) throw bad_request("prompt: must not be empty", "prompt");
-    return ids;
+  const Json* prompt = &*it;
+  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
+    prompt = &(*prompt)[0];
+  const int max_model_len = std::max(1, ctx.max_model_len());
+  if (prompt->is_string()) {
+    auto ids = ctx.tokenizer()->encode_with_special_at_most(prompt->get_ref<const std::string&>(), size_t(max_model_len));
+    if (!ids) throw prompt_too_long(size_t(max_model_len), "prompt");
+    if (ids->empty()) throw bad_request("prompt: must not be empty", "prompt");
+    return std::move(*ids);
   }
-  if (prompt.is_array() && !prompt.empty()) {
+  if (prompt->is_array() && !prompt->empty()) {
+    if (prompt->size() > size_t(max_model_len)) throw prompt_too_long(size_t(max_model_len), "prompt");
     std::vector<int32_t> ids;
+    ids.reserve(prompt->size());
     const int vocab = ctx.tokenizer()->vocab_size();
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      if (!prompt[i].is_number_integer())
+    for (size_t i = 0; i < prompt->size(); ++i) {
+      const Json& v = (*prompt)[i];
+      if (!v.is_number_integer())
         throw bad_request(fmt::format("prompt[{}]: expected a token id (a list of strings is a batch, "
                                       "which this server does not accept; send one request per prompt)", i), "prompt");
-      int64_t id = prompt[i].get<int64_t>();
-      if (id < 0 || id >= vocab) throw bad_request(fmt::format("prompt[{}]: token id {} is out of range [0, {})", i, id, vocab), "prompt");
-      ids.push_back(int32_t(id));
+      bool in_range = !(v.is_number_unsigned() && v.get<uint64_t>() >= uint64_t(vocab)) && v.get<int64_t>() >= 0 &&
+                      v.get<int64_t>() < vocab;
+      if (!in_range) throw bad_request(fmt::format("prompt[{}]: token id {} is out of range [0, {})", i, v.dump(), vocab), "prompt");
+      ids.push_back(int32_t(v.get<int64_t>()));
     }
     return ids;
   }
@@ -210,19 +219,19 @@ std::vector<int32_t> read_prompt(const ServerContext& ctx, const nlohmann::json&
 
 }  // namespace
 
-void handle_completions(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
-  nlohmann::json body = parse_json_body(exchange->request().body());
+void handle_completions(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const Json& body) {
+  const GenerationLimits limits = ctx.generation_limits();
   CompletionOptions options;
   options.stream = bool_field(body, "stream").value_or(false);
-  if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
+  if (const Json* so = object_field(body, "stream_options"))
     options.include_usage = bool_field(*so, "include_usage").value_or(false);
   options.echo = bool_field(body, "echo").value_or(false);
   options.skip_special_tokens = bool_field(body, "skip_special_tokens").value_or(true);
-  SamplingRequest sampling = parse_sampling(body, SamplingApi::Completions);
+  SamplingRequest sampling = parse_sampling(body, SamplingApi::Completions, limits, ctx.config.limits);
   options.want_logprobs = sampling.params.logprobs >= 0;
   if (auto v = string_field(body, "suffix"); v && !v->empty()) throw bad_request("suffix: not supported", "suffix");
   std::vector<int32_t> prompt = read_prompt(ctx, body);
-  resolve_max_tokens(sampling, int(prompt.size()), ctx.max_model_len());
+  resolve_max_tokens(sampling, int64_t(prompt.size()), ctx.max_model_len(), "prompt");
 
   std::vector<GenerationRequest> requests;
   std::vector<std::string> echoes;
@@ -231,6 +240,7 @@ void handle_completions(ServerContext& ctx, const std::shared_ptr<Exchange>& exc
     r.prompt_ids = prompt;
     r.sampling = sampling.params;
     if (r.sampling.seed && i > 0) *r.sampling.seed += uint64_t(i);
+    validate_for_generator(r, limits, sampling, "prompt");
     requests.push_back(std::move(r));
     echoes.push_back(options.echo ? ctx.tokenizer()->decode(prompt) : std::string());
   }

@@ -3,12 +3,16 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <optional>
 
 #include "core/error.h"
@@ -25,9 +29,37 @@ constexpr int kClientClosedRequest = 499;
 constexpr uint32_t kHeaderLimit = 64 * 1024;
 
 struct HttpServer::Acceptor {
-  explicit Acceptor(net::io_context& io) : acceptor(net::make_strand(io)) {}
+  explicit Acceptor(net::io_context& io) : acceptor(net::make_strand(io)), backoff(acceptor.get_executor()) {}
   tcp::acceptor acceptor;
+  net::steady_timer backoff;
 };
+
+std::optional<std::pair<int, std::string>> transfer_encoding_problem(const HttpRequest& head) {
+  auto te = head.find(http::field::transfer_encoding);
+  if (te == head.end()) return std::nullopt;
+  if (head.find(http::field::content_length) != head.end())
+    return std::pair(400, std::string("a request may not carry both Transfer-Encoding and Content-Length"));
+  // Codings, comma-separated, possibly over several header lines; chunked must be the last one,
+  // and it is the only one this server decodes.
+  std::vector<std::string> codings;
+  for (const auto& field : head) {
+    if (field.name() != http::field::transfer_encoding) continue;
+    std::string_view value(field.value().data(), field.value().size());
+    while (!value.empty()) {
+      size_t comma = value.find(',');
+      std::string_view token = value.substr(0, comma);
+      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+      if (!token.empty()) codings.emplace_back(token);
+      if (comma == std::string_view::npos) break;
+      value.remove_prefix(comma + 1);
+    }
+  }
+  if (codings.empty() || !beast::iequals(codings.back(), "chunked"))
+    return std::pair(400, std::string("Transfer-Encoding must end with chunked"));
+  if (codings.size() > 1) return std::pair(501, std::string("unsupported transfer coding (only chunked is accepted)"));
+  return std::nullopt;
+}
 
 namespace {
 
@@ -63,7 +95,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void read_body();
   void on_body(beast::error_code ec);
   void dispatch_request();
-  void reject_and_close(int status, std::string body);
+  void reject_and_close(int status, std::string body, const HttpHeaders& headers = {},
+                        const std::string& route = "unmatched");
   void linger_close();
   void discard_input(std::shared_ptr<std::vector<char>> scratch);
   void start_monitor();
@@ -96,6 +129,7 @@ class ExchangeImpl : public Exchange, public std::enable_shared_from_this<Exchan
       : session_(std::move(session)), request_(std::move(request)) {}
 
   const HttpRequest& request() const override { return request_; }
+  std::string take_body() override { return std::exchange(request_.body(), std::string()); }
   void set_route(std::string route) override { route_ = std::move(route); }
   const std::string& route() const override { return route_; }
   void set_request_id(std::string id) override { request_id_ = std::move(id); }
@@ -202,6 +236,11 @@ void Session::on_header(beast::error_code ec) {
   auto len = parser_->content_length();
   if (len && *len > options_.body_limit) return reject_and_close(413, options_.too_large_body());
   const auto& req = parser_->get();
+  if (auto problem = transfer_encoding_problem(req)) return reject_and_close(problem->first, options_.bad_http_body(problem->second));
+  if (options_.check_head) {
+    if (auto answer = options_.check_head(req))
+      return reject_and_close(answer->status, std::move(answer->body), answer->headers, answer->route);
+  }
   if (beast::iequals(req[http::field::expect], "100-continue")) {
     auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
     net::async_write(stream_, net::buffer(*cont),
@@ -215,6 +254,7 @@ void Session::on_header(beast::error_code ec) {
 }
 
 void Session::read_body() {
+  stream_.expires_after(std::chrono::seconds(options_.body_timeout_s));
   http::async_read(stream_, buffer_, *parser_,
                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
 }
@@ -244,14 +284,17 @@ void Session::dispatch_request() {
   }
 }
 
-void Session::reject_and_close(int status, std::string body) {
+void Session::reject_and_close(int status, std::string body, const HttpHeaders& headers, const std::string& route) {
   auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+  res->set(http::field::server, "ossrt");
   res->set(http::field::content_type, "application/json");
+  for (const auto& [k, v] : headers) res->set(k, v);
   res->set(http::field::connection, "close");
   res->body() = std::move(body);
   res->keep_alive(false);
   res->prepare_payload();
-  if (observer_) observer_("unmatched", "UNKNOWN", status);
+  std::string method = parser_ && parser_->is_header_done() ? std::string(parser_->get().method_string()) : "UNKNOWN";
+  if (observer_) observer_(route, method, status);
   http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
     if (ec) return self->close();
     self->linger_close();
@@ -313,9 +356,14 @@ void Session::write_full(const std::shared_ptr<ExchangeImpl>& ex, int status, st
   res->set(http::field::server, "ossrt");
   res->set(http::field::content_type, content_type);
   for (const auto& [k, v] : headers) res->set(k, v);
-  res->body() = std::move(body);
   res->keep_alive(ex->keep_alive());
-  res->prepare_payload();
+  if (ex->request().method() == http::verb::head) {
+    // The headers GET would get, Content-Length included, and no body (RFC 9110 9.3.2).
+    res->content_length(body.size());
+  } else {
+    res->body() = std::move(body);
+    res->prepare_payload();
+  }
   http::async_write(stream_, *res, [self = shared_from_this(), ex, res](beast::error_code ec, size_t) {
     if (ec) return self->client_gone();
     self->finish_exchange(res->keep_alive());
@@ -393,6 +441,8 @@ HttpServer::HttpServer(HttpServerOptions options, RequestHandler handler, Respon
     options_.too_large_body = [] { return std::string(R"({"error":{"message":"request body too large","type":"invalid_request_error","param":null,"code":"request_too_large"}})"); };
   if (!options_.bad_http_body)
     options_.bad_http_body = [](const std::string&) { return std::string(R"({"error":{"message":"malformed HTTP request","type":"invalid_request_error","param":null,"code":null}})"); };
+  if (!options_.too_many_connections_body)
+    options_.too_many_connections_body = [] { return std::string(R"({"error":{"message":"too many open connections; retry shortly","type":"unavailable_error","param":null,"code":"server_overloaded"}})"); };
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -418,14 +468,61 @@ void HttpServer::start() {
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { io_.run(); });
 }
 
+namespace {
+
+// Out of descriptors or kernel memory: retrying at once fails the same way, in a loop that eats a
+// core. Other accept errors (a client that reset before we accepted) concern one connection only.
+bool is_resource_exhaustion(const beast::error_code& ec) {
+  return ec == net::error::no_descriptors || ec == net::error::no_buffer_space || ec == net::error::no_memory ||
+         ec == beast::errc::too_many_files_open_in_system;
+}
+
+// Over --max-connections: a short 503 written straight into the fresh socket's empty send buffer
+// (it always fits), then close. The client learns why at once instead of timing out.
+void refuse_connection(tcp::socket& socket, const std::string& body) {
+  std::string response = fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nServer: ossrt\r\nContent-Type: application/json\r\n"
+      "Retry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
+      body.size(), body);
+  beast::error_code ec;
+  socket.non_blocking(true, ec);
+  socket.write_some(net::buffer(response), ec);
+  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.close(ec);
+}
+
+}  // namespace
+
 void HttpServer::accept_next() {
   acceptor_->acceptor.async_accept(net::make_strand(io_), [this](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor_->acceptor.is_open()) return;
+    if (ec && is_resource_exhaustion(ec)) return back_off_accepting();
     if (!ec) {
-      socket.set_option(tcp::no_delay(true), ec);  // SSE tokens are tiny writes; do not batch them
-      std::make_shared<Session>(std::move(socket), options_, handler_, observer_, open_connections_)->run();
+      if (accept_backoff_ms_ > 0) {
+        spdlog::info("accepting connections again");
+        accept_backoff_ms_ = 0;
+      }
+      if (open_connections_->load() >= options_.max_connections) {
+        refuse_connection(socket, options_.too_many_connections_body());
+      } else {
+        socket.set_option(tcp::no_delay(true), ec);  // SSE tokens are tiny writes; do not batch them
+        std::make_shared<Session>(std::move(socket), options_, handler_, observer_, open_connections_)->run();
+      }
     }
-    // EMFILE and friends: keep accepting; the next attempt may succeed once connections close.
+    accept_next();
+  });
+}
+
+// Waits before the next accept, 10 ms doubling to 1 s while descriptors stay exhausted; pending
+// connections wait in the listen backlog meanwhile and are served once others close.
+void HttpServer::back_off_accepting() {
+  if (accept_backoff_ms_ == 0)
+    spdlog::warn("cannot accept connections: out of file descriptors ({} open); backing off",
+                 open_connections_->load());
+  accept_backoff_ms_ = std::clamp(accept_backoff_ms_ * 2, 10, 1000);
+  acceptor_->backoff.expires_after(std::chrono::milliseconds(accept_backoff_ms_));
+  acceptor_->backoff.async_wait([this](beast::error_code ec) {
+    if (ec || !acceptor_->acceptor.is_open()) return;
     accept_next();
   });
 }
@@ -435,6 +532,7 @@ void HttpServer::stop_accepting() {
   net::post(acceptor_->acceptor.get_executor(), [this] {
     beast::error_code ec;
     acceptor_->acceptor.close(ec);
+    acceptor_->backoff.cancel();
   });
 }
 

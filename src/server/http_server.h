@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +31,9 @@ class Exchange {
  public:
   virtual ~Exchange() = default;
   virtual const HttpRequest& request() const = 0;
+  // Moves the body out (the request then holds an empty body): a handler that has parsed it
+  // frees a prompt of many megabytes at once instead of when a long generation ends.
+  virtual std::string take_body() = 0;
   // A label for metrics/logs (the matched route pattern, not the raw path: bounded cardinality).
   virtual void set_route(std::string route) = 0;
   virtual const std::string& route() const = 0;
@@ -57,6 +61,18 @@ class Exchange {
 };
 
 using RequestHandler = std::function<void(std::shared_ptr<Exchange>)>;
+
+// An answer given from a request's headers alone, before its body is read.
+struct EarlyAnswer {
+  int status = 400;
+  std::string body;
+  HttpHeaders headers;
+  std::string route = "unmatched";  // label for metrics
+};
+// Looks at a request's method, target and headers (the body is still unread). Returning an
+// answer sends it and closes the connection without reading the body: an unauthenticated client
+// must not be able to make the server buffer 30 MB (issue 19).
+using HeadCheck = std::function<std::optional<EarlyAnswer>(const HttpRequest& head)>;
 // Called once per answered request (for http_requests_total and access logs).
 using ResponseObserver =
     std::function<void(const std::string& route, const std::string& method, int status)>;
@@ -66,11 +82,27 @@ struct HttpServerOptions {
   uint16_t port = 8000;          // 0 = pick a free port (see HttpServer::port())
   int threads = 4;
   uint64_t body_limit = 32ull << 20;  // larger bodies get 413
-  int idle_timeout_s = 120;      // keep-alive connections idle this long are closed
+  // A connection waiting for a request's headers (idle keep-alive, or a client trickling its
+  // headers) is closed after this long; a body gets body_timeout_s more once its headers are in,
+  // so a slow upload cannot hold a connection (and a growing buffer) open without end.
+  int idle_timeout_s = 120;
+  int body_timeout_s = 60;
+  // Open connections at most. Beyond it a new connection is answered 503 and closed at once,
+  // before the process runs out of descriptors; when it does run out (EMFILE), accepting backs
+  // off instead of spinning (issue 19: the accept loop spun at 100% of a core).
+  size_t max_connections = 4096;
+  HeadCheck check_head;
   // Answer for a request whose body exceeds body_limit (JSON error body); set by the app.
   std::function<std::string()> too_large_body;
   std::function<std::string(const std::string& why)> bad_http_body;
+  std::function<std::string()> too_many_connections_body;
 };
+
+// RFC 9112 6.1: a request whose Transfer-Encoding is not exactly "chunked" cannot be framed
+// (unknown codings: 501; chunked not last, or Transfer-Encoding with Content-Length: 400). Beast
+// reads an unknown coding as "no body", after which the body would be parsed as the next request
+// (request smuggling), so the HTTP layer refuses it and closes. nullopt: the framing is fine.
+std::optional<std::pair<int, std::string>> transfer_encoding_problem(const HttpRequest& head);
 
 class HttpServer {
  public:
@@ -91,6 +123,7 @@ class HttpServer {
 
  private:
   void accept_next();
+  void back_off_accepting();
 
   HttpServerOptions options_;
   RequestHandler handler_;
@@ -101,6 +134,7 @@ class HttpServer {
   std::vector<std::thread> threads_;
   uint16_t bound_port_ = 0;
   std::shared_ptr<std::atomic<size_t>> open_connections_ = std::make_shared<std::atomic<size_t>>(0);
+  int accept_backoff_ms_ = 0;  // > 0 while out of descriptors (acceptor strand only)
 };
 
 }  // namespace ossrt::server

@@ -9,7 +9,17 @@
 
 namespace ossrt::server {
 
-BuiltPrompt build_chat_prompt(const ServerContext& ctx, const nlohmann::ordered_json& body) {
+ApiError prompt_too_long(size_t max_model_len, const std::string& param) {
+  return bad_request(fmt::format("This model's maximum context length is {} tokens. However, your messages resulted in "
+                                 "more than {} tokens. Please reduce the length of the messages.",
+                                 max_model_len, max_model_len),
+                     param, "context_length_exceeded");
+}
+
+BuiltPrompt build_chat_prompt(const ServerContext& ctx, const Json& body, const std::string& messages_param) {
+  if (auto tools = body.find("tools"); tools != body.end() && tools->is_array() && tools->size() > ctx.config.limits.max_tools)
+    throw bad_request(fmt::format("tools: at most {} tools are allowed, got {}", ctx.config.limits.max_tools, tools->size()),
+                      "tools");
   harmony::ChatRequestOptions options;
   options.current_date = ctx.current_date();
   options.default_effort = ctx.config.default_effort;
@@ -31,10 +41,13 @@ BuiltPrompt build_chat_prompt(const ServerContext& ctx, const nlohmann::ordered_
     throw bad_request("tool_choice: function '" + chat.forced_tool + "' is not in tools", "tool_choice");
 
   harmony::RenderedPrompt rendered;
+  const size_t max_model_len = size_t(std::max(1, ctx.max_model_len()));
   try {
-    rendered = harmony::render_for_completion(chat.conversation, tok);
+    rendered = harmony::render_for_completion(chat.conversation, tok, max_model_len);
+  } catch (const harmony::PromptTooLong&) {
+    throw prompt_too_long(max_model_len, messages_param);
   } catch (const Error& e) {
-    throw bad_request(e.what(), "messages");
+    throw bad_request(e.what(), messages_param);
   }
   out.prompt_ids = std::move(rendered.token_ids);
 

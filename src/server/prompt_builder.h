@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "harmony/chat_request.h"
+#include "server/api_error.h"
+#include "server/request_fields.h"
 #include "server/server_context.h"
 
 namespace ossrt::server {
@@ -21,7 +23,11 @@ struct BuiltPrompt {
   harmony::ReasoningEffort effort = harmony::ReasoningEffort::Medium;
 };
 
-// HarmonyRequestError -> 400 with its param.
-BuiltPrompt build_chat_prompt(const ServerContext& ctx, const nlohmann::ordered_json& body);
+// HarmonyRequestError -> 400 with its param. The prompt is rendered against the context length: a
+// longer one is a 400 context_length_exceeded naming `messages_param`, found out while rendering.
+BuiltPrompt build_chat_prompt(const ServerContext& ctx, const Json& body, const std::string& messages_param = "messages");
+
+// The 400 for a prompt found to be longer than the context while it was being built.
+ApiError prompt_too_long(size_t max_model_len, const std::string& param);
 
 }  // namespace ossrt::server

@@ -25,7 +25,7 @@ std::string text_of_content(const ordered_json& content, const std::string& para
     const auto& part = content[i];
     std::string where = fmt::format("{}[{}]", param, i);
     if (!part.is_object() || !part.contains("text") || !part["text"].is_string()) {
-      std::string type = part.is_object() ? part.value("type", "") : "";
+      std::string type = part.is_object() ? string_field(part, "type", where + ".type").value_or("") : "";
       throw bad_request(fmt::format("{}: unsupported content part{} (only text parts are supported)", where,
                                     type.empty() ? "" : " of type " + type), where);
     }
@@ -50,11 +50,13 @@ ordered_json input_to_messages(const ordered_json& input) {
     const auto& item = input[i];
     std::string where = fmt::format("input[{}]", i);
     if (!item.is_object()) throw bad_request(where + ": expected an object", where);
-    std::string type = item.value("type", item.contains("role") ? "message" : "");
+    std::string type = string_field(item, "type", where + ".type").value_or(item.contains("role") ? "message" : "");
     if (type == "message") {
       if (!item.contains("role") || !item["role"].is_string()) throw bad_request(where + ".role: expected a string", where + ".role");
       std::string role = item["role"].get<std::string>();
-      ordered_json m = {{"role", role}, {"content", text_of_content(item.value("content", ordered_json("")), where + ".content")}};
+      const auto content = item.find("content");
+      ordered_json m = {{"role", role},
+                        {"content", text_of_content(content == item.end() ? ordered_json("") : *content, where + ".content")}};
       if (role == "assistant") attach_reasoning(m);
       messages.push_back(std::move(m));
     } else if (type == "function_call") {
@@ -84,7 +86,7 @@ ordered_json input_to_messages(const ordered_json& input) {
           if (part.is_object() && part.contains("text") && part["text"].is_string())
             pending_reasoning += part["text"].get<std::string>();
     } else {
-      throw bad_request(fmt::format("{}.type: unsupported input item type '{}'", where, type), where + ".type");
+      throw bad_request(fmt::format("{}.type: unsupported input item type '{}'", where, echo(type)), where + ".type");
     }
   }
   if (!pending_reasoning.empty()) messages.push_back({{"role", "assistant"}, {"content", ""}, {"reasoning", pending_reasoning}});
@@ -97,7 +99,7 @@ ordered_json convert_tools(const ordered_json& tools) {
   for (size_t i = 0; i < tools.size(); ++i) {
     const auto& t = tools[i];
     std::string where = fmt::format("tools[{}]", i);
-    if (!t.is_object() || t.value("type", "") != "function")
+    if (!t.is_object() || string_field(t, "type", where + ".type").value_or("") != "function")
       throw bad_request(where + ".type: only function tools are supported (built-in tools are off)", where + ".type");
     if (!t.contains("name") || !t["name"].is_string()) throw bad_request(where + ".name: expected a string", where + ".name");
     ordered_json fn = {{"name", t["name"]}};
@@ -127,7 +129,7 @@ ordered_json responses_to_chat_body(const ordered_json& request, const ordered_j
   if (request.contains("tools") && !request["tools"].is_null()) chat["tools"] = convert_tools(request["tools"]);
   if (request.contains("tool_choice") && !request["tool_choice"].is_null()) {
     const auto& tc = request["tool_choice"];
-    if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("name"))
+    if (tc.is_object() && string_field(tc, "type", "tool_choice.type").value_or("") == "function" && tc.contains("name"))
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
     else
       chat["tool_choice"] = tc;
@@ -137,12 +139,13 @@ ordered_json responses_to_chat_body(const ordered_json& request, const ordered_j
     chat["reasoning_effort"] = request["reasoning"]["effort"];
   if (request.contains("text") && request["text"].is_object() && request["text"].contains("format")) {
     const auto& f = request["text"]["format"];
-    if (f.is_object() && f.value("type", "") == "json_schema") {
-      ordered_json schema = {{"name", f.value("name", "response")}};
+    const std::string type = f.is_object() ? string_field(f, "type", "text.format.type").value_or("") : "";
+    if (type == "json_schema") {
+      ordered_json schema = {{"name", string_field(f, "name", "text.format.name").value_or("response")}};
       if (f.contains("schema")) schema["schema"] = f["schema"];
       if (f.contains("description")) schema["description"] = f["description"];
       chat["response_format"] = {{"type", "json_schema"}, {"json_schema", schema}};
-    } else if (f.is_object() && f.value("type", "") == "json_object") {
+    } else if (type == "json_object") {
       chat["response_format"] = {{"type", "json_object"}};
     }
   }
@@ -153,9 +156,10 @@ namespace {
 
 class ResponseJob : public GenerationJob {
  public:
-  ResponseJob(ServerContext& ctx, std::shared_ptr<Exchange> exchange, bool stream, bool store, json base,
-              BuiltPrompt prompt, ordered_json conversation)
+  ResponseJob(ServerContext& ctx, std::shared_ptr<Exchange> exchange, bool stream, bool store, std::string owner,
+              json base, BuiltPrompt prompt, ordered_json conversation)
       : GenerationJob(ctx, std::move(exchange), ctx.next_id("resp_")), stream_(stream), store_(store),
+        owner_(std::move(owner)),
         base_(std::move(base)), prompt_(std::move(prompt)), conversation_(std::move(conversation)),
         output_(ctx.tokenizer(), prompt_.declared_tools) {
     std::vector<json> ignored;
@@ -230,7 +234,8 @@ class ResponseJob : public GenerationJob {
     if (store_ && finish_ != FinishReason::Abort) {
       ordered_json messages = conversation_;
       for (const auto& m : output_.as_chat_messages()) messages.push_back(m);
-      ctx_.responses->put(id_, StoredResponse{final_object, std::move(messages)});
+      if (!ctx_.responses->put(id_, owner_, StoredResponse{final_object, std::move(messages)}))
+        spdlog::warn("[{}] response {} not stored: larger than the whole store", exchange_->request_id(), id_);
     }
     if (client_gone()) return;
     if (stream_) {
@@ -250,6 +255,7 @@ class ResponseJob : public GenerationJob {
   }
 
   bool stream_, store_;
+  std::string owner_;  // the principal that may read and continue it (server/auth.h)
   json base_;
   BuiltPrompt prompt_;
   ordered_json conversation_;  // the messages the prompt was built from (minus instructions)
@@ -261,40 +267,49 @@ class ResponseJob : public GenerationJob {
 
 }  // namespace
 
-void handle_create_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
-  json body = parse_json_body(exchange->request().body());
-  ordered_json request = ordered_json::parse(exchange->request().body());
+void handle_create_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const Json& body,
+                            const std::string& principal) {
+  const GenerationLimits limits = ctx.generation_limits();
   bool stream = bool_field(body, "stream").value_or(false);
   bool store = bool_field(body, "store").value_or(true);
   if (bool_field(body, "background").value_or(false))
     throw bad_request("background: background responses are not supported by this server", "background");
-  SamplingRequest sampling = parse_sampling(body, SamplingApi::Responses);
+  SamplingRequest sampling = parse_sampling(body, SamplingApi::Responses, limits, ctx.config.limits);
+  json metadata = read_metadata(body, ctx.config.limits);
+  bool parallel_tool_calls = bool_field(body, "parallel_tool_calls").value_or(true);
+  std::string truncation = string_field(body, "truncation").value_or("disabled");
+  if (truncation != "disabled" && truncation != "auto")
+    throw bad_request(fmt::format("truncation: expected 'auto' or 'disabled', got '{}'", echo(truncation)), "truncation");
 
   ordered_json history = ordered_json::array();
   json previous_id = nullptr;
   if (auto prev = string_field(body, "previous_response_id")) {
-    auto stored = ctx.responses->get(*prev);
-    if (!stored) throw not_found(fmt::format("Previous response with id '{}' not found.", *prev), "previous_response_id");
+    auto stored = ctx.responses->get(*prev, principal);
+    if (!stored)
+      throw not_found(fmt::format("Previous response with id '{}' not found.", echo(*prev)), "previous_response_id");
     history = stored->messages;
     previous_id = *prev;
   }
   ordered_json input_messages;
-  ordered_json chat_body = responses_to_chat_body(request, history, &input_messages);
-  BuiltPrompt prompt = build_chat_prompt(ctx, chat_body);
-  std::string truncation = string_field(body, "truncation").value_or("disabled");
-  resolve_max_tokens(sampling, int(prompt.prompt_ids.size()), ctx.max_model_len());
+  ordered_json chat_body = responses_to_chat_body(body, history, &input_messages);
+  BuiltPrompt prompt = build_chat_prompt(ctx, chat_body, "input");
+  resolve_max_tokens(sampling, int64_t(prompt.prompt_ids.size()), ctx.max_model_len(), "input");
 
   // The conversation to store: history + this input (instructions are per request, not stored).
   ordered_json conversation = history;
   for (const auto& m : input_messages) conversation.push_back(m);
 
+  auto echo_field = [&](const char* key, json fallback) {
+    auto it = body.find(key);
+    return it == body.end() || it->is_null() ? fallback : json(*it);
+  };
   json base = {{"object", "response"},
                {"model", ctx.config.served_model_name},
-               {"instructions", body.contains("instructions") ? body["instructions"] : json(nullptr)},
+               {"instructions", echo_field("instructions", nullptr)},
                {"previous_response_id", previous_id},
-               {"tools", body.contains("tools") && body["tools"].is_array() ? body["tools"] : json::array()},
-               {"tool_choice", body.contains("tool_choice") && !body["tool_choice"].is_null() ? body["tool_choice"] : json("auto")},
-               {"parallel_tool_calls", body.value("parallel_tool_calls", true)},
+               {"tools", body.contains("tools") && body["tools"].is_array() ? json(body["tools"]) : json::array()},
+               {"tool_choice", echo_field("tool_choice", "auto")},
+               {"parallel_tool_calls", parallel_tool_calls},
                {"reasoning", {{"effort", harmony::effort_name(prompt.effort)}, {"summary", nullptr}}},
                {"temperature", sampling.params.temperature},
                {"top_p", sampling.params.top_p},
@@ -302,28 +317,31 @@ void handle_create_response(ServerContext& ctx, const std::shared_ptr<Exchange>&
                {"store", store},
                {"truncation", truncation},
                {"text", {{"format", {{"type", "text"}}}}},
-               {"metadata", body.contains("metadata") && body["metadata"].is_object() ? body["metadata"] : json::object()},
+               {"metadata", std::move(metadata)},
                {"error", nullptr},
                {"incomplete_details", nullptr}};
 
   GenerationRequest r;
   r.prompt_ids = prompt.prompt_ids;
   r.sampling = sampling.params;
+  validate_for_generator(r, limits, sampling, "input");
   std::vector<GenerationRequest> requests;
   requests.push_back(std::move(r));
-  auto job = std::make_shared<ResponseJob>(ctx, exchange, stream, store, std::move(base), std::move(prompt),
+  auto job = std::make_shared<ResponseJob>(ctx, exchange, stream, store, principal, std::move(base), std::move(prompt),
                                            std::move(conversation));
   job->start(std::move(requests), stream);
 }
 
-void handle_get_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string& id) {
-  auto stored = ctx.responses->get(id);
+void handle_get_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string& id,
+                         const std::string& principal) {
+  auto stored = ctx.responses->get(id, principal);
   if (!stored) throw not_found(fmt::format("Response with id '{}' not found.", id), "response_id");
   exchange->respond(200, to_wire(stored->response), "application/json");
 }
 
-void handle_cancel_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string& id) {
-  auto stored = ctx.responses->get(id);
+void handle_cancel_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string& id,
+                            const std::string& principal) {
+  auto stored = ctx.responses->get(id, principal);
   if (!stored) throw not_found(fmt::format("Response with id '{}' not found.", id), "response_id");
   // Only background responses can be cancelled (OpenAI); this server runs none, so a stored
   // response is always finished already.

@@ -7,13 +7,18 @@
 #include <string>
 
 #include "server/http_server.h"
+#include "server/request_fields.h"
 #include "server/server_context.h"
 
 namespace ossrt::server {
 
-void handle_create_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange);
-void handle_get_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string& id);
-void handle_cancel_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string& id);
+// `principal`: who is asking (server/auth.h); a stored response is visible to its creator only.
+void handle_create_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const Json& body,
+                            const std::string& principal);
+void handle_get_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string& id,
+                         const std::string& principal);
+void handle_cancel_response(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string& id,
+                            const std::string& principal);
 
 // Responses request -> chat-completions body (messages, tools, tool_choice, reasoning_effort,
 // response_format). `history` holds the stored messages of previous_response_id. Throws 400.

@@ -1,20 +1,13 @@
 #include "server/responses_output.h"
 
-#include <random>
-
 #include "server/chat_output.h"
+#include "server/random_id.h"
 
 namespace ossrt::server {
 
 using nlohmann::json;
 
-std::string make_item_id(const char* prefix) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string id = prefix;
-  for (int i = 0; i < 32; ++i) id += kHex[rng() & 15];
-  return id;
-}
+std::string make_item_id(const char* prefix) { return random_id(prefix); }
 
 ResponsesOutput::ResponsesOutput(std::shared_ptr<const Tokenizer> tokenizer, std::set<std::string> declared_tools)
     : parser_(std::move(tokenizer), harmony::Role::Assistant), declared_tools_(std::move(declared_tools)) {}

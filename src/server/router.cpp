@@ -3,19 +3,19 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <regex>
 
 #include "server/api_error.h"
+#include "server/auth.h"
 #include "server/chat_completions.h"
 #include "server/completions.h"
 #include "server/request_fields.h"
 #include "server/responses.h"
+#include "server/work_pool.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ossrt::server {
 
 namespace http = boost::beast::http;
-using nlohmann::json;
 
 void respond_error(const std::shared_ptr<Exchange>& exchange, const ApiError& error) {
   HttpHeaders headers;
@@ -27,44 +27,7 @@ void record_http_response(ServerContext& ctx, const std::string& route, const st
   ctx.metrics.add("http_requests_total", {{"handler", route}, {"method", method}, {"status", std::to_string(status)}});
 }
 
-namespace {
-
-void respond_json(const std::shared_ptr<Exchange>& exchange, int status, const json& body) {
-  exchange->respond(status, to_wire(body), "application/json");
-}
-
-void require_ready(const ServerContext& ctx) {
-  if (ctx.draining.load()) throw overloaded(503, "The server is shutting down.", ctx.config.retry_after_s);
-  if (!ctx.ready()) {
-    std::string error = ctx.load_error();
-    if (!error.empty()) throw unavailable("The model failed to load: " + error);
-    throw overloaded(503, "The model is still loading. Retry shortly.", ctx.config.retry_after_s);
-  }
-}
-
-void check_auth(const ServerContext& ctx, const HttpRequest& req) {
-  if (ctx.config.api_key.empty()) return;
-  std::string_view header(req[http::field::authorization].data(), req[http::field::authorization].size());
-  constexpr std::string_view kBearer = "Bearer ";
-  if (header.size() > kBearer.size() && header.substr(0, kBearer.size()) == kBearer &&
-      header.substr(kBearer.size()) == ctx.config.api_key)
-    return;
-  throw unauthorized(header.empty() ? "Missing API key: send 'Authorization: Bearer <key>'."
-                                    : "Incorrect API key provided.");
-}
-
-// The `model` of a request must be the served name (or absent, which clients like curl users rely on).
-void check_model(const ServerContext& ctx, const json& body) {
-  auto it = body.find("model");
-  if (it == body.end() || it->is_null()) return;
-  if (!it->is_string()) throw bad_request("model: expected a string", "model");
-  if (it->get<std::string>() != ctx.config.served_model_name)
-    throw not_found(fmt::format("The model `{}` does not exist.", it->get<std::string>()), "model", "model_not_found");
-}
-
-}  // namespace
-
-std::string request_id_for(ServerContext& ctx, const HttpRequest& req) {
+std::string request_id_for(const ServerContext& ctx, const HttpRequest& req) {
   auto header = req.find("X-Request-Id");
   if (header != req.end()) {
     std::string_view value(header->value().data(), header->value().size());
@@ -81,133 +44,303 @@ bool is_usable_request_id(std::string_view id) {
   return std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c < 127; });
 }
 
+std::optional<std::string> principal_of(const ServerContext& ctx, const HttpRequest& req) {
+  auto header = req[http::field::authorization];
+  return authenticate(ctx.config.api_keys, std::string_view(header.data(), header.size()));
+}
+
 namespace {
 
-void handle_health(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
+using Handler = void (*)(ServerContext&, const std::shared_ptr<Exchange>&, const std::string& path_arg);
+
+// Every route: its path (an exact path, or a prefix whose remainder is a response id), the methods
+// it answers, whether it needs the API key, and whether its work runs on the work pool (anything
+// that parses a body or may serialize megabytes) or right on the I/O thread (cheap answers that
+// must stay fast under load: health, metrics).
+struct Route {
+  enum class Match { Exact, ResponseId, ResponseIdCancel };
+  const char* path;
+  Match match;
+  std::vector<http::verb> methods;
+  bool auth;
+  bool on_pool;
+  const char* label;  // metrics label: the pattern, never the raw path (bounded cardinality)
+  Handler handler;
+};
+
+void respond_json(const std::shared_ptr<Exchange>& exchange, int status, const nlohmann::json& body) {
+  exchange->respond(status, to_wire(body), "application/json");
+}
+
+void require_ready(const ServerContext& ctx) {
+  if (ctx.draining.load()) throw overloaded(503, "The server is shutting down.", ctx.config.retry_after_s);
+  if (!ctx.ready()) {
+    std::string error = ctx.load_error();
+    if (!error.empty()) throw unavailable("The model failed to load: " + error);
+    throw overloaded(503, "The model is still loading. Retry shortly.", ctx.config.retry_after_s);
+  }
+}
+
+// The `model` of a request must be the served name (or absent, which clients like curl users rely on).
+void check_model(const ServerContext& ctx, const Json& body) {
+  auto it = body.find("model");
+  if (it == body.end() || it->is_null()) return;
+  if (!it->is_string()) throw bad_request("model: expected a string", "model");
+  const auto& model = it->get_ref<const std::string&>();
+  if (model != ctx.config.served_model_name)
+    throw not_found(fmt::format("The model `{}` does not exist.", echo(model)), "model", "model_not_found");
+}
+
+// The body of a POST, parsed once under the request limits and freed from the exchange.
+Json take_json_body(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
+  std::string text = exchange->take_body();
+  Json body = parse_json_body(text, ctx.config.limits);
+  check_model(ctx, body);
+  return body;
+}
+
+std::string caller(const ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
+  // Authenticated before dispatch (head check and dispatch()); a value is always there.
+  return principal_of(ctx, exchange->request()).value_or("");
+}
+
+void handle_health(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
   if (ctx.ready() && !ctx.draining.load()) return respond_json(exchange, 200, {{"status", "ok"}});
   std::string message = ctx.draining.load() ? "Shutting down" : ctx.load_error().empty() ? "Loading model" : "Model failed to load";
   respond_json(exchange, 503, {{"error", {{"code", 503}, {"message", message}, {"type", "unavailable_error"}}}});
 }
 
-void handle_models(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
-  json model = {{"id", ctx.config.served_model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "ossrt"},
-                {"root", ctx.config.served_model_name}, {"parent", nullptr},
-                {"max_model_len", ctx.max_model_len()}};
-  respond_json(exchange, 200, {{"object", "list"}, {"data", json::array({model})}});
+void handle_live(ServerContext&, const std::shared_ptr<Exchange>& exchange, const std::string&) {
+  respond_json(exchange, 200, {{"status", "ok"}});
 }
 
-void handle_tokenize(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
-  json body = parse_json_body(exchange->request().body());
-  check_model(ctx, body);
+void handle_metrics(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
+  refresh_generator_gauges(ctx);
+  exchange->respond(200, ctx.metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+void handle_version(ServerContext&, const std::shared_ptr<Exchange>& exchange, const std::string&) {
+  respond_json(exchange, 200, {{"version", "ossrt 0.1.0"}});
+}
+
+void handle_models(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
+  nlohmann::json model = {{"id", ctx.config.served_model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "ossrt"},
+                          {"root", ctx.config.served_model_name}, {"parent", nullptr},
+                          {"max_model_len", ctx.max_model_len()}};
+  respond_json(exchange, 200, {{"object", "list"}, {"data", nlohmann::json::array({model})}});
+}
+
+void handle_tokenize(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
+  require_ready(ctx);
+  Json body = take_json_body(ctx, exchange);
   const Tokenizer& tok = *ctx.tokenizer();
-  std::vector<int32_t> ids;
-  if (body.contains("messages")) {
+  if (body.contains("messages"))
     throw bad_request("messages: tokenizing chat messages is not supported here; send `prompt`", "messages");
-  }
   auto prompt = string_field(body, "prompt");
   if (!prompt) throw bad_request("prompt: required", "prompt");
   bool add_special = bool_field(body, "add_special_tokens").value_or(false);
-  ids = add_special ? tok.encode_with_special(*prompt) : tok.encode(*prompt);
-  json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.max_model_len()}};
+  // Counting tokens past the context is pointless and, for a 30 MB prompt, slow: stop there.
+  const size_t limit = size_t(std::max(1, ctx.max_model_len()));
+  auto ids = add_special ? tok.encode_with_special_at_most(*prompt, limit) : tok.encode_at_most(*prompt, limit);
+  if (!ids)
+    throw bad_request(fmt::format("prompt: the text has more than {} tokens, the maximum context length", limit),
+                      "prompt", "context_length_exceeded");
+  nlohmann::json out = {{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", ctx.max_model_len()}};
   if (bool_field(body, "return_token_strs").value_or(false)) {
-    json strs = json::array();
-    for (int32_t id : ids) strs.push_back(tok.token_bytes(id));
+    nlohmann::json strs = nlohmann::json::array();
+    for (int32_t id : *ids) strs.push_back(tok.token_bytes(id));
     out["token_strs"] = std::move(strs);
   }
   respond_json(exchange, 200, out);
 }
 
-void handle_detokenize(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
-  json body = parse_json_body(exchange->request().body());
-  check_model(ctx, body);
+void handle_detokenize(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
+  require_ready(ctx);
+  Json body = take_json_body(ctx, exchange);
   auto it = body.find("tokens");
   if (it == body.end() || !it->is_array()) throw bad_request("tokens: expected an array of token ids", "tokens");
   std::vector<int32_t> ids;
   const int vocab = ctx.tokenizer()->vocab_size();
   for (size_t i = 0; i < it->size(); ++i) {
     const auto& v = (*it)[i];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab)
-      throw bad_request(fmt::format("tokens[{}]: expected a token id in [0, {})", i, vocab), "tokens");
-    ids.push_back(v.get<int32_t>());
+    bool in_range = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() >= uint64_t(vocab)) &&
+                    v.get<int64_t>() >= 0 && v.get<int64_t>() < vocab;
+    if (!in_range) throw bad_request(fmt::format("tokens[{}]: expected a token id in [0, {})", i, vocab), "tokens");
+    ids.push_back(int32_t(v.get<int64_t>()));
   }
   respond_json(exchange, 200, {{"prompt", ctx.tokenizer()->decode(ids)}});
 }
 
-void dispatch(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
-  const HttpRequest& req = exchange->request();
-  exchange->set_request_id(request_id_for(ctx, req));
-  if (ctx.config.enable_request_id_headers) exchange->add_response_header("X-Request-Id", exchange->request_id());
+void handle_chat(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
+  require_ready(ctx);
+  Json body = take_json_body(ctx, exchange);
+  handle_chat_completions(ctx, exchange, body);
+}
+
+void handle_completion(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
+  require_ready(ctx);
+  Json body = take_json_body(ctx, exchange);
+  handle_completions(ctx, exchange, body);
+}
+
+void handle_response_create(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
+  require_ready(ctx);
+  Json body = take_json_body(ctx, exchange);
+  handle_create_response(ctx, exchange, body, caller(ctx, exchange));
+}
+
+void handle_response_get(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string& id) {
+  handle_get_response(ctx, exchange, id, caller(ctx, exchange));
+}
+
+void handle_response_cancel(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string& id) {
+  handle_cancel_response(ctx, exchange, id, caller(ctx, exchange));
+}
+
+const std::vector<Route>& routes() {
+  using V = http::verb;
+  using M = Route::Match;
+  static const std::vector<Route> table = {
+      {"/health", M::Exact, {V::get, V::head}, false, false, "/health", handle_health},
+      {"/ready", M::Exact, {V::get, V::head}, false, false, "/ready", handle_health},
+      {"/live", M::Exact, {V::get, V::head}, false, false, "/live", handle_live},
+      {"/metrics", M::Exact, {V::get, V::head}, false, false, "/metrics", handle_metrics},
+      {"/version", M::Exact, {V::get, V::head}, false, false, "/version", handle_version},
+      {"/v1/models", M::Exact, {V::get, V::head}, true, false, "/v1/models", handle_models},
+      {"/v1/chat/completions", M::Exact, {V::post}, true, true, "/v1/chat/completions", handle_chat},
+      {"/v1/completions", M::Exact, {V::post}, true, true, "/v1/completions", handle_completion},
+      {"/v1/responses", M::Exact, {V::post}, true, true, "/v1/responses", handle_response_create},
+      {"/v1/responses/", M::ResponseIdCancel, {V::post}, true, true, "/v1/responses/{id}/cancel", handle_response_cancel},
+      {"/v1/responses/", M::ResponseId, {V::get}, true, true, "/v1/responses/{id}", handle_response_get},
+      {"/tokenize", M::Exact, {V::post}, true, true, "/tokenize", handle_tokenize},
+      {"/v1/tokenize", M::Exact, {V::post}, true, true, "/v1/tokenize", handle_tokenize},
+      {"/detokenize", M::Exact, {V::post}, true, true, "/detokenize", handle_detokenize},
+      {"/v1/detokenize", M::Exact, {V::post}, true, true, "/v1/detokenize", handle_detokenize},
+  };
+  return table;
+}
+
+bool is_id_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+// The route a path names, and the id it carries for /v1/responses/{id}[/cancel].
+const Route* find_route(std::string_view path, std::string* id) {
+  for (const Route& r : routes()) {
+    if (r.match == Route::Match::Exact) {
+      if (path == r.path) return &r;
+      continue;
+    }
+    if (!path.starts_with(r.path)) continue;
+    std::string_view rest = path.substr(std::string_view(r.path).size());
+    constexpr std::string_view kCancel = "/cancel";
+    const bool cancel = rest.ends_with(kCancel);
+    if (cancel != (r.match == Route::Match::ResponseIdCancel)) continue;
+    if (cancel) rest.remove_suffix(kCancel.size());
+    constexpr size_t kMaxIdLength = 128;
+    if (rest.empty() || rest.size() > kMaxIdLength || !std::all_of(rest.begin(), rest.end(), is_id_char)) continue;
+    if (id) *id = std::string(rest);
+    return &r;
+  }
+  return nullptr;
+}
+
+std::string path_of(const HttpRequest& req) {
   std::string path(req.target());
   if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
-  const auto method = req.method();
-  const bool get = method == http::verb::get, post = method == http::verb::post;
+  return path;
+}
 
-  if (path == "/health" || path == "/ready") {
-    exchange->set_route(path);
-    return handle_health(ctx, exchange);
-  }
-  if (path == "/live") {
-    exchange->set_route(path);
-    return respond_json(exchange, 200, {{"status", "ok"}});
-  }
-  if (path == "/metrics" && get) {
-    exchange->set_route(path);
-    refresh_generator_gauges(ctx);
-    return exchange->respond(200, ctx.metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
-  }
-  if (path == "/version" && get) {
-    exchange->set_route(path);
-    return respond_json(exchange, 200, {{"version", "ossrt 0.1.0"}});
-  }
-  if (path.rfind("/v1/", 0) == 0) check_auth(ctx, req);
+std::string allowed_methods(const Route& route) {
+  std::string allow;
+  for (http::verb v : route.methods) allow += (allow.empty() ? "" : ", ") + std::string(http::to_string(v));
+  return allow;
+}
 
-  if (path == "/v1/models" && get) {
-    exchange->set_route(path);
-    return handle_models(ctx, exchange);
+// Route, method and key: everything the head decides. Throws ApiError; returns the route.
+const Route& resolve(const ServerContext& ctx, const HttpRequest& req, std::string* id) {
+  const std::string path = path_of(req);
+  const Route* route = find_route(path, id);
+  if (!route) {
+    throw not_found(fmt::format("No route for {} {}", std::string(req.method_string()), echo(path)), {}, "not_found");
   }
-  static const std::regex kResponseId(R"(^/v1/responses/([A-Za-z0-9_\-]+)(/cancel)?$)");
-  std::smatch m;
-  auto generation_route = [&](const char* route, auto handler) {
-    exchange->set_route(route);
-    require_ready(ctx);
-    json body = parse_json_body(req.body());
-    check_model(ctx, body);
-    handler(ctx, exchange);
-  };
-  if (post && path == "/v1/chat/completions") return generation_route("/v1/chat/completions", handle_chat_completions);
-  if (post && path == "/v1/completions") return generation_route("/v1/completions", handle_completions);
-  if (post && path == "/v1/responses") return generation_route("/v1/responses", handle_create_response);
-  if (std::regex_match(path, m, kResponseId)) {
-    bool cancel = m[2].matched;
-    exchange->set_route(cancel ? "/v1/responses/{id}/cancel" : "/v1/responses/{id}");
-    if (cancel && post) return handle_cancel_response(ctx, exchange, m[1].str());
-    if (!cancel && get) return handle_get_response(ctx, exchange, m[1].str());
+  if (std::find(route->methods.begin(), route->methods.end(), req.method()) == route->methods.end()) {
+    ApiError e(405, fmt::format("Method {} is not allowed on {}; use {}", std::string(req.method_string()), route->label,
+                                allowed_methods(*route)),
+               "invalid_request_error", {}, "method_not_allowed");
+    throw e;
   }
-  if (post && (path == "/tokenize" || path == "/detokenize" || path == "/v1/tokenize" || path == "/v1/detokenize")) {
-    exchange->set_route(path);
-    require_ready(ctx);
-    return path.ends_with("/tokenize") ? handle_tokenize(ctx, exchange) : handle_detokenize(ctx, exchange);
+  if (route->auth && !principal_of(ctx, req)) {
+    auto header = req[http::field::authorization];
+    throw unauthorized(header.empty() ? "Missing API key: send 'Authorization: Bearer <key>'."
+                                      : "Incorrect API key provided.");
   }
-  throw not_found(fmt::format("No route for {} {}", std::string(req.method_string()), path), {}, "not_found");
+  return *route;
+}
+
+void log_failure(const std::shared_ptr<Exchange>& exchange, const ApiError& e) {
+  if (e.status() >= 500)
+    spdlog::warn("[{}] {} {} -> {}: {}", exchange->request_id(), std::string(exchange->request().method_string()),
+                 echo(std::string(exchange->request().target()), 200), e.status(), e.message());
+}
+
+// Runs a handler; whatever it throws becomes the client's error answer.
+void run_guarded(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const Route& route, const std::string& id) {
+  try {
+    route.handler(ctx, exchange, id);
+  } catch (const ApiError& e) {
+    log_failure(exchange, e);
+    respond_error(exchange, e);
+  } catch (const nlohmann::json::exception& e) {
+    // A JSON access on a shape the validation did not foresee: the client's input, not our fault.
+    // The library's text names its internals, not the client's field, so it goes to the log only.
+    spdlog::warn("[{}] unvalidated JSON shape: {}", exchange->request_id(), e.what());
+    respond_error(exchange, bad_request("invalid request: a field has an unexpected type or shape"));
+  } catch (const std::exception& e) {
+    spdlog::error("[{}] {} {}: internal error: {}", exchange->request_id(), std::string(exchange->request().method_string()),
+                  echo(std::string(exchange->request().target()), 200), e.what());
+    respond_error(exchange, internal_error("internal error"));
+  }
 }
 
 }  // namespace
 
-void route_request(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
+std::optional<EarlyAnswer> check_request_head(const ServerContext& ctx, const HttpRequest& head) {
   try {
-    dispatch(ctx, exchange);
+    resolve(ctx, head, nullptr);
+    return std::nullopt;
   } catch (const ApiError& e) {
-    if (e.status() >= 500) spdlog::warn("[{}] {} {} -> {}: {}", exchange->request_id(), std::string(exchange->request().method_string()),
-                                        std::string(exchange->request().target()), e.status(), e.message());
-    respond_error(exchange, e);
-  } catch (const nlohmann::json::exception& e) {
-    // A JSON access on a shape the validation did not foresee: the client's input, not our fault.
-    respond_error(exchange, bad_request(std::string("invalid request: ") + e.what()));
-  } catch (const std::exception& e) {
-    spdlog::error("[{}] {} {}: internal error: {}", exchange->request_id(), std::string(exchange->request().method_string()),
-                  std::string(exchange->request().target()), e.what());
-    respond_error(exchange, internal_error(std::string("internal error: ") + e.what()));
+    EarlyAnswer answer{e.status(), to_wire(e.to_json()), {}, "unmatched"};
+    if (ctx.config.enable_request_id_headers) answer.headers.emplace_back("X-Request-Id", request_id_for(ctx, head));
+    if (const Route* route = find_route(path_of(head), nullptr)) {
+      answer.route = route->label;
+      if (e.status() == 405) answer.headers.emplace_back("Allow", allowed_methods(*route));
+    }
+    return answer;
   }
+}
+
+void route_request(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange) {
+  const HttpRequest& req = exchange->request();
+  exchange->set_request_id(request_id_for(ctx, req));
+  if (ctx.config.enable_request_id_headers) exchange->add_response_header("X-Request-Id", exchange->request_id());
+  std::string id;
+  const Route* route = nullptr;
+  try {
+    route = &resolve(ctx, req, &id);
+  } catch (const ApiError& e) {
+    if (const Route* r = find_route(path_of(req), nullptr)) {
+      exchange->set_route(r->label);
+      if (e.status() == 405) exchange->add_response_header("Allow", allowed_methods(*r));
+    }
+    return respond_error(exchange, e);
+  }
+  exchange->set_route(route->label);
+  if (!route->on_pool) return run_guarded(ctx, exchange, *route, id);
+  bool queued = ctx.work->try_post([&ctx, exchange, route, id] { run_guarded(ctx, exchange, *route, id); });
+  if (!queued)
+    respond_error(exchange, overloaded(503, "The server is busy preparing other requests. Retry shortly.",
+                                       ctx.config.retry_after_s));
 }
 
 }  // namespace ossrt::server

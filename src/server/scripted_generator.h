@@ -43,6 +43,7 @@ struct ScriptedGeneratorOptions {
   int max_num_seqs = 256;
   int max_queue = 4096;
   int max_model_len = 8192;
+  int vocab_size = 201088;  // gpt-oss's embedding rows
   int kv_blocks = 65536;
   int block_size = 16;
   std::vector<int32_t> eos_ids = {200002, 200012, 199999};
@@ -67,6 +68,7 @@ class ScriptedGenerator : public Generator {
   void cancel(const std::string& request_id) override;
   GeneratorStats stats() const override;
   int max_model_len() const override { return options_.max_model_len; }
+  int vocab_size() const override { return options_.vocab_size; }
   void drain(std::chrono::milliseconds timeout) override;
 
   // Blocks held by running requests right now (0 when idle: the leak check).

@@ -39,6 +39,10 @@ int run_server(const ServerConfig& config, const RuntimeOptions& runtime_options
   http.port = config.port;
   http.threads = config.http_threads;
   http.body_limit = config.max_body_bytes;
+  http.idle_timeout_s = config.idle_timeout_s;
+  http.body_timeout_s = config.body_timeout_s;
+  http.max_connections = config.max_connections;
+  http.check_head = [&ctx_ptr](const HttpRequest& head) { return check_request_head(*ctx_ptr, head); };
   http.too_large_body = [limit = config.max_body_bytes] {
     return to_wire(payload_too_large(fmt::format("The request body exceeds the limit of {} bytes.", limit)).to_json());
   };

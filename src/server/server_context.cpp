@@ -4,9 +4,10 @@
 #include <fmt/format.h>
 
 #include <ctime>
-#include <random>
 
+#include "server/random_id.h"
 #include "server/response_store.h"
+#include "server/work_pool.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ossrt::server {
@@ -17,9 +18,10 @@ std::string to_wire(const nlohmann::json& j) {
 
 ServerContext::ServerContext(ServerConfig cfg, boost::asio::io_context& io_context)
     : config(std::move(cfg)), io(io_context),
-      responses(std::make_unique<ResponseStore>(size_t(std::max(0, config.responses_store_capacity)),
-                                                std::chrono::seconds(config.responses_ttl_s))),
-      id_salt_(std::random_device{}() | (uint64_t(std::random_device{}()) << 32)) {
+      responses(std::make_unique<ResponseStore>(ResponseStoreLimits{size_t(std::max(0, config.responses_store_capacity)),
+                                                                    config.responses_store_bytes,
+                                                                    std::chrono::seconds(config.responses_ttl_s)})),
+      work(std::make_unique<WorkPool>(config.work_threads, size_t(std::max(0, config.work_queue)))) {
   declare_server_metrics(metrics);
 }
 
@@ -32,6 +34,9 @@ void ServerContext::set_ready(std::shared_ptr<Generator> generator, std::shared_
 }
 
 void ServerContext::release() {
+  // Request preparation still queued or running may use the generator: finish it first (new
+  // generation is refused by then, so it ends quickly with 503s).
+  work.reset();
   ready_.store(false);
   generator_.reset();
   tokenizer_.reset();
@@ -54,13 +59,11 @@ int ServerContext::max_model_len() const {
   return from_generator;
 }
 
-std::string ServerContext::next_id(const char* prefix) {
-  // Unique within the process (counter) and unlikely to repeat across restarts (salt), so a
-  // stored previous_response_id from an earlier run is a clean 404, not someone else's answer.
-  uint64_t n = id_counter_.fetch_add(1);
-  uint64_t mixed = (n + 1) * 0x9E3779B97F4A7C15ull ^ id_salt_;
-  return fmt::format("{}{:016x}{:08x}", prefix, mixed, uint32_t(n));
+GenerationLimits ServerContext::generation_limits() const {
+  return GenerationLimits{ready() ? generator_->vocab_size() : 0, max_model_len()};
 }
+
+std::string ServerContext::next_id(const char* prefix) const { return random_id(prefix); }
 
 std::optional<std::string> ServerContext::current_date() const {
   if (config.current_date) {

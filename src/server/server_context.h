@@ -14,6 +14,7 @@
 #include "engine/request.h"
 #include "harmony/conversation.h"
 #include "server/metrics.h"
+#include "server/request_fields.h"
 
 namespace ossrt {
 class Tokenizer;
@@ -22,19 +23,28 @@ class Tokenizer;
 namespace ossrt::server {
 
 class ResponseStore;
+class WorkPool;
 
 struct ServerConfig {
   std::string host = "0.0.0.0";
   uint16_t port = 8000;
-  std::string api_key;               // empty: no auth
+  std::vector<std::string> api_keys;  // empty: no auth; else any of them (server/auth.h)
   std::string served_model_name = "gpt-oss";
   int max_model_len = 0;             // 0: the generator's
   int http_threads = 4;
   uint64_t max_body_bytes = 32ull << 20;
+  int idle_timeout_s = 120;          // waiting for a request's headers
+  int body_timeout_s = 60;           // reading a body once its headers are in
+  size_t max_connections = 4096;
+  // Request preparation (parse, render, tokenize) off the I/O threads (server/work_pool.h).
+  int work_threads = 4;
+  int work_queue = 256;
+  RequestLimits limits;
   harmony::ReasoningEffort default_effort = harmony::ReasoningEffort::Medium;
   bool reasoning_content_mirror = false;  // also send reasoning as `reasoning_content`
   std::optional<std::string> current_date;  // fixed date for the system message; else today (UTC)
   int responses_store_capacity = 1024;
+  uint64_t responses_store_bytes = 512ull << 20;
   int responses_ttl_s = 3600;
   int drain_timeout_s = 30;
   int retry_after_s = 1;
@@ -56,11 +66,13 @@ struct ServerContext {
   boost::asio::io_context& io;
   MetricsRegistry metrics;
   std::unique_ptr<ResponseStore> responses;
+  std::unique_ptr<WorkPool> work;
 
   // Set once by the loader thread; read by request threads.
   void set_ready(std::shared_ptr<Generator> generator, std::shared_ptr<const Tokenizer> tokenizer);
   void set_load_error(std::string error);
-  // Drops the generator and tokenizer (shutdown, after the HTTP threads have stopped).
+  // Finishes request preparation, then drops the generator and tokenizer (shutdown, after the
+  // HTTP threads have stopped).
   void release();
   bool ready() const { return ready_.load(); }
   std::string load_error() const;
@@ -68,10 +80,12 @@ struct ServerContext {
   const std::shared_ptr<const Tokenizer>& tokenizer() const { return tokenizer_; }
   std::shared_ptr<Generator> generator_ptr() const { return generator_; }
   int max_model_len() const;
+  // What generation requests must satisfy: the generator's vocabulary and the context length.
+  GenerationLimits generation_limits() const;
 
   std::atomic<bool> draining{false};
   std::atomic<int> active_generations{0};
-  std::string next_id(const char* prefix);  // "chatcmpl-<hex>", unique per process
+  std::string next_id(const char* prefix) const;  // prefix + 128 random bits in hex (server/random_id.h)
   // Today's date for the Harmony system message (or the configured one).
   std::optional<std::string> current_date() const;
 
@@ -81,8 +95,6 @@ struct ServerContext {
   std::atomic<bool> ready_{false};
   mutable std::mutex mu_;
   std::string load_error_;
-  std::atomic<uint64_t> id_counter_{0};
-  uint64_t id_salt_;
 };
 
 // Declares every metric family the server emits (vLLM names, SERVING.md 6).

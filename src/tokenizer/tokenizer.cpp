@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -17,7 +18,8 @@ const std::string& empty_string() {
 
 }  // namespace
 
-void TokenizerImpl::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
+bool TokenizerImpl::encode_ordinary(std::string_view text, std::vector<int32_t>& out, size_t limit) const {
+  if (surely_exceeds(out.size(), text.size(), limit)) return false;
   std::vector<std::string_view> pieces;
   pieces.reserve(text.size() / 4 + 1);  // ~4 bytes per piece on typical text
   size_t pos = 0;
@@ -26,7 +28,10 @@ void TokenizerImpl::encode_ordinary(std::string_view text, std::vector<int32_t>&
     if (valid > 0) {
       pieces.clear();
       pre_tokenizer->split(text.substr(pos, valid), pieces);
-      for (std::string_view piece : pieces) tokenizer_detail::encode_piece(vocab, piece, out);
+      for (std::string_view piece : pieces) {
+        tokenizer_detail::encode_piece(vocab, piece, out);
+        if (out.size() > limit) return false;
+      }
       pos += valid;
     }
     if (pos == text.size()) break;
@@ -36,7 +41,9 @@ void TokenizerImpl::encode_ordinary(std::string_view text, std::vector<int32_t>&
     const utf8::Sequence bad = utf8::classify(text, pos);
     for (size_t i = 0; i < bad.length; ++i) out.push_back(vocab.byte_token[static_cast<uint8_t>(text[pos + i])]);
     pos += bad.length;
+    if (out.size() > limit) return false;
   }
+  return true;
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<TokenizerImpl> impl) : impl_(std::move(impl)) {}
@@ -53,18 +60,27 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   return ids;
 }
 
-std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const {
+std::optional<std::vector<int32_t>> Tokenizer::encode_at_most(std::string_view text, size_t max_tokens) const {
+  if (impl_->surely_exceeds(0, text.size(), max_tokens)) return std::nullopt;
   std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 4);
+  ids.reserve(std::min(text.size() / 3 + 4, max_tokens + 1));
+  if (!impl_->encode_ordinary(text, ids, max_tokens)) return std::nullopt;
+  return ids;
+}
+
+namespace {
+
+// encode_with_special's splitting, with a token limit (SIZE_MAX: none).
+bool encode_special_into(const TokenizerImpl& impl, std::string_view text, std::vector<int32_t>& ids, size_t limit) {
   // Earliest occurrence wins; at one position the longest spelling wins.
   size_t segment_start = 0;
   for (size_t i = 0; i < text.size();) {
-    if (!impl_->added_token_first_byte[static_cast<uint8_t>(text[i])]) {
+    if (!impl.added_token_first_byte[static_cast<uint8_t>(text[i])]) {
       ++i;
       continue;
     }
     const std::pair<std::string, int32_t>* match = nullptr;
-    for (const auto& candidate : impl_->added_tokens_longest_first) {
+    for (const auto& candidate : impl.added_tokens_longest_first) {
       if (text.substr(i).starts_with(candidate.first)) {
         match = &candidate;
         break;
@@ -74,14 +90,34 @@ std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const
       ++i;
       continue;
     }
-    impl_->encode_ordinary(text.substr(segment_start, i - segment_start), ids);
+    if (!impl.encode_ordinary(text.substr(segment_start, i - segment_start), ids, limit)) return false;
     ids.push_back(match->second);
+    if (ids.size() > limit) return false;
     i += match->first.size();
     segment_start = i;
   }
-  impl_->encode_ordinary(text.substr(segment_start), ids);
+  return impl.encode_ordinary(text.substr(segment_start), ids, limit);
+}
+
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  encode_special_into(*impl_, text, ids, std::numeric_limits<size_t>::max());
   return ids;
 }
+
+std::optional<std::vector<int32_t>> Tokenizer::encode_with_special_at_most(std::string_view text,
+                                                                           size_t max_tokens) const {
+  if (impl_->surely_exceeds(0, text.size(), max_tokens)) return std::nullopt;
+  std::vector<int32_t> ids;
+  ids.reserve(std::min(text.size() / 3 + 4, max_tokens + 1));
+  if (!encode_special_into(*impl_, text, ids, max_tokens)) return std::nullopt;
+  return ids;
+}
+
+size_t Tokenizer::max_token_bytes() const { return impl_->max_token_bytes; }
 
 const std::string& Tokenizer::token_bytes(int32_t id) const {
   if (id < 0 || id >= impl_->vocab_size) return empty_string();

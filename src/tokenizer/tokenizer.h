@@ -34,6 +34,15 @@ class Tokenizer {
   // trusted text (tests, tools); the Harmony renderer inserts special ids itself.
   std::vector<int32_t> encode_with_special(std::string_view text) const;
 
+  // encode() / encode_with_special() for text from clients: nullopt when the text has more than
+  // `max_tokens` tokens, found out early. Text longer than max_tokens x max_token_bytes() is
+  // refused without encoding anything, and encoding stops at the first piece past the limit, so a
+  // 30 MB prompt against a 128k context costs next to nothing (issue 19).
+  std::optional<std::vector<int32_t>> encode_at_most(std::string_view text, size_t max_tokens) const;
+  std::optional<std::vector<int32_t>> encode_with_special_at_most(std::string_view text, size_t max_tokens) const;
+  // The longest token in bytes: ceil(bytes / max_token_bytes()) bounds a text's token count below.
+  size_t max_token_bytes() const;
+
   // Raw bytes of a token; specials: their literal text ("<|start|>"); reserved ids below
   // vocab_size() that tokenizer.json does not list: "<|reserved_ID|>"; ids < 0 or >= vocab_size():
   // an empty string.

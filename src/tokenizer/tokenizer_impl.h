@@ -1,6 +1,7 @@
 #pragma once
 // The state behind ossrt::Tokenizer, shared by the loader (tokenizer_json.cpp) and the
 // encode/decode code (tokenizer.cpp). Immutable after load.
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -28,9 +29,17 @@ class TokenizerImpl {
   // longest spelling wins at a position (as in the reference DictionarySplitter).
   std::vector<std::pair<std::string, int32_t>> added_tokens_longest_first;
   bool added_token_first_byte[256] = {};
+  size_t max_token_bytes = 1;  // the longest token's byte length (plain BPE and added tokens)
 
-  // Ordinary encoding of text that may hold invalid UTF-8.
-  void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const;
+  // Ordinary encoding of text that may hold invalid UTF-8. With a `limit`, stops and returns false
+  // as soon as `out` is known to end up longer than `limit` (what is in `out` then is partial).
+  bool encode_ordinary(std::string_view text, std::vector<int32_t>& out,
+                       size_t limit = std::numeric_limits<size_t>::max()) const;
+  // Whether `bytes` more bytes are sure to take `out` past `limit` (each token is at most
+  // max_token_bytes long): then they need not be encoded to know the answer.
+  bool surely_exceeds(size_t out_size, size_t bytes, size_t limit) const {
+    return limit != std::numeric_limits<size_t>::max() && out_size + (bytes + max_token_bytes - 1) / max_token_bytes > limit;
+  }
 };
 
 // Builds the impl from the file; throws ossrt::Error naming the file and what is wrong.

@@ -236,6 +236,10 @@ std::unique_ptr<TokenizerImpl> load_tokenizer_json(const std::string& path) {
   impl->vocab.pieces.build(impl->vocab.token_bytes, impl->vocab.regular_count);
   read_merges(ctx, model, *impl);
   read_added_tokens(ctx, doc, *impl);
+  for (int32_t id = 0; id < impl->vocab.regular_count; ++id)
+    impl->max_token_bytes = std::max(impl->max_token_bytes, impl->vocab.token_bytes[size_t(id)].size());
+  for (const auto& [content, id] : impl->added_tokens_longest_first)
+    impl->max_token_bytes = std::max(impl->max_token_bytes, content.size());
   const std::string pattern = read_pre_tokenizer(ctx, doc);
   try {
     impl->pre_tokenizer = std::make_unique<tokenizer_detail::PreTokenizer>(pattern);

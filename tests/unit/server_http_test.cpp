@@ -74,6 +74,7 @@ class ServerFixture : public ::testing::Test {
     http_options.port = 0;
     http_options.threads = 2;
     http_options.body_limit = body_limit;
+    http_options.check_head = [this](const HttpRequest& head) { return check_request_head(*ctx_, head); };
     server_ = std::make_unique<HttpServer>(
         http_options, [this](std::shared_ptr<Exchange> ex) { route_request(*ctx_, ex); },
         [this](const std::string& route, const std::string& method, int status) {
@@ -137,7 +138,7 @@ TEST_F(ServerFixture, HealthIs503WhileLoadingThen200) {
 
 TEST_F(ServerFixture, ErrorCodesAndShapes) {
   ServerConfig config;
-  config.api_key = "sekret";
+  config.api_keys = {"sekret"};
   start(config, kScript, 64, 4096);
   make_ready();
   expect_error_shape(call(port(), http::verb::get, "/v1/models"), 401);
