@@ -13,8 +13,9 @@ function ossrtBinary() {
 }
 
 // Resolves once /health says 200. Rejects if the process exits or `timeoutMs` passes.
-async function startServer(args, { timeoutMs = 120000, env = {} } = {}) {
-  const proc = spawn(ossrtBinary(), ['serve', '--host', '127.0.0.1', '--port', '0', ...args], {
+// `binary`: what to run instead of ossrt (a wrapper that execs it, e.g. under a lower fd limit).
+async function startServer(args, { timeoutMs = 120000, env = {}, binary = ossrtBinary() } = {}) {
+  const proc = spawn(binary, ['serve', '--host', '127.0.0.1', '--port', '0', ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...env },
   });
