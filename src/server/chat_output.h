@@ -29,7 +29,7 @@ class Tokenizer;
 namespace ossrt::server {
 
 struct ToolCall {
-  std::string id;  // "call_<24 random chars>"
+  std::string id;  // "call_" + 32 hex digits (server/random_id.h)
   std::string name;
   std::string arguments;  // the JSON text the model wrote
 };
