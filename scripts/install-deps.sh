@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of ossrt from Debian's archive and the npm registry.
+# clang-16 (+ its sanitizer and libFuzzer runtimes, llvm-symbolizer) builds the sanitizer and
+# fuzzing tree that scripts/test.sh runs after the main one.
 # Idempotent: packages already present are skipped by apt; npm packages are installed into
 # third_party/npm (ignored by git) only when missing.
 set -euo pipefail
@@ -9,6 +11,7 @@ DEBS=(build-essential cmake ninja-build pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev
       libpcre2-dev nlohmann-json3-dev libboost-dev libboost-system-dev
       libcli11-dev libspdlog-dev libfmt-dev
+      clang-16 libclang-rt-16-dev llvm-16
       nodejs npm ca-certificates)
 
 missing=()

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test that can run on this machine: unit and golden
 # tests (ctest, label unit), end-to-end server tests (label e2e), and the GPU tests (label gpu) only
-# where a GPU is present. The last line is "N passed, N failed".
+# where a GPU is present. Then the sanitizer stage: the unit and end-to-end tests again in an
+# ASan+UBSan build made with clang (build-asan), and each libFuzzer target for a bounded time
+# (scripts/fuzz.sh; OSSRT_FUZZ_SECONDS per target, default 30). OSSRT_SKIP_SANITIZE=1 skips that
+# stage. The last line is "N passed, N failed", counting both stages (a fuzzer counts as a test).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
@@ -24,6 +27,33 @@ passed=$((total - failed))
 if [ "$build_failed" -ne 0 ]; then
   echo "the build failed (see above): counted as one failed test"
   failed=$((failed + 1))
+fi
+
+if [ "${OSSRT_SKIP_SANITIZE:-0}" != 1 ]; then
+  SAN_DIR=${OSSRT_SANITIZE_BUILD_DIR:-build-asan}
+  echo "== sanitizer stage: ASan + UBSan (clang-16) in $SAN_DIR"
+  san_build_failed=0
+  OSSRT_BUILD_DIR="$SAN_DIR" OSSRT_KEEP_GOING=1 bash scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 -DOSSRT_CUDA=OFF \
+    -DOSSRT_SANITIZE=address,undefined -DOSSRT_FUZZ=ON || san_build_failed=1
+  san_log=$(mktemp)
+  # Leaks count; a report aborts the process it happened in, which fails that test.
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  (cd "$SAN_DIR" && ctest -LE gpu --output-on-failure --timeout 1800 -j "${OSSRT_TEST_JOBS:-2}") 2>&1 | tee "$san_log"
+  san_total=$(grep -Eo 'tests passed, [0-9]+ tests failed out of [0-9]+' "$san_log" | grep -Eo '[0-9]+$' | tail -1)
+  san_failed=$(grep -Eo '[0-9]+ tests failed out of' "$san_log" | grep -Eo '^[0-9]+' | tail -1)
+  if [ -z "$san_total" ]; then san_total=1; san_failed=1; fi
+  passed=$((passed + san_total - san_failed))
+  failed=$((failed + san_failed + san_build_failed))
+  echo "== fuzzers (${OSSRT_FUZZ_SECONDS:-30} s each)"
+  fuzz_log=$(mktemp)
+  bash scripts/fuzz.sh "$SAN_DIR" "${OSSRT_FUZZ_SECONDS:-30}" | tee "$fuzz_log"
+  fuzz_ok=$(grep -c ': ok,' "$fuzz_log")
+  fuzz_bad=$(grep -c ': FAILED' "$fuzz_log")
+  if [ $((fuzz_ok + fuzz_bad)) -eq 0 ]; then fuzz_bad=1; echo "no fuzzers ran"; fi
+  passed=$((passed + fuzz_ok))
+  failed=$((failed + fuzz_bad))
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
