@@ -415,8 +415,17 @@ def record_rope(model, device):
     angles64 = np.array(ROPE_PROBE_POSITIONS, dtype=np.float64)[:, None] * inv64[None, :]
     vs_exact = float(max(np.abs(cos.double().numpy() - np.cos(angles64) * scaling).max(),
                          np.abs(sin.double().numpy() - np.sin(angles64) * scaling).max()))
+    # The statistic earlier fixtures recorded (golden_logits_test recomputes it from ours): positions
+    # 0, 7, ..., 4396, HF's cos/sin against float32(cos/sin(position * inv_freq_float64) * scaling).
+    dense = torch.arange(0, 4400, 7, device=device)[None]
+    dcos, dsin = rot(x, dense)
+    a64 = dense[0].double().cpu().numpy()[:, None] * inv64[None, :]
+    dense_vs_exact = float(max(
+        np.abs(dcos[0].double().cpu().numpy() - (np.cos(a64) * scaling).astype(np.float32)).max(),
+        np.abs(dsin[0].double().cpu().numpy() - (np.sin(a64) * scaling).astype(np.float32)).max()))
     log(f"HF RoPE (stock, float32): inv_freq vs float64 formula max rel {per_dim_rel:.3g}; cos/sin at "
-        f"positions up to {max(ROPE_PROBE_POSITIONS)} vs float64 angles: max abs {vs_exact:.3g}")
+        f"positions up to {max(ROPE_PROBE_POSITIONS)} vs float64 angles: max abs {vs_exact:.3g} "
+        f"(0..4396 step 7: {dense_vs_exact:.9g})")
     return {
         "rope_angles": "HF float32 (stock transformers rotary embedding)",
         "hf_inv_freq_float32": [float(v) for v in hf_inv],
@@ -427,6 +436,7 @@ def record_rope(model, device):
         "hf_cos": [[float(v) for v in row] for row in cos],
         "hf_sin": [[float(v) for v in row] for row in sin],
         "hf_vs_float64_angles_max_abs": vs_exact,
+        "hf_fp32_rotary_vs_exact_max_abs": dense_vs_exact,
     }
 
 
