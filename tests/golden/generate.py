@@ -275,6 +275,37 @@ def construct_prompt(model, n, vocab, gen, device, min_gap=BF16_ROUTER_GAP):
     return prompt.tolist(), float(gaps.min())
 
 
+# --reuse-prompts DIR: each case's prompts from DIR/<case>/case.json, read before anything is written.
+REUSED_PROMPTS = {}
+
+
+def load_reused_prompts(root, cases):
+    for name in cases:
+        path = os.path.join(root, name, "case.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                old = json.load(f)
+            REUSED_PROMPTS[name] = {"seed": old.get("seed"), "prompt": old["prompt_ids"],
+                                    "greedy": old.get("greedy", {}).get("prompt_ids")}
+    log(f"prompts to reuse from {root}: {sorted(REUSED_PROMPTS)}")
+
+
+def prompt_for(model, name, which, seed, n, vocab, gen, device):
+    """The prompt an earlier generation of this case used, when it was made with the same seed and is
+    still router-robust in this model (every router gap >= BF16_ROUTER_GAP); else construct_prompt.
+    Saves the minutes construct_prompt takes for long_yarn; the weights come from the seed either way."""
+    old = REUSED_PROMPTS.get(name)
+    ids = old.get(which) if old and old.get("seed") == seed else None
+    if ids and len(ids) == n and max(ids) < vocab:
+        gap = float(router_gaps(model, torch.tensor([ids], device=device))[0].min())
+        if gap >= BF16_ROUTER_GAP:
+            log(f"{name}: reusing the earlier generation's {which} prompt ({n} tokens), min router gap {gap:.3g}")
+            return list(ids), gap
+        log(f"{name}: the earlier generation's {which} prompt has min router gap {gap:.3g} < {BF16_ROUTER_GAP}; "
+            f"constructing")
+    return construct_prompt(model, n, vocab, gen, device)
+
+
 @torch.no_grad()
 def hf_bf16_check(model, prompt, device):
     """HF's own bf16 run of the same model and prompt against its fp32 logits: how far bf16
@@ -562,8 +593,8 @@ def build_dense_case(name, description, vocab, prompt_len, seed, device, out_dir
         save_pretrained_single(model, case_dir)
         del model
         ref = load_fp32(case_dir, device)
-        prompt, _ = construct_prompt(ref, prompt_len, vocab, gen, device)
-        greedy_prompt, _ = construct_prompt(ref, 150, vocab, gen, device)
+        prompt, _ = prompt_for(ref, name, "prompt", s, prompt_len, vocab, gen, device)
+        greedy_prompt, _ = prompt_for(ref, name, "greedy", s, 150, vocab, gen, device)
         bf16_info = hf_bf16_check(ref, prompt, device)
         logits, gap = reference_logits(ref, prompt, device)
         rope_info = record_rope(ref, device)
@@ -650,8 +681,8 @@ def build_mxfp4_case(name, description, vocab, prompt_len, seed, device, out_dir
         save_pretrained_single(model, scratch)
         del model
         self_model = load_fp32(scratch, device)
-        prompt, _ = construct_prompt(self_model, prompt_len, vocab, gen, device)
-        greedy_prompt, _ = construct_prompt(self_model, 150, vocab, gen, device)
+        prompt, _ = prompt_for(self_model, name, "prompt", s, prompt_len, vocab, gen, device)
+        greedy_prompt, _ = prompt_for(self_model, name, "greedy", s, 150, vocab, gen, device)
         bf16_info = hf_bf16_check(self_model, prompt, device)
         logits_b, gap = reference_logits(self_model, prompt, device)
         rope_info = record_rope(self_model, device)
@@ -701,12 +732,17 @@ def main():
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--cases", default="bf16_single,mxfp4_sharded,long_yarn")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--reuse-prompts", metavar="DIR",
+                    help="take each case's prompts from DIR/<case>/case.json when made with the same seed and "
+                         "still router-robust (see prompt_for)")
     args = ap.parse_args()
     log(f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, "
         f"numpy {np.__version__}, device {args.device}"
         + (f" ({torch.cuda.get_device_name(0)})" if args.device == "cuda" else ""))
     float32_exact()
     cases = args.cases.split(",")
+    if args.reuse_prompts:
+        load_reused_prompts(args.reuse_prompts, cases)
     failures = []
     for case in cases:
         try:
