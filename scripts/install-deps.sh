@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 DEBS=(build-essential cmake ninja-build pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev
       libpcre2-dev nlohmann-json3-dev libboost-dev libboost-system-dev
-      libcli11-dev libspdlog-dev libfmt-dev
+      libcli11-dev libspdlog-dev libfmt-dev libsleef-dev
       clang-16 libclang-rt-16-dev llvm-16
       nodejs npm ca-certificates)
 

@@ -8,6 +8,7 @@
 //   - Ops that need token positions, block tables or KV slots read the StepPlan given to the last
 //     begin_step(); no op takes positions or tables as arguments.
 //   - Ops are asynchronous on an accelerator; to_host / sync order them with the host.
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -48,13 +49,23 @@ struct KvCacheShape {
 };
 
 struct RopeParams {
-  // inv_freq[i] for i in [0, head_dim/2), and the YaRN concentration that scales cos and sin.
+  // inv_freq[i] for i in [0, head_dim/2), and the YaRN concentration that scales cos and sin: both
+  // float32, bit for bit what HF transformers makes (model/rope.cpp, docs/cpu_backend.md "RoPE").
   std::vector<float> inv_freq;
-  // The same frequencies in float64: the CPU oracle forms angles exactly (position * inv_freq in
-  // float64), so it does not inherit fp32 angle rounding (~2e-4 rad at position 4,300).
-  std::vector<double> inv_freq_f64;
   float concentration = 1.0f;
 };
+
+// cos and sin of rotary pair (position, inv_freq) as the reference forms them (docs/cpu_backend.md,
+// "RoPE"): the angle is ONE float32 product, as HF's float32 `inv_freq @ positions` (autocast off) and
+// OpenAI's and vLLM's float32 outer products are; cos and sin are of that float32 angle (computed in
+// double and rounded once, within an ulp of torch's float32 cos/sin), then times the float32
+// concentration in float32. Forming the angle in double instead moves it by up to half an ulp of the
+// angle (~2.4e-4 rad at position 4,300, ~4e-3 rad at 131,071) away from the reference's.
+inline void rope_cos_sin(int32_t position, float inv_freq, float concentration, float& cos_out, float& sin_out) {
+  const float angle = float(position) * inv_freq;
+  cos_out = float(std::cos(double(angle))) * concentration;
+  sin_out = float(std::sin(double(angle))) * concentration;
+}
 
 struct AttentionParams {
   KvGroup group = KvGroup::Full;

@@ -94,8 +94,8 @@ void parse_rope(const json& j, const std::string& source, GptOssConfig& c) {
     }
   }
   if (!rope) {
-    // No scaling block at all: plain RoPE. factor 1 makes the YaRN formulas collapse to it
-    // (interpolation == extrapolation, concentration 0.1*ln(1)+1 == 1).
+    // No scaling block at all: plain RoPE (HF's default rope type), concentration 1.
+    c.rope.yarn = false;
     c.rope.factor = 1.0;
     return;
   }
@@ -110,6 +110,7 @@ void parse_rope(const json& j, const std::string& source, GptOssConfig& c) {
   }
   if (auto theta = opt_number(*rope, "rope_theta", where)) c.rope.theta = *theta;
   if (type == "default") {
+    c.rope.yarn = false;
     c.rope.factor = 1.0;
     return;
   }

@@ -14,6 +14,8 @@ enum class LayerKind : uint8_t { SlidingAttention, FullAttention };
 struct RopeConfig {
   double theta = 150000.0;
   // YaRN (NTK-by-parts), SPEC.md 2.5. Untruncated correction range: truncate=false in gpt-oss.
+  // false: plain RoPE (no scaling block, or rope_type "default"), made as HF's default RoPE is.
+  bool yarn = true;
   double factor = 32.0;
   double beta_fast = 32.0;
   double beta_slow = 1.0;

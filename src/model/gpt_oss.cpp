@@ -16,8 +16,6 @@ namespace ossrt {
 
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
-
 void expect_shape(const HostTensor& t, std::initializer_list<int64_t> shape, const std::string& what) {
   OSSRT_CHECK(!t.empty(), "model weights: {} ('{}') is missing", what, t.name);
   OSSRT_CHECK(std::equal(t.shape.begin(), t.shape.end(), shape.begin(), shape.end()),
@@ -31,45 +29,7 @@ void expect_experts(const HostExperts& x, int64_t experts, int64_t out, int64_t 
               experts, out, in);
 }
 
-// YaRN correction dimension (SPEC.md 2.5): the rotary index whose wavelength makes `rotations` turns
-// over the original context.
-double correction_dim(double rotations, int head_dim, double base, double original_context) {
-  return head_dim * std::log(original_context / (rotations * 2.0 * kPi)) / (2.0 * std::log(base));
-}
-
 }  // namespace
-
-RopeParams compute_rope_params(const GptOssConfig& config) {
-  const RopeConfig& r = config.rope;
-  const int dim = config.head_dim, half = dim / 2;
-  RopeParams p;
-  p.inv_freq_f64.resize(size_t(half));
-  // YaRN NTK-by-parts (SPEC.md 2.5), in float64; the fp32 table is its rounding. The references
-  // compute it in fp32 (within an ulp of this), which matters only for their angles.
-  std::vector<double> freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) freq[size_t(i)] = std::pow(r.theta, double(2 * i) / double(dim));
-  if (r.factor <= 1.0) {
-    for (int i = 0; i < half; ++i) p.inv_freq_f64[size_t(i)] = 1.0 / freq[size_t(i)];
-    p.concentration = 1.0f;
-  } else {
-    const double orig = double(r.original_max_position_embeddings);
-    double low = correction_dim(r.beta_fast, dim, r.theta, orig);
-    double high = correction_dim(r.beta_slow, dim, r.theta, orig);
-    if (r.truncate) low = std::floor(low), high = std::ceil(high);  // gpt-oss sets truncate = false
-    low = std::max(low, 0.0), high = std::min(high, double(dim - 1));
-    if (low == high) high += 0.001;  // HF's guard against a zero-width ramp
-    for (int i = 0; i < half; ++i) {
-      const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
-      const double extrapolation_weight = 1.0 - ramp;  // 1 for the high-frequency (small i) dims
-      const double interpolation = 1.0 / (r.factor * freq[size_t(i)]);
-      const double extrapolation = 1.0 / freq[size_t(i)];
-      p.inv_freq_f64[size_t(i)] = interpolation * (1.0 - extrapolation_weight) + extrapolation * extrapolation_weight;
-    }
-    p.concentration = float(0.1 * std::log(r.factor) + 1.0);
-  }
-  p.inv_freq.assign(p.inv_freq_f64.begin(), p.inv_freq_f64.end());
-  return p;
-}
 
 // Activation buffers planned once for ModelLimits; each step uses the first T (or R) rows.
 // Widths are this rank's (q heads, vocab); the *_all buffers exist only with data parallelism.

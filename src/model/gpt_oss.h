@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "model/config.h"
 #include "model/host_weights.h"
+#include "model/rope.h"
 #include "parallel/communicator.h"
 
 namespace ossrt {
@@ -113,8 +114,5 @@ class GptOssModel {
   std::shared_ptr<Workspace> ws_;
   std::shared_ptr<MoeDispatcher> dispatch_;  // MoeDispatch::AllToAll only
 };
-
-// YaRN inv_freq and concentration for the config (SPEC.md 2.5), computed as the references do.
-RopeParams compute_rope_params(const GptOssConfig& config);
 
 }  // namespace ossrt

@@ -275,12 +275,42 @@ def construct_prompt(model, n, vocab, gen, device, min_gap=BF16_ROUTER_GAP):
     return prompt.tolist(), float(gaps.min())
 
 
+# --reuse-prompts DIR: each case's prompts from DIR/<case>/case.json, read before anything is written.
+REUSED_PROMPTS = {}
+
+
+def load_reused_prompts(root, cases):
+    for name in cases:
+        path = os.path.join(root, name, "case.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                old = json.load(f)
+            REUSED_PROMPTS[name] = {"seed": old.get("seed"), "prompt": old["prompt_ids"],
+                                    "greedy": old.get("greedy", {}).get("prompt_ids")}
+    log(f"prompts to reuse from {root}: {sorted(REUSED_PROMPTS)}")
+
+
+def prompt_for(model, name, which, seed, n, vocab, gen, device):
+    """The prompt an earlier generation of this case used, when it was made with the same seed and is
+    still router-robust in this model (every router gap >= BF16_ROUTER_GAP); else construct_prompt.
+    Saves the minutes construct_prompt takes for long_yarn; the weights come from the seed either way."""
+    old = REUSED_PROMPTS.get(name)
+    ids = old.get(which) if old and old.get("seed") == seed else None
+    if ids and len(ids) == n and max(ids) < vocab:
+        gap = float(router_gaps(model, torch.tensor([ids], device=device))[0].min())
+        if gap >= BF16_ROUTER_GAP:
+            log(f"{name}: reusing the earlier generation's {which} prompt ({n} tokens), min router gap {gap:.3g}")
+            return list(ids), gap
+        log(f"{name}: the earlier generation's {which} prompt has min router gap {gap:.3g} < {BF16_ROUTER_GAP}; "
+            f"constructing")
+    return construct_prompt(model, n, vocab, gen, device)
+
+
 @torch.no_grad()
 def hf_bf16_check(model, prompt, device):
     """HF's own bf16 run of the same model and prompt against its fp32 logits: how far bf16
     arithmetic alone moves the logits here (recorded in case.json; a GPU backend in bf16 is held
-    to 2e-2, so this should sit well below that). Runs before the exact-RoPE patch, on HF's own
-    modules only."""
+    to 2e-2, so this should sit well below that). HF's own modules only."""
     import copy
     m16 = copy.deepcopy(model).to(torch.bfloat16)
     probe32 = RouterIds(model)
@@ -340,8 +370,16 @@ class RouterGapProbe:
             h.remove()
 
 
-# SPEC.md 2.5's float64 inv_freq for the gpt-oss config, to check the formula before relying on it.
+# SPEC.md 2.5's float64 inv_freq for the gpt-oss config, to check that HF read the config as meant
+# (untruncated YaRN) before recording anything.
 SPEC_INV_FREQ = {0: 1.000000000e+00, 9: 3.170569618e-02, 17: 1.293187012e-04, 31: 3.023511428e-07}
+
+# Positions at which HF's own rotary output is recorded (case.json rope.hf_cos / rope.hf_sin): the
+# prompt's range, both sides of YaRN's original 4096 context, and the far end of the 131072 context,
+# where a float32 angle is off the exact one by up to ~4e-3 rad (so an implementation that forms the
+# angle any other way than HF's one float32 product cannot match these to float32 rounding).
+ROPE_PROBE_POSITIONS = [0, 1, 2, 3, 7, 100, 127, 128, 299, 1000, 2047, 4095, 4096, 4097, 4299, 4499, 8191, 12345,
+                        16384, 32767, 50000, 65535, 65536, 99999, 100000, 123456, 131000, 131071]
 
 
 def rope_parameters(cfg):
@@ -351,7 +389,7 @@ def rope_parameters(cfg):
 
 
 def yarn_inv_freq_float64(cfg):
-    """YaRN (NTK-by-parts) inv_freq of SPEC.md 2.5 / HF _compute_yarn_parameters, in float64."""
+    """YaRN (NTK-by-parts) inv_freq of SPEC.md 2.5 in float64: only a check of HF's float32 values."""
     rp = rope_parameters(cfg)
     base, factor = float(rp["rope_theta"]), float(rp["factor"])
     d = cfg.head_dim
@@ -372,23 +410,23 @@ def yarn_inv_freq_float64(cfg):
     return (1.0 / (factor * freq)) * (1.0 - extrapolation_factor) + (1.0 / freq) * extrapolation_factor
 
 
-def use_exact_rope(model, device):
-    """Makes HF's rotary embedding compute its angles in float64 (cos/sin still handed on in fp32).
+@torch.no_grad()
+def record_rope(model, device):
+    """What stock HF's rotary embedding computes, recorded for the C++ tests; nothing is patched.
 
-    HF forms angle = position * inv_freq in float32 from an inv_freq computed with float32 pow: at
-    position 4300 the angle's rounding alone is ~2.4e-4 rad, and a 1-ulp difference in inv_freq
-    moves it by as much, so two correct fp32 implementations disagree by ~1e-4 relative in the
-    logits. With exact angles the reference no longer depends on those rounding details; all other
-    arithmetic stays HF's float32. Returns what was checked, for case.json.
+    HF makes inv_freq in float32 (`_compute_yarn_parameters`; torch's float32 pow) and the angle as one
+    float32 product (inv_freq @ positions, autocast off), then cos/sin of that float32 angle times
+    attention_scaling. The C++ backends reproduce that arithmetic (docs/cpu_backend.md, RoPE):
+    golden_logits_test checks compute_rope_params against `hf_inv_freq_float32` bit for bit and the
+    CPU backend's cos/sin against `hf_cos` / `hf_sin`. Returns the case.json `rope` block.
     """
     rot = model.model.rotary_emb
     cfg = model.config
     inv64 = yarn_inv_freq_float64(cfg)
-    hf_inv = rot.inv_freq.detach().double().cpu().numpy()
-    formula_rel = float(np.abs(hf_inv - inv64).max() / np.abs(inv64).max())
-    per_dim_rel = float((np.abs(hf_inv - inv64) / inv64).max())
+    hf_inv = rot.inv_freq.detach().float().cpu()
+    per_dim_rel = float((np.abs(hf_inv.double().numpy() - inv64) / inv64).max())
     if per_dim_rel > 1e-5:
-        raise RuntimeError(f"HF inv_freq differs from the float64 YaRN formula by {per_dim_rel:.3g}")
+        raise RuntimeError(f"HF inv_freq differs from the float64 YaRN formula by {per_dim_rel:.3g} (config misread?)")
     for i, v in SPEC_INV_FREQ.items():
         if abs(inv64[i] - v) > 1e-8 * v:
             raise RuntimeError(f"float64 inv_freq[{i}] = {inv64[i]!r}, SPEC.md says {v!r}")
@@ -397,65 +435,40 @@ def use_exact_rope(model, device):
     expected_scaling = 0.1 * math.log(float(rp["factor"])) + 1.0
     if abs(scaling - expected_scaling) > 1e-6:
         raise RuntimeError(f"HF attention_scaling {scaling} != 0.1 ln(factor) + 1 = {expected_scaling}")
-    inv_t = torch.tensor(inv64, dtype=torch.float64, device=device)
-    original_forward = rot.forward
-
-    def exact_forward(x, position_ids):
-        angles = position_ids.to(device=inv_t.device, dtype=torch.float64)[..., None] * inv_t  # [B, T, D/2]
-        cos, sin = torch.cos(angles) * scaling, torch.sin(angles) * scaling
-        if original_shape_last == 2 * inv_t.numel():  # HF versions that duplicate the half
-            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
-        return cos.to(x.dtype), sin.to(x.dtype)
-
-    # Check the replacement against HF's own output (layout and values) before switching.
-    probe_pos = torch.arange(0, 4400, 7, device=device)[None]
-    probe_x = torch.zeros(1, 1, cfg.head_dim, device=device, dtype=torch.float32)
-    with torch.no_grad():
-        hf_cos, hf_sin = original_forward(probe_x, probe_pos)
-        original_shape_last = hf_cos.shape[-1]
-        my_cos, my_sin = exact_forward(probe_x, probe_pos)
-    if hf_cos.shape != my_cos.shape:
-        raise RuntimeError(f"rotary output shape {tuple(hf_cos.shape)} vs {tuple(my_cos.shape)}")
-    probe_diff = float(max((hf_cos - my_cos).abs().max(), (hf_sin - my_sin).abs().max()))
-    if probe_diff > 2e-3:
-        raise RuntimeError(f"exact rotary differs from HF's by {probe_diff} (layout mismatch?)")
-    rot.forward = exact_forward
-    log(f"exact RoPE: HF fp32 inv_freq vs float64 formula max rel {per_dim_rel:.3g}; "
-        f"HF fp32 cos/sin vs exact over positions 0..4400: max abs {probe_diff:.3g}")
+    # HF's own forward, on the device and dtype the logits use.
+    x = torch.zeros(1, 1, cfg.head_dim, device=device, dtype=torch.float32)
+    pos = torch.tensor([ROPE_PROBE_POSITIONS], device=device)
+    cos, sin = rot(x, pos)
+    cos, sin = cos[0].float().cpu(), sin[0].float().cpu()
+    half = cfg.head_dim // 2
+    if cos.shape[-1] != half:
+        raise RuntimeError(f"HF rotary returns {cos.shape[-1]} frequencies per position, expected {half}")
+    angles64 = np.array(ROPE_PROBE_POSITIONS, dtype=np.float64)[:, None] * inv64[None, :]
+    vs_exact = float(max(np.abs(cos.double().numpy() - np.cos(angles64) * scaling).max(),
+                         np.abs(sin.double().numpy() - np.sin(angles64) * scaling).max()))
+    # The statistic earlier fixtures recorded (golden_logits_test recomputes it from ours): positions
+    # 0, 7, ..., 4396, HF's cos/sin against float32(cos/sin(position * inv_freq_float64) * scaling).
+    dense = torch.arange(0, 4400, 7, device=device)[None]
+    dcos, dsin = rot(x, dense)
+    a64 = dense[0].double().cpu().numpy()[:, None] * inv64[None, :]
+    dense_vs_exact = float(max(
+        np.abs(dcos[0].double().cpu().numpy() - (np.cos(a64) * scaling).astype(np.float32)).max(),
+        np.abs(dsin[0].double().cpu().numpy() - (np.sin(a64) * scaling).astype(np.float32)).max()))
+    log(f"HF RoPE (stock, float32): inv_freq vs float64 formula max rel {per_dim_rel:.3g}; cos/sin at "
+        f"positions up to {max(ROPE_PROBE_POSITIONS)} vs float64 angles: max abs {vs_exact:.3g} "
+        f"(0..4396 step 7: {dense_vs_exact:.9g})")
     return {
-        "rope_angles": "float64 (HF rotary embedding patched; every other op is HF float32)",
-        "inv_freq_float64": [float(v) for v in inv64],
+        "rope_angles": "HF float32 (stock transformers rotary embedding)",
         "hf_inv_freq_float32": [float(v) for v in hf_inv],
-        "hf_inv_freq_vs_float64_max_rel": per_dim_rel,
         "attention_scaling": scaling,
-        "hf_fp32_rotary_vs_exact_max_abs": probe_diff,
+        "inv_freq_float64": [float(v) for v in inv64],
+        "hf_inv_freq_vs_float64_max_rel": per_dim_rel,
+        "probe_positions": ROPE_PROBE_POSITIONS,
+        "hf_cos": [[float(v) for v in row] for row in cos],
+        "hf_sin": [[float(v) for v in row] for row in sin],
+        "hf_vs_float64_angles_max_abs": vs_exact,
+        "hf_fp32_rotary_vs_exact_max_abs": dense_vs_exact,
     }
-
-
-def rel_diff(a, ref):
-    """Worst over positions of max|a - ref| / max|ref| (the golden test's measure)."""
-    return float((np.abs(a - ref).max(axis=-1) / np.abs(ref).max(axis=-1)).max())
-
-
-EXACT_ROPE = False  # --exact-rope; the committed fixtures were made without it
-
-
-def exact_reference(model, prompt, device):
-    """HF's float32 logits; with --exact-rope, logits with exact RoPE angles instead (and HF's own
-    fp32-RoPE logits compared against them, for the record)."""
-    logits_hf_rope, gap = reference_logits(model, prompt, device)
-    if not EXACT_ROPE:
-        return logits_hf_rope, gap, None
-    try:
-        info = use_exact_rope(model, device)
-    except Exception as e:  # noqa: BLE001 - keep HF's own RoPE, and say so in case.json
-        log(f"exact RoPE patch unavailable ({type(e).__name__}: {e}); keeping HF's fp32 RoPE")
-        traceback.print_exc()
-        return logits_hf_rope, gap, {"rope_angles": f"HF float32 (exact-angle patch failed: {e})"}
-    logits, gap = reference_logits(model, prompt, device)
-    info["hf_fp32_rope_logits_rel_diff"] = rel_diff(logits_hf_rope, logits)
-    log(f"logits with HF's fp32 RoPE vs exact angles: worst rel diff {info['hf_fp32_rope_logits_rel_diff']:.3g}")
-    return logits, gap, info
 
 
 @torch.no_grad()
@@ -580,10 +593,11 @@ def build_dense_case(name, description, vocab, prompt_len, seed, device, out_dir
         save_pretrained_single(model, case_dir)
         del model
         ref = load_fp32(case_dir, device)
-        prompt, _ = construct_prompt(ref, prompt_len, vocab, gen, device)
-        greedy_prompt, _ = construct_prompt(ref, 150, vocab, gen, device)
+        prompt, _ = prompt_for(ref, name, "prompt", s, prompt_len, vocab, gen, device)
+        greedy_prompt, _ = prompt_for(ref, name, "greedy", s, 150, vocab, gen, device)
         bf16_info = hf_bf16_check(ref, prompt, device)
-        logits, gap, rope_info = exact_reference(ref, prompt, device)
+        logits, gap = reference_logits(ref, prompt, device)
+        rope_info = record_rope(ref, device)
         new_ids, margin = greedy(ref, greedy_prompt, device)
         log(f"{name}: logits {logits.shape}, max|logit| {np.abs(logits).max():.3f}, router gap {gap:.3g}, "
             f"greedy margin {margin:.3g}, expert layout {layout}")
@@ -601,7 +615,7 @@ def build_dense_case(name, description, vocab, prompt_len, seed, device, out_dir
             "prompt_min_router_gap_target": BF16_ROUTER_GAP,
             "greedy_min_top2_margin": margin,
             **bf16_info,
-            **({"rope": rope_info} if rope_info else {}),
+            "rope": rope_info,
         })
         return
     raise RuntimeError(f"{name}: no seed gave safe margins")
@@ -667,17 +681,19 @@ def build_mxfp4_case(name, description, vocab, prompt_len, seed, device, out_dir
         save_pretrained_single(model, scratch)
         del model
         self_model = load_fp32(scratch, device)
-        prompt, _ = construct_prompt(self_model, prompt_len, vocab, gen, device)
-        greedy_prompt, _ = construct_prompt(self_model, 150, vocab, gen, device)
+        prompt, _ = prompt_for(self_model, name, "prompt", s, prompt_len, vocab, gen, device)
+        greedy_prompt, _ = prompt_for(self_model, name, "greedy", s, 150, vocab, gen, device)
         bf16_info = hf_bf16_check(self_model, prompt, device)
-        logits_b, gap, rope_info = exact_reference(self_model, prompt, device)
+        logits_b, gap = reference_logits(self_model, prompt, device)
+        rope_info = record_rope(self_model, device)
         ref_model, path = self_model, "self-dequantized: blocks/scales decoded here (SPEC.md 3.3) into the fp32 HF model"
         logits, hf_vs_self = logits_b, None
         # Path A, preferred: HF's own MXFP4 loader, dequantizing on load.
         try:
             from transformers import Mxfp4Config
             hf_model = load_fp32(case_dir, device, quantization_config=Mxfp4Config(dequantize=True))
-            logits_a, _, rope_info_a = exact_reference(hf_model, prompt, device)
+            logits_a, _ = reference_logits(hf_model, prompt, device)
+            rope_info_a = record_rope(hf_model, device)
             hf_vs_self = float(np.abs(logits_a - logits_b).max() / np.abs(logits_b).max())
             log(f"{name}: HF Mxfp4Config(dequantize=True) loaded; rel diff vs self-dequantized {hf_vs_self:.3g}")
             if hf_vs_self > 1e-4:
@@ -705,7 +721,7 @@ def build_mxfp4_case(name, description, vocab, prompt_len, seed, device, out_dir
             "prompt_min_router_gap_target": BF16_ROUTER_GAP,
             "greedy_min_top2_margin": margin,
             **bf16_info,
-            **({"rope": rope_info} if rope_info else {}),
+            "rope": rope_info,
         })
         return
     raise RuntimeError(f"{name}: no seed gave safe margins")
@@ -716,16 +732,17 @@ def main():
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--cases", default="bf16_single,mxfp4_sharded,long_yarn")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--exact-rope", action=argparse.BooleanOptionalAction, default=True,
-                    help="compute RoPE angles in float64 inside HF (default; see use_exact_rope and README.md)")
+    ap.add_argument("--reuse-prompts", metavar="DIR",
+                    help="take each case's prompts from DIR/<case>/case.json when made with the same seed and "
+                         "still router-robust (see prompt_for)")
     args = ap.parse_args()
-    global EXACT_ROPE
-    EXACT_ROPE = args.exact_rope
     log(f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, "
         f"numpy {np.__version__}, device {args.device}"
         + (f" ({torch.cuda.get_device_name(0)})" if args.device == "cuda" else ""))
     float32_exact()
     cases = args.cases.split(",")
+    if args.reuse_prompts:
+        load_reused_prompts(args.reuse_prompts, cases)
     failures = []
     for case in cases:
         try:

@@ -418,10 +418,11 @@ void run_attention_scenario(const AttentionScenario& sc, uint64_t seed) {
   run_step(plan, true);
 }
 
-// RoPE at the end of the 131,072-token YaRN context, element by element: the GPU forms the angles in
-// float64 like the CPU oracle, so every rotated q/k element must be the CPU's f32 value rounded to
-// bf16 (|error| <= 2^-8 relative, plus fp32 op-order slack). With fp32 angles (position * inv_freq
-// rounded to fp32, ~4e-3 rad off at 1.3e5) the high-frequency dims miss this bound.
+// RoPE at the end of the 131,072-token YaRN context, element by element: the GPU forms the angles as
+// the CPU oracle does (the reference's one float32 product position * inv_freq, cos/sin of it), so
+// every rotated q/k element must be the CPU's f32 value rounded to bf16 (|error| <= 2^-8 relative, plus
+// fp32 op-order slack). Angles formed any other way (in float64, say: ~4e-3 rad away at 1.3e5) make
+// the high-frequency dims miss this bound.
 TEST(CudaOps, RopeMatchesCpuElementwiseAtLongPositions) {
   OSSRT_SKIP_WITHOUT_GPU();
   Backends b;

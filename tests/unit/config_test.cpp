@@ -180,6 +180,8 @@ TEST(ConfigParse, RopeWithoutScalingIsPlainRope) {
   json j = hf_20b_config();
   j.erase("rope_scaling");
   EXPECT_DOUBLE_EQ(parse_config(j, "c").rope.factor, 1.0);
+  EXPECT_FALSE(parse_config(j, "c").rope.yarn);
+  EXPECT_TRUE(parse_config(hf_20b_config(), "c").rope.yarn);
   j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
   EXPECT_THROW(parse_config(j, "c"), Error);
 }

@@ -129,7 +129,8 @@ TEST_F(CpuOpsTest, EmbeddingAndGatherRows) {
 }
 
 TEST(RopeParamsTest, InvFreqMatchesSpecTable) {
-  // SPEC.md 2.5, computed there in float64; ours is float32 like the references.
+  // SPEC.md 2.5, computed there in float64; ours is HF's float32 table, within a few ulps of it
+  // (golden_logits_test checks it against HF's recorded table bit for bit).
   const double spec[32] = {1.000000000e+00, 6.890443059e-01, 4.747820555e-01, 3.271458719e-01, 2.254180002e-01,
                            1.553229895e-01, 1.070244215e-01, 7.374456821e-02, 5.081327482e-02, 3.170569618e-02,
                            1.933500113e-02, 1.159204926e-02, 6.794959490e-03, 3.860359317e-03, 2.093792379e-03,
@@ -139,12 +140,39 @@ TEST(RopeParamsTest, InvFreqMatchesSpecTable) {
                            4.387978251e-07, 3.023511428e-07};
   const RopeParams p = compute_rope_params(preset_config("gpt-oss-20b"));
   ASSERT_EQ(p.inv_freq.size(), 32u);
-  ASSERT_EQ(p.inv_freq_f64.size(), 32u);
-  for (int i = 0; i < 32; ++i) {
-    EXPECT_NEAR(p.inv_freq[i] / spec[i], 1.0, 2e-7) << "i = " << i;      // fp32 rounding of the table
-    EXPECT_NEAR(p.inv_freq_f64[i] / spec[i], 1.0, 1e-9) << "i = " << i;  // SPEC prints 10 digits
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR(p.inv_freq[i] / spec[i], 1.0, 2e-7) << "i = " << i;  // ~3 ulp
+  EXPECT_EQ(p.concentration, float(1.3465735902799727));
+}
+
+// Without a YaRN block the frequencies are HF's default RoPE, 1 / base^(2i/d), concentration 1.
+TEST(RopeParamsTest, PlainRopeWithoutYarn) {
+  GptOssConfig config = preset_config("gpt-oss-20b");
+  config.rope.yarn = false;
+  config.rope.factor = 1.0;
+  const RopeParams p = compute_rope_params(config);
+  ASSERT_EQ(p.inv_freq.size(), 32u);
+  for (int i = 0; i < 32; ++i)
+    EXPECT_NEAR(p.inv_freq[size_t(i)] * std::pow(150000.0, 2.0 * i / 64.0), 1.0, 2e-7) << "i = " << i;
+  EXPECT_EQ(p.concentration, 1.0f);
+}
+
+// The angle is one float32 product and cos/sin are of that float32 angle: at position 131071 this is
+// up to ~4e-3 rad away from the exact angle, and the reference (HF, OpenAI, vLLM) uses it.
+TEST(RopeParamsTest, CosSinOfTheFloat32Angle) {
+  const RopeParams p = compute_rope_params(preset_config("gpt-oss-20b"));
+  double worst_vs_exact = 0.0;
+  for (int32_t pos : {0, 1, 4095, 4299, 131071}) {
+    for (size_t i = 0; i < p.inv_freq.size(); ++i) {
+      float c = 0, s = 0;
+      rope_cos_sin(pos, p.inv_freq[i], p.concentration, c, s);
+      const float angle = float(pos) * p.inv_freq[i];
+      EXPECT_EQ(c, float(std::cos(double(angle))) * p.concentration) << pos << " " << i;
+      EXPECT_EQ(s, float(std::sin(double(angle))) * p.concentration) << pos << " " << i;
+      const double exact = double(pos) * double(p.inv_freq[i]);
+      worst_vs_exact = std::max(worst_vs_exact, std::abs(double(c) - std::cos(exact) * p.concentration));
+    }
   }
-  EXPECT_NEAR(p.concentration, 1.3465735902799727, 1e-7);
+  EXPECT_GT(worst_vs_exact, 1e-4) << "float32 angles at position 131071 must differ from exact ones";
 }
 
 // ---- attention: a small paged-cache world built independently of the backend and SingleSequenceRunner
@@ -219,8 +247,7 @@ class AttentionTest : public CpuOpsTest {
     backend_->begin_step(plan);
     Tensor tqkv = tensor(qkv, {T, kRow}), tsinks = tensor(sinks_, {kHq});
     Tensor out = backend_->alloc(DType::F32, {T, kHq * kD});
-    RopeParams identity{.inv_freq = std::vector<float>(kD / 2, 0.0f), .inv_freq_f64 = std::vector<double>(kD / 2, 0.0),
-                        .concentration = 1.0f};  // cos 1, sin 0
+    RopeParams identity{.inv_freq = std::vector<float>(kD / 2, 0.0f), .concentration = 1.0f};  // cos 1, sin 0
     backend_->rope_and_cache_write(tqkv, identity, params);
     backend_->attention(tqkv, tsinks, params, out);
     got_ = host(out);
@@ -376,7 +403,7 @@ TEST_F(AttentionTest, PlanThatDoesNotCoverTheWindowIsAnError) {
   EXPECT_THROW(backend_->attention(qkv, sinks, params(KvGroup::Sliding, 128), out), Error);
   plan.window_slots = {kBlocksPerGroup * kBlock};  // a write slot past the cache
   backend_->begin_step(plan);
-  EXPECT_THROW(backend_->rope_and_cache_write(qkv, RopeParams{.inv_freq = std::vector<float>(kD / 2, 0.0f), .inv_freq_f64 = std::vector<double>(kD / 2, 0.0), .concentration = 1.0f},
+  EXPECT_THROW(backend_->rope_and_cache_write(qkv, RopeParams{.inv_freq = std::vector<float>(kD / 2, 0.0f), .concentration = 1.0f},
                                               params(KvGroup::Sliding, 128)),
                Error);
 }
@@ -410,9 +437,10 @@ TEST_F(CpuOpsTest, RopeRotatesQAndKHalvesAndLeavesV) {
   for (int tok = 0; tok < T; ++tok)
     for (int head = 0; head < kHq + kHkv; ++head)
       for (int i = 0; i < kD / 2; ++i) {
-        // Exact angle, as the oracle computes it (float64 position x float64 inv_freq).
-        const double angle = double(positions[tok]) * rope.inv_freq_f64[i];
-        const double c = std::cos(angle) * rope.concentration, s = std::sin(angle) * rope.concentration;
+        // The reference's float32 angle (one float32 product), written out here independently.
+        const float angle = float(positions[tok]) * rope.inv_freq[i];
+        const double c = double(float(std::cos(double(angle))) * rope.concentration);
+        const double s = double(float(std::sin(double(angle))) * rope.concentration);
         const size_t base = size_t(tok) * kRow + size_t(head) * kD;
         ref[base + i] = qkv[base + i] * c - qkv[base + i + kD / 2] * s;
         ref[base + i + kD / 2] = qkv[base + i + kD / 2] * c + qkv[base + i] * s;

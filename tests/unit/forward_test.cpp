@@ -140,8 +140,10 @@ Mat reference_forward(const HostModelWeights& w, const std::vector<int32_t>& ids
       for (int64_t t = 0; t < T; ++t)
         for (int64_t hd = 0; hd < heads; ++hd)
           for (int64_t i = 0; i < D / 2; ++i) {
-            const double angle = double(t) * rope.inv_freq_f64[size_t(i)];  // exact angle, as the oracle
-            const double cs = std::cos(angle) * rope.concentration, sn = std::sin(angle) * rope.concentration;
+            // The reference's float32 angle (one float32 product; docs/cpu_backend.md, RoPE).
+            const float angle = float(t) * rope.inv_freq[size_t(i)];
+            const double cs = std::cos(double(angle)) * rope.concentration;
+            const double sn = std::sin(double(angle)) * rope.concentration;
             double& a = m[size_t((t * heads + hd) * D + i)];
             double& b = m[size_t((t * heads + hd) * D + i + D / 2)];
             const double a0 = a, b0 = b;

@@ -77,6 +77,7 @@ TEST_P(GoldenLogitsTest, PromptLogitsMatchHfAtEveryPosition) {
   double worst = 0.0;
   int64_t worst_pos = -1;
   std::vector<int64_t> over;  // positions above the limit (one summary line, not thousands)
+  std::vector<double> rels;
   for (int64_t t = 0; t < T; ++t) {
     double diff = 0.0, scale = 0.0;
     for (int64_t v = 0; v < V; ++v) {
@@ -85,11 +86,18 @@ TEST_P(GoldenLogitsTest, PromptLogitsMatchHfAtEveryPosition) {
       scale = std::max(scale, std::abs(double(ref.f32[i])));
     }
     const double rel = diff / std::max(scale, 1e-30);
+    rels.push_back(rel);
     if (!(rel <= worst)) worst = rel, worst_pos = t;  // also catches NaN
     if (!(rel < kMaxRelDiff)) over.push_back(t);
   }
-  std::printf("[golden] %s: %lld positions, worst max|diff|/max|ref| = %.3g at position %lld\n", GetParam().c_str(),
-              (long long)T, worst, (long long)worst_pos);
+  std::vector<double> sorted_rel = rels;
+  std::nth_element(sorted_rel.begin(), sorted_rel.begin() + T / 2, sorted_rel.end());
+  const std::string reference =
+      case_.contains("rope") ? case_["rope"].value("rope_angles", std::string("?")) : std::string("?");
+  std::printf("[golden] %s: %lld positions, worst max|diff|/max|ref| = %.3g at position %lld, median %.3g "
+              "(reference RoPE: %s)\n",
+              GetParam().c_str(), (long long)T, worst, (long long)worst_pos, sorted_rel[size_t(T / 2)],
+              reference.c_str());
   std::string first_over;
   for (size_t i = 0; i < std::min<size_t>(over.size(), 10); ++i) first_over += std::to_string(over[i]) + " ";
   EXPECT_TRUE(over.empty()) << GetParam() << ": " << over.size() << " of " << T << " positions have max|diff|/max|ref| >= "
@@ -97,6 +105,63 @@ TEST_P(GoldenLogitsTest, PromptLogitsMatchHfAtEveryPosition) {
                             << worst_pos;
   RecordProperty("worst_rel_diff", std::to_string(worst));
   RecordProperty("worst_position", std::to_string(worst_pos));
+}
+
+// RoPE as HF made it for this fixture (case.json `rope`, recorded by generate.py from HF's own rotary
+// embedding): our float32 inv_freq and concentration bit for bit, and our cos/sin (rope_cos_sin, the
+// CPU backend's; the CUDA kernel does the same arithmetic) at probe positions up to 131071 to within
+// float32 rounding of HF's cos/sin.
+TEST_P(GoldenLogitsTest, RopeMatchesHf) {
+  ASSERT_TRUE(case_.contains("rope")) << GetParam() << ": case.json has no rope block (regenerate with generate.py)";
+  const nlohmann::json& hf = case_["rope"];
+  const RopeParams rope = compute_rope_params(weights_.config);
+  const auto hf_inv = hf.at("hf_inv_freq_float32").get<std::vector<double>>();
+  ASSERT_EQ(rope.inv_freq.size(), hf_inv.size());
+  for (size_t i = 0; i < hf_inv.size(); ++i)
+    EXPECT_EQ(rope.inv_freq[i], float(hf_inv[i])) << GetParam() << ": inv_freq[" << i << "] differs from HF's float32";
+  EXPECT_EQ(rope.concentration, float(hf.at("attention_scaling").get<double>())) << GetParam();
+  {
+    // One number of HF's float32 rotary output: max |HF cos/sin - float32(cos/sin(position *
+    // inv_freq_float64) * scaling)| over positions 0, 7, ..., 4396. Ours must give the same number: it
+    // is reached at one element, where our cos/sin must then equal HF's to float32 rounding.
+    const auto inv64 = hf.at("inv_freq_float64").get<std::vector<double>>();
+    const double scaling = hf.at("attention_scaling").get<double>();
+    double ours = 0.0;
+    for (int32_t pos = 0; pos < 4400; pos += 7)
+      for (size_t i = 0; i < inv64.size(); ++i) {
+        float c = 0.0f, s = 0.0f;
+        rope_cos_sin(pos, rope.inv_freq[i], rope.concentration, c, s);
+        const double angle = double(pos) * inv64[i];
+        ours = std::max({ours, std::abs(double(c) - double(float(std::cos(angle) * scaling))),
+                         std::abs(double(s) - double(float(std::sin(angle) * scaling)))});
+      }
+    const double theirs = hf.at("hf_fp32_rotary_vs_exact_max_abs").get<double>();
+    std::printf("[golden] %s: RoPE vs float64 angles over positions 0..4396: ours %.9g, HF's %.9g\n",
+                GetParam().c_str(), ours, theirs);
+    EXPECT_NEAR(ours, theirs, 3e-7) << GetParam();
+  }
+  const auto positions = hf.at("probe_positions").get<std::vector<int32_t>>();
+  const auto hf_cos = hf.at("hf_cos").get<std::vector<std::vector<double>>>();
+  const auto hf_sin = hf.at("hf_sin").get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(hf_cos.size(), positions.size());
+  ASSERT_EQ(hf_sin.size(), positions.size());
+  // |cos * conc| <= 1.35, whose float32 ulp is 1.2e-7: torch's float32 cos/sin (CUDA cosf/sinf, <= 2 ulp)
+  // and the product's rounding against ours. An angle formed in float64 instead misses by up to ~5e-3.
+  constexpr double kTol = 5e-7;
+  double worst = 0.0;
+  for (size_t p = 0; p < positions.size(); ++p) {
+    ASSERT_EQ(hf_cos[p].size(), rope.inv_freq.size());
+    for (size_t i = 0; i < rope.inv_freq.size(); ++i) {
+      float c = 0.0f, s = 0.0f;
+      rope_cos_sin(positions[p], rope.inv_freq[i], rope.concentration, c, s);
+      const double err = std::max(std::abs(double(c) - hf_cos[p][i]), std::abs(double(s) - hf_sin[p][i]));
+      worst = std::max(worst, err);
+      EXPECT_LE(err, kTol) << GetParam() << ": position " << positions[p] << " pair " << i << ": cos " << c << " vs HF "
+                           << hf_cos[p][i] << ", sin " << s << " vs HF " << hf_sin[p][i];
+    }
+  }
+  std::printf("[golden] %s: RoPE cos/sin at %zu positions up to %d: worst |ours - HF| = %.3g\n", GetParam().c_str(),
+              positions.size(), *std::max_element(positions.begin(), positions.end()), worst);
 }
 
 TEST_P(GoldenLogitsTest, GreedyContinuationMatchesHf) {

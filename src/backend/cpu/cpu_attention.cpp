@@ -82,14 +82,10 @@ void rope_and_cache_write(ThreadPool& pool, const StepPlan& plan, float* qkv, co
   pool.parallel_for(plan.num_tokens(), [&](int64_t begin, int64_t end) {
     std::vector<float> cos_c(static_cast<size_t>(half)), sin_c(static_cast<size_t>(half));
     for (int64_t t = begin; t < end; ++t) {
-      // Exact angles (float64): the oracle must not carry fp32 angle rounding, which reaches
-      // ~2.4e-4 rad at position 4,300 and differs between correct fp32 implementations.
-      const double pos = double(plan.positions[size_t(t)]);
-      for (int i = 0; i < half; ++i) {
-        const double angle = pos * rope.inv_freq_f64[size_t(i)];
-        cos_c[size_t(i)] = float(std::cos(angle) * rope.concentration);
-        sin_c[size_t(i)] = float(std::sin(angle) * rope.concentration);
-      }
+      // The reference's float32 angle, not an exact one (backend.h rope_cos_sin).
+      const int32_t pos = plan.positions[size_t(t)];
+      for (int i = 0; i < half; ++i)
+        rope_cos_sin(pos, rope.inv_freq[size_t(i)], rope.concentration, cos_c[size_t(i)], sin_c[size_t(i)]);
       float* row = qkv + t * row_stride;
       // q heads then k heads are contiguous at the start of the row; v is not rotated.
       for (int head = 0; head < Hq + Hkv; ++head) {

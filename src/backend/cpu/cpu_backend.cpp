@@ -202,8 +202,8 @@ class CpuBackend final : public Backend {
 
   void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) override {
     const cpu::KvLayerView kv = check_attention_args(qkv, params, "rope_and_cache_write");
-    OSSRT_CHECK(int(rope.inv_freq_f64.size()) * 2 == params.head_dim,
-                "rope_and_cache_write: {} inv_freq_f64 for head_dim {}", rope.inv_freq_f64.size(), params.head_dim);
+    OSSRT_CHECK(int(rope.inv_freq.size()) * 2 == params.head_dim,
+                "rope_and_cache_write: {} inv_freq for head_dim {}", rope.inv_freq.size(), params.head_dim);
     cpu::check_write_slots(plan_, params, kv);
     cpu::rope_and_cache_write(pool_, plan_, qkv.ptr<float>(), rope, params, kv);
   }

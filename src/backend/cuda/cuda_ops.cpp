@@ -118,10 +118,9 @@ void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, cons
   check_on_device(qkv, "rope_and_cache_write", "qkv");
   const StepPlan& plan = plan_->host_plan();
   const int t = plan.num_tokens();
-  OSSRT_CHECK(p.head_dim == cuda::kRopeHeadDim && rope.inv_freq_f64.size() == size_t(cuda::kRopeHalf),
-              "rope_and_cache_write: head_dim {} with {} float64 frequencies (RopeParams::inv_freq_f64); the CUDA "
-              "path supports head_dim 64",
-              p.head_dim, rope.inv_freq_f64.size());
+  OSSRT_CHECK(p.head_dim == cuda::kRopeHeadDim && rope.inv_freq.size() == size_t(cuda::kRopeHalf),
+              "rope_and_cache_write: head_dim {} with {} frequencies; the CUDA path supports head_dim 64",
+              p.head_dim, rope.inv_freq.size());
   OSSRT_CHECK(qkv.dtype == DType::BF16 && qkv.row_elems() == int64_t(p.num_q_heads + 2 * p.num_kv_heads) * p.head_dim,
               "rope_and_cache_write: qkv {} {} does not match {} q + {} kv heads", dtype_name(qkv.dtype),
               qkv.shape_str(), p.num_q_heads, p.num_kv_heads);
@@ -144,7 +143,7 @@ void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, cons
   a.num_q_heads = p.num_q_heads;
   a.num_kv_heads = p.num_kv_heads;
   a.block_size = kv.shape.block_size;
-  std::copy(rope.inv_freq_f64.begin(), rope.inv_freq_f64.end(), a.inv_freq);
+  std::copy(rope.inv_freq.begin(), rope.inv_freq.end(), a.inv_freq);
   a.concentration = rope.concentration;
   OSSRT_CUDA_CHECK(cuda::launch_bf16_rope_kv_cache_write(a, stream_));
 }

@@ -5,8 +5,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One block per token. The 32 (cos, sin) pairs of the token are computed once, in float64, into
-// shared memory (double sincos on 32 threads per token is negligible next to the memory traffic),
+// One block per token. The 32 (cos, sin) pairs of the token are computed once into shared memory
+// (double sincos on 32 threads per token is negligible next to the memory traffic),
 // then each thread owns whole (head, i) rotation pairs, so the rotated k it writes to the cache is
 // the value it just computed: no barrier between rotation and cache write.
 __global__ void bf16_rope_kv_cache_write(RopeCacheWriteArgs a) {
@@ -23,12 +23,14 @@ __global__ void bf16_rope_kv_cache_write(RopeCacheWriteArgs a) {
 
   __shared__ float cos_s[kRopeHalf], sin_s[kRopeHalf];
   if (threadIdx.x < kRopeHalf) {
-    // Exact angle (an int32 position times a float64 frequency), full-precision double sincos;
-    // rounded to fp32 once, after the concentration, exactly like the CPU backend.
+    // The reference's arithmetic, as the CPU backend's rope_cos_sin (backend/backend.h): the angle is
+    // one float32 product (HF: float32 inv_freq @ positions), cos/sin of that float32 angle (double
+    // sincos rounded once), then times the float32 concentration. _rn intrinsics: no FMA contraction.
+    const float angle = __fmul_rn(__int2float_rn(a.positions[t]), a.inv_freq[threadIdx.x]);
     double s, c;
-    sincos(double(a.positions[t]) * a.inv_freq[threadIdx.x], &s, &c);
-    cos_s[threadIdx.x] = float(c * double(a.concentration));
-    sin_s[threadIdx.x] = float(s * double(a.concentration));
+    sincos(double(angle), &s, &c);
+    cos_s[threadIdx.x] = __fmul_rn(__double2float_rn(c), a.concentration);
+    sin_s[threadIdx.x] = __fmul_rn(__double2float_rn(s), a.concentration);
   }
   __syncthreads();
 

@@ -21,12 +21,11 @@ struct RopeCacheWriteArgs {
   int num_q_heads;
   int num_kv_heads;
   int block_size;
-  // Passed by value (256 bytes) so a captured graph never depends on a host buffer's lifetime.
-  // float64 (RopeParams::inv_freq_f64): the angle position * inv_freq is formed in float64, as the
-  // CPU oracle does. In fp32 the product alone is off by up to half an ulp of the angle, ~4e-3 rad
-  // at position 1e5 (the 128k context of YaRN), which is as large as bf16 rounding of the output.
-  double inv_freq[kRopeHalf];
-  float concentration;       // YaRN attention factor multiplying cos and sin
+  // Passed by value (128 bytes) so a captured graph never depends on a host buffer's lifetime.
+  // RopeParams::inv_freq, float32 bit for bit as HF transformers makes it; the kernel forms the angle
+  // as the reference does, one float32 product position * inv_freq (docs/cuda_backend.md, RoPE).
+  float inv_freq[kRopeHalf];
+  float concentration;       // YaRN attention factor multiplying cos and sin (float32)
 };
 
 cudaError_t launch_bf16_rope_kv_cache_write(const RopeCacheWriteArgs& args, cudaStream_t stream);
