@@ -51,15 +51,22 @@ inline void add_runtime_flags(CLI::App* cmd, RuntimeOptions& o, RuntimeFlagGroup
       ->check(CLI::PositiveNumber)
       ->capture_default_str()
       ->group("Memory");
-  cmd->add_option("--max-num-seqs", o.max_num_seqs, "Most sequences in a running batch")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str()
-      ->group("Scheduler");
-  cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
-                  "Token budget per step (chunked prefill); workspaces are sized for it")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str()
-      ->group("Scheduler");
+  const bool command_default = o.max_num_seqs > 0;  // generate/chat set theirs; others follow the backend
+  auto* seqs = cmd->add_option("--max-num-seqs", o.max_num_seqs,
+                               command_default ? "Most sequences in a running batch"
+                                               : "Most sequences in a running batch (default: 256 on cuda, 64 on cpu)")
+                   ->check(CLI::PositiveNumber)
+                   ->group("Scheduler");
+  auto* tokens = cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+                                 command_default ? "Token budget per step (chunked prefill); workspaces are sized for it"
+                                                 : "Token budget per step (chunked prefill); workspaces are sized for it "
+                                                   "(default: 8192 on cuda, 2048 on cpu)")
+                     ->check(CLI::PositiveNumber)
+                     ->group("Scheduler");
+  if (command_default) {
+    seqs->capture_default_str();
+    tokens->capture_default_str();
+  }
   cmd->add_option("--max-queue", o.max_queue, "Most waiting requests; beyond it a request is refused (429)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str()

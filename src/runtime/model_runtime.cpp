@@ -43,9 +43,10 @@ std::string resolve_tokenizer_path(const RuntimeOptions& options) {
   }
 }
 
-std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& options, Parts parts) {
+std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, Parts parts) {
   const auto t0 = std::chrono::steady_clock::now();
-  options.validate();
+  given.validate();
+  const RuntimeOptions options = given.with_backend_defaults();
   if (parts == Parts::ModelAndEngine) engine_parallel_check(options.parallel);  // before any load
   std::unique_ptr<ModelRuntime> rt(new ModelRuntime());
   rt->options_ = options;

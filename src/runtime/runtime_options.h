@@ -30,15 +30,19 @@ struct RuntimeOptions {
   int max_model_len = 0;               // 0: the model's own context (131072 for gpt-oss)
   int block_size = 16;
 
-  // ---- step limits: the scheduler's budget per step, and what workspaces are sized for
-  int max_num_seqs = 64;
-  int max_num_batched_tokens = 2048;
+  // ---- step limits: the scheduler's budget per step, and what workspaces are sized for.
+  // 0: the backend's default, as vLLM picks by hardware (cuda: 256 sequences, 8192 tokens; cpu:
+  // 64 and 2048).
+  int max_num_seqs = 0;
+  int max_num_batched_tokens = 0;
   int max_queue = 1024;                // waiting requests at most
   bool enable_prefix_caching = true;
   std::optional<uint64_t> seed;        // --seed: sampling seed of requests that bring none
 
   // Throws ossrt::Error naming the flag for values that can never work.
   void validate() const;
+  // A copy with the backend's defaults filled in for the fields left at 0.
+  RuntimeOptions with_backend_defaults() const;
 };
 
 }  // namespace ossrt

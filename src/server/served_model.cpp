@@ -19,7 +19,7 @@ ServedModel::~ServedModel() {
 std::unique_ptr<ServedModel> ServedModel::load(const ServedModelOptions& options) {
   std::unique_ptr<ServedModel> served(new ServedModel());
   if (!options.scripted_replies.empty()) {
-    const RuntimeOptions& r = options.runtime;
+    const RuntimeOptions r = options.runtime.with_backend_defaults();
     std::string tokenizer_path = resolve_tokenizer_path(r);
     OSSRT_CHECK(!tokenizer_path.empty(), "no tokenizer: pass --tokenizer PATH");
     served->tokenizer_ = Tokenizer::load(tokenizer_path);
