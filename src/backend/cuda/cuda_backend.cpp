@@ -177,6 +177,17 @@ void CudaBackend::allocate_kv_cache(const KvCacheShape& shape) {
       g.k.push_back(base + half * 2 * size_t(l));
       g.v.push_back(base + half * (2 * size_t(l) + 1));
     }
+  };
+  allocate_group(kv_->full, shape.num_full_layers, kv_->internal.num_full_blocks, "KV cache (full layers)");
+  allocate_group(kv_->window, shape.num_sliding_layers, kv_->internal.num_window_blocks, "KV cache (sliding layers)");
+  sync();
+  spdlog::debug("cuda: KV cache {} full blocks x {} layers, {} window blocks x {} layers ({:.1f} MiB)",
+                shape.num_full_blocks, shape.num_full_layers, shape.num_window_blocks, shape.num_sliding_layers,
+                (double(shape.num_full_blocks + 1) * shape.num_full_layers +
+                 double(shape.num_window_blocks + 1) * shape.num_sliding_layers) *
+                    block_bytes / 1048576.0);
+}
+
 const CudaBackend::KvStorage& CudaBackend::kv_storage(KvGroup) const {
   OSSRT_CHECK(kv_ != nullptr, "the KV cache is not allocated (call allocate_kv_cache first)");
   return *kv_;
