@@ -140,7 +140,6 @@ class Engine : public Generator {
   bool abort_all_ = false;
   bool stopping_ = false;
   bool accepting_ = true;
-  int queued_ = 0;                    // inbox + waiting, for the queue bound
   bool busy_ = false;                 // the engine thread holds work
   GeneratorStats stats_;
   std::thread thread_;
