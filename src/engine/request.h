@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/token_constraint.h"
+
 namespace ossrt {
 
 struct SamplingParams {
@@ -37,6 +39,9 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+  // Optional: restricts the tokens sampled (structured outputs, reasoning budget). One object per
+  // request: it holds the request's progress through its grammar.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 enum class FinishReason : uint8_t { None, Stop, Length, Abort, Error };
