@@ -444,8 +444,10 @@ class AutomatonBuilder {
     }
   }
 
-  // Drops unreachable states, then merges equivalent ones (Moore's partition refinement; rule DFAs
-  // are small, so the simple algorithm is fast enough).
+  // Drops unreachable states, then merges equivalent ones with Hopcroft's partition refinement
+  // (O(|symbols| n log n); Moore's simpler refinement needs a round per state on the long chains
+  // that repetition bounds build, which made large maxItems take minutes). Symbols are the byte
+  // classes plus one per called rule; a missing transition goes to an explicit dead state.
   RuleDfa minimize(const RuleDfa& in) {
     std::vector<int32_t> order{0}, pos(size_t(in.size()), -1);
     pos[0] = 0;
@@ -461,56 +463,145 @@ class AutomatonBuilder {
       for (const CallEdge& ce : in.calls[size_t(s)]) visit(ce.ret);
     }
     const int32_t n = int32_t(order.size());
-    std::vector<int32_t> block(static_cast<size_t>(n));
-    for (int32_t i = 0; i < n; ++i) block[size_t(i)] = in.accept[size_t(order[size_t(i)])];
-    int32_t num_blocks = 0;
-    for (;;) {
-      std::map<std::vector<int32_t>, int32_t> sig_ids;
-      std::vector<int32_t> next(static_cast<size_t>(n));
-      for (int32_t i = 0; i < n; ++i) {
-        const int32_t s = order[size_t(i)];
-        std::vector<int32_t> sig{block[size_t(i)]};
-        for (int32_t c = 0; c < in.classes; ++c) {
-          const int32_t t = in.at(s, c);
-          sig.push_back(t < 0 ? -1 : block[size_t(pos[size_t(t)])]);
-        }
-        std::vector<std::pair<int32_t, int32_t>> calls;
-        for (const CallEdge& ce : in.calls[size_t(s)]) calls.push_back({ce.rule, block[size_t(pos[size_t(ce.ret)])]});
-        std::sort(calls.begin(), calls.end());
-        for (auto [r, b] : calls) {
-          sig.push_back(r);
-          sig.push_back(b);
-        }
-        auto it = sig_ids.find(sig);
-        if (it == sig_ids.end()) it = sig_ids.emplace(std::move(sig), int32_t(sig_ids.size())).first;
-        next[size_t(i)] = it->second;
+    const int32_t dead = n;  // the sink
+    const int32_t total = n + 1;
+    // Symbols: classes, then one per called rule.
+    std::map<int32_t, int32_t> rule_symbol;
+    for (int32_t i = 0; i < n; ++i)
+      for (const CallEdge& ce : in.calls[size_t(order[size_t(i)])])
+        rule_symbol.emplace(ce.rule, int32_t(in.classes + rule_symbol.size()));
+    const int32_t num_symbols = in.classes + int32_t(rule_symbol.size());
+    // delta[s * num_symbols + a] in the compact numbering (dead for missing).
+    std::vector<int32_t> delta(size_t(total) * size_t(num_symbols), dead);
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t s = order[size_t(i)];
+      for (int32_t c = 0; c < in.classes; ++c) {
+        const int32_t t = in.at(s, c);
+        if (t >= 0) delta[size_t(i) * size_t(num_symbols) + size_t(c)] = pos[size_t(t)];
       }
-      const int32_t count = int32_t(sig_ids.size());
-      block.swap(next);
-      if (count == num_blocks) break;
-      num_blocks = count;
+      for (const CallEdge& ce : in.calls[size_t(s)])
+        delta[size_t(i) * size_t(num_symbols) + size_t(rule_symbol[ce.rule])] = pos[size_t(ce.ret)];
     }
-    // Renumber blocks so the start state's block is 0.
-    std::vector<int32_t> renum(size_t(num_blocks), -1);
+    // Inverse transitions, CSR per (symbol, target).
+    std::vector<int32_t> inv_begin(size_t(num_symbols) * size_t(total) + 1, 0), inv;
+    for (int32_t s = 0; s < total; ++s)
+      for (int32_t a = 0; a < num_symbols; ++a) ++inv_begin[size_t(a) * size_t(total) + size_t(delta[size_t(s) * size_t(num_symbols) + size_t(a)]) + 1];
+    for (size_t k = 1; k < inv_begin.size(); ++k) inv_begin[k] += inv_begin[k - 1];
+    inv.resize(size_t(inv_begin.back()));
+    {
+      std::vector<int32_t> fill(inv_begin.begin(), inv_begin.end() - 1);
+      for (int32_t s = 0; s < total; ++s)
+        for (int32_t a = 0; a < num_symbols; ++a)
+          inv[size_t(fill[size_t(a) * size_t(total) + size_t(delta[size_t(s) * size_t(num_symbols) + size_t(a)])]++)] = s;
+    }
+    // Partition: elems ordered by block; block b covers [first[b], end[b]).
+    std::vector<int32_t> elems(static_cast<size_t>(total)), where(static_cast<size_t>(total)), block(static_cast<size_t>(total));
+    std::vector<int32_t> first, end, marked;
+    {
+      int32_t k = 0;
+      for (int pass = 0; pass < 2; ++pass) {
+        const int32_t b = int32_t(first.size());
+        first.push_back(k);
+        for (int32_t s = 0; s < total; ++s) {
+          const bool acc = s < n && in.accept[size_t(order[size_t(s)])];
+          if (acc == (pass == 0)) {
+            elems[size_t(k)] = s;
+            where[size_t(s)] = k++;
+            block[size_t(s)] = b;
+          }
+        }
+        end.push_back(k);
+        if (end.back() == first.back()) {  // an empty block: drop it
+          first.pop_back();
+          end.pop_back();
+        }
+      }
+      // Re-label blocks after a possible drop.
+      for (int32_t b = 0; b < int32_t(first.size()); ++b)
+        for (int32_t k2 = first[size_t(b)]; k2 < end[size_t(b)]; ++k2) block[size_t(elems[size_t(k2)])] = b;
+    }
+    marked.assign(first.size(), 0);
+    std::vector<uint8_t> in_work(first.size(), 1);
+    std::vector<int32_t> work;
+    for (int32_t b = 0; b < int32_t(first.size()); ++b) work.push_back(b);
+    std::vector<int32_t> touched, splitter;
+    while (!work.empty()) {
+      const int32_t a_block = work.back();
+      work.pop_back();
+      in_work[size_t(a_block)] = 0;
+      splitter.assign(elems.begin() + first[size_t(a_block)], elems.begin() + end[size_t(a_block)]);
+      for (int32_t a = 0; a < num_symbols; ++a) {
+        touched.clear();
+        for (int32_t t : splitter) {
+          const size_t base = size_t(a) * size_t(total) + size_t(t);
+          for (int32_t k = inv_begin[base]; k < inv_begin[base + 1]; ++k) {
+            const int32_t s = inv[size_t(k)];
+            const int32_t b = block[size_t(s)];
+            const int32_t m = first[size_t(b)] + marked[size_t(b)];
+            if (where[size_t(s)] < m) continue;  // already marked
+            if (marked[size_t(b)] == 0) touched.push_back(b);
+            // swap s to the marked front of its block
+            const int32_t other = elems[size_t(m)];
+            std::swap(elems[size_t(m)], elems[size_t(where[size_t(s)])]);
+            where[size_t(other)] = where[size_t(s)];
+            where[size_t(s)] = m;
+            ++marked[size_t(b)];
+          }
+        }
+        for (int32_t b : touched) {
+          const int32_t size = end[size_t(b)] - first[size_t(b)];
+          const int32_t m = marked[size_t(b)];
+          marked[size_t(b)] = 0;
+          if (m == size) continue;
+          // The marked part [first, first + m) becomes a new block.
+          const int32_t nb = int32_t(first.size());
+          first.push_back(first[size_t(b)]);
+          end.push_back(first[size_t(b)] + m);
+          marked.push_back(0);
+          in_work.push_back(0);
+          first[size_t(b)] += m;
+          for (int32_t k = first[size_t(nb)]; k < end[size_t(nb)]; ++k) block[size_t(elems[size_t(k)])] = nb;
+          if (in_work[size_t(b)]) {
+            work.push_back(nb);
+            in_work[size_t(nb)] = 1;
+          } else {
+            const int32_t add = m <= size - m ? nb : b;
+            work.push_back(add);
+            in_work[size_t(add)] = 1;
+          }
+        }
+      }
+    }
+    // Renumber blocks in order of first appearance so that the start state's block is 0; the
+    // dead state's block is dropped (transitions into it become -1).
+    const int32_t dead_block = block[size_t(dead)];
+    std::vector<int32_t> renum(first.size(), -1);
     int32_t next_id = 0;
     for (int32_t i = 0; i < n; ++i)
-      if (renum[size_t(block[size_t(i)])] < 0) renum[size_t(block[size_t(i)])] = next_id++;
+      if (block[size_t(i)] != dead_block && renum[size_t(block[size_t(i)])] < 0) renum[size_t(block[size_t(i)])] = next_id++;
     RuleDfa out;
     out.classes = in.classes;
-    for (int32_t i = 0; i < num_blocks; ++i) out.add();
-    std::vector<uint8_t> done(size_t(num_blocks), 0);
+    for (int32_t i = 0; i < next_id; ++i) out.add();
+    std::vector<uint8_t> done(size_t(next_id), 0);
     for (int32_t i = 0; i < n; ++i) {
+      if (block[size_t(i)] == dead_block) continue;
       const int32_t b = renum[size_t(block[size_t(i)])];
       if (done[size_t(b)]) continue;
       done[size_t(b)] = 1;
       const int32_t s = order[size_t(i)];
       out.accept[size_t(b)] = in.accept[size_t(s)];
+      auto target = [&](int32_t t) {
+        const int32_t tb = block[size_t(pos[size_t(t)])];
+        return tb == dead_block ? -1 : renum[size_t(tb)];
+      };
       for (int32_t c = 0; c < in.classes; ++c) {
         const int32_t t = in.at(s, c);
-        if (t >= 0) out.at(b, c) = renum[size_t(block[size_t(pos[size_t(t)])])];
+        if (t >= 0) out.at(b, c) = target(t);
       }
-      for (const CallEdge& ce : in.calls[size_t(s)])
-        out.calls[size_t(b)].push_back({ce.rule, renum[size_t(block[size_t(pos[size_t(ce.ret)])])]});
+      for (const CallEdge& ce : in.calls[size_t(s)]) {
+        const int32_t t = target(ce.ret);
+        if (t >= 0) out.calls[size_t(b)].push_back({ce.rule, t});
+      }
     }
     return out;
   }

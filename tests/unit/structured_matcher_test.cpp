@@ -43,6 +43,7 @@ const char* kGrammars[] = {
 TEST(StructuredMatcher, FastMaskEqualsBruteForceOnRandomWalks) {
   auto vocab = testing::synthetic_vocab("[]\",abcxyz01{}: -.\\", 600, 5, 3);
   std::mt19937_64 rng(42);
+  int64_t steps = 0, uncertain_checks = 0;
   for (const char* text : kGrammars) {
     auto g = std::make_shared<const CompiledGrammar>(parse_ebnf(text), vocab);
     for (int walk = 0; walk < 12; ++walk) {
@@ -60,6 +61,7 @@ TEST(StructuredMatcher, FastMaskEqualsBruteForceOnRandomWalks) {
         }
         if (m.can_end() && rng() % 6 == 0) break;
         ASSERT_TRUE(m.accept_token(ids[rng() % ids.size()]));
+        ++steps;
         // Now and then roll back a few steps: the masks must be those seen before.
         if (rng() % 7 == 0 && m.num_steps() >= 2) {
           const int n = 1 + int(rng() % 2);
@@ -70,7 +72,13 @@ TEST(StructuredMatcher, FastMaskEqualsBruteForceOnRandomWalks) {
         }
       }
     }
+    for (int32_t st = 0; st < g->automaton().num_states(); ++st)
+      if (g->automaton().flags(st) & kHasBytes) uncertain_checks += g->position(st).num_uncertain;
   }
+  // The walks must be long enough to mean something, and the grammars must exercise the
+  // context-dependent path (tokens that end a rule and continue in the caller).
+  EXPECT_GT(steps, 800);
+  EXPECT_GT(uncertain_checks, 100);
 }
 
 TEST(StructuredMatcher, MasksAreSharedByCachedGrammars) {
@@ -132,9 +140,10 @@ TEST(StructuredEbnf, PrintedGrammarParsesToTheSameLanguage) {
     auto a = std::make_shared<const CompiledGrammar>(original, vocab);
     auto b = std::make_shared<const CompiledGrammar>(reparsed, vocab);
     // Random walks on a; b must agree at every step.
+    int steps = 0;
     for (int walk = 0; walk < 10; ++walk) {
       GrammarMatcher ma(a), mb(b);
-      for (int step = 0; step < 30; ++step) {
+      for (int step = 0; step < 30; ++step, ++steps) {
         const auto ids = mask_ids(fast_mask(ma));
         ASSERT_EQ(ids, mask_ids(fast_mask(mb))) << original.to_ebnf();
         ASSERT_EQ(ma.can_end(), mb.can_end());
@@ -144,6 +153,7 @@ TEST(StructuredEbnf, PrintedGrammarParsesToTheSameLanguage) {
         mb.accept_token(t);
       }
     }
+    EXPECT_GT(steps, 50) << original.to_ebnf();
   }
 }
 
@@ -178,7 +188,7 @@ TEST(StructuredAutomaton, RefusesLeftRecursionAndEmptyLanguages) {
   auto vocab = testing::synthetic_vocab("a", 2, 2, 1);
   auto build = [&](const char* text) { return CompiledGrammar(parse_ebnf(text), vocab); };
   try {
-    build("root ::= x \"a\"\nx ::= \"b\"? root");
+    build("root ::= x \"a\"\nx ::= \"b\"? root | \"c\"");
     ADD_FAILURE();
   } catch (const StructuredError& e) {
     EXPECT_NE(std::string(e.what()).find("left recursion"), std::string::npos) << e.what();
