@@ -348,6 +348,11 @@ class AutomatonBuilder {
     std::vector<std::vector<int32_t>> by_class(static_cast<size_t>(num_classes_));
     for (int32_t i = 0; i < d.size(); ++i) {
       const std::vector<int32_t> set = sets[size_t(i)];
+      // Subset construction can be quadratic in the NFA (large sets times many states) before the
+      // state bound is reached; bound the work itself so a hostile grammar fails in about a second.
+      subset_work_ += int64_t(set.size()) * (num_classes_ + 1);
+      if (subset_work_ > kMaxSubsetWork)
+        throw StructuredError("", "the grammar is too complex to compile (its automaton grows too large)");
       for (auto& b : by_class) b.clear();
       std::map<int32_t, std::vector<int32_t>> by_rule;
       bool accept = false;
@@ -696,6 +701,8 @@ class AutomatonBuilder {
   std::vector<int32_t> call_id_;  // grammar rule -> automaton rule, -1 when inlined
   std::vector<int32_t> kept_;     // automaton rule -> grammar rule
   int64_t total_dfa_states_ = 0;
+  int64_t subset_work_ = 0;
+  static constexpr int64_t kMaxSubsetWork = 400'000'000;
 };
 
 Automaton Automaton::build(const Grammar& grammar) { return AutomatonBuilder(grammar).build(); }

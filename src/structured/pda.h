@@ -20,8 +20,9 @@ namespace ossrt::structured {
 // memory for clients whose grammars recurse.
 inline constexpr int32_t kMaxStackDepth = 1024;
 // Ambiguous grammars can keep several configurations alive at once; past this bound the extra
-// ones are dropped (the language shrinks, the matcher never blows up).
-inline constexpr size_t kMaxConfigs = 4096;
+// ones are dropped (the language shrinks, the matcher never blows up). Schema grammars keep a
+// handful.
+inline constexpr size_t kMaxConfigs = 1024;
 
 struct Config {
   int32_t state;

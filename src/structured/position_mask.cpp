@@ -3,12 +3,17 @@
 #include <algorithm>
 #include <string_view>
 
+#include "structured/error.h"
+
 namespace ossrt::structured {
 
 namespace {
 
 // Below this many ids a list is cheaper to apply and store than a bitmask (6,284 words for o200k).
 constexpr int32_t kListLimit = 2048;
+// Configuration steps one state's walk may take: a schema state takes ~0.5M (one configuration
+// through the trie); 30M is well under a second.
+constexpr int64_t kMaxMaskWalkWork = 30'000'000;
 
 // Advances `from` (closed) by one byte into `to` (closed); returns whether the bottom was popped.
 // The common case, one configuration in the middle of a rule, skips the closure.
@@ -92,9 +97,15 @@ PositionMask compute_position_mask(const Automaton& a, const Vocabulary& v, int3
       ++num_accepted;
     }
   };
+  int64_t work = 0;
   for (int32_t i = 0; i < int32_t(trie.size());) {
     const Vocabulary::TrieNode& nd = trie[size_t(i)];
     std::vector<Config>& cur = levels[nd.depth];
+    // An ambiguous grammar keeps many configurations alive through every trie node; bound the
+    // walk so that such a grammar fails its request instead of stalling the engine.
+    work += int64_t(levels[size_t(nd.depth - 1)].size());
+    if (work > kMaxMaskWalkWork)
+      throw StructuredError("", "the grammar is too ambiguous to compute token masks for");
     const bool ended = advance(a, arena, levels[size_t(nd.depth - 1)], nd.byte, stepped, cur);
     if (nd.token >= 0 && (ended || !cur.empty())) {
       accept(nd.token);
