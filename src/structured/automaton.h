@@ -26,8 +26,10 @@
 
 namespace ossrt::structured {
 
+// A hostile grammar must fail before it costs much memory: an NFA state is ~80 bytes, so the NFA
+// bound is ~40 MB per compile; a maxLength of 10,000 needs about 250k.
 inline constexpr int32_t kMaxDfaStates = 200'000;
-inline constexpr int32_t kMaxNfaStates = 2'000'000;
+inline constexpr int32_t kMaxNfaStates = 500'000;
 
 struct CallEdge {
   int32_t rule;  // automaton rule id

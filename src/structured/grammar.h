@@ -30,7 +30,7 @@ enum class NodeKind : uint8_t {
 inline constexpr int32_t kUnbounded = -1;
 // Arena bound: a schema or grammar that needs more is refused (it would also be too slow to
 // compile). Repetition bounds are expanded by the automaton builder, which has its own bound.
-inline constexpr int32_t kMaxGrammarNodes = 1 << 20;
+inline constexpr int32_t kMaxGrammarNodes = 1 << 18;
 
 struct Node {
   NodeKind kind = NodeKind::Empty;
