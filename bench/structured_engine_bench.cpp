@@ -8,6 +8,7 @@
 // ones that leave the device sampler, which this machine cannot measure.
 #include <benchmark/benchmark.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
@@ -55,7 +56,7 @@ void BM_Engine64Requests(benchmark::State& state) {
     int64_t generated = 0;
     for (int i = 0; i < kRequests; ++i) {
       GenerationRequest r;
-      r.id = "r" + std::to_string(i);
+      r.id = fmt::format("r{}", i);
       r.prompt_ids = tok->encode_with_special("<|start|>user<|message|>Describe person " + std::to_string(i) +
                                               " as JSON.<|end|><|start|>assistant");
       r.sampling.temperature = 1.0f;

@@ -146,7 +146,7 @@ std::string escape_byte(uint8_t b, bool in_class) {
     default: break;
   }
   if (!in_class && b == '"') return "\\\"";
-  if (in_class && (b == ']' || b == '-' || b == '^')) return std::string("\\") + char(b);
+  if (in_class && (b == ']' || b == '-' || b == '^')) return fmt::format("\\{}", char(b));
   if (b < 0x20 || b >= 0x7f) return fmt::format("\\x{:02X}", b);
   return std::string(1, char(b));
 }
@@ -154,7 +154,7 @@ std::string escape_byte(uint8_t b, bool in_class) {
 std::string class_text(const ByteSet& s) {
   if (s.count() == 1)
     for (int b = 0; b < 256; ++b)
-      if (s.test(size_t(b))) return "\"" + escape_byte(uint8_t(b), false) + "\"";
+      if (s.test(size_t(b))) return fmt::format("\"{}\"", escape_byte(uint8_t(b), false));
   std::string out = "[";
   for (int b = 0; b < 256;) {
     if (!s.test(size_t(b))) {
@@ -164,10 +164,14 @@ std::string class_text(const ByteSet& s) {
     int e = b;
     while (e + 1 < 256 && s.test(size_t(e + 1))) ++e;
     out += escape_byte(uint8_t(b), true);
-    if (e > b) out += "-" + escape_byte(uint8_t(e), true);
+    if (e > b) {
+      out += '-';
+      out += escape_byte(uint8_t(e), true);
+    }
     b = e + 1;
   }
-  return out + "]";
+  out += ']';
+  return out;
 }
 
 }  // namespace
@@ -189,14 +193,14 @@ std::string Grammar::to_ebnf() const {
         return fmt::format("{}{{{},{}}}", inner, n.min, n.max);
       }
       case NodeKind::Intersect:
-        return "(" + self(self, n.children[0], false) + " & " + self(self, n.children[1], false) + ")";
+        return fmt::format("({} & {})", self(self, n.children[0], false), self(self, n.children[1], false));
       case NodeKind::Seq: {
         std::string out;
         std::string run;  // consecutive single bytes print as one literal
         auto flush = [&] {
           if (run.empty()) return;
           if (!out.empty()) out += " ";
-          out += "\"" + run + "\"";
+          out += fmt::format("\"{}\"", run);
           run.clear();
         };
         for (int32_t c : n.children) {
@@ -211,7 +215,7 @@ std::string Grammar::to_ebnf() const {
           out += self(self, c, false);
         }
         flush();
-        return top ? out : "(" + out + ")";
+        return top ? out : fmt::format("({})", out);
       }
       case NodeKind::Alt: {
         std::string out;
@@ -219,7 +223,7 @@ std::string Grammar::to_ebnf() const {
           if (i) out += " | ";
           out += self(self, n.children[i], true);
         }
-        return top ? out : "(" + out + ")";
+        return top ? out : fmt::format("({})", out);
       }
     }
     return "";
@@ -233,7 +237,7 @@ std::string Grammar::to_ebnf() const {
   for (int32_t r : order) {
     const Rule& rule = rules_[size_t(r)];
     if (rule.body < 0) continue;
-    out += rule.name + " ::= " + print(print, rule.body, true) + "\n";
+    out += fmt::format("{} ::= {}\n", rule.name, print(print, rule.body, true));
   }
   return out;
 }

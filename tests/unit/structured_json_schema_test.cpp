@@ -126,12 +126,12 @@ class InstanceGen {
         return u;
       }
       if (f == "ipv4") return fmt::format("{}.{}.{}.{}", pick(256), pick(256), pick(256), pick(256));
-      if (f == "email") return "user" + std::to_string(pick(100)) + "@example.com";
+      if (f == "email") return fmt::format("user{}", pick(100)) + "@example.com";
     }
     if (s.contains("pattern")) {
       const std::string p = s.at("pattern");
       if (p == "^[a-c]{2,4}$") return std::string(size_t(2 + pick(3)), char('a' + pick(3)));
-      if (p == "^x\\d+$") return "x" + std::to_string(pick(1000));
+      if (p == "^x\\d+$") return fmt::format("x{}", pick(1000));
       if (p == "ab") return "zab";
       if (p == "^(yes|no)$") return pick(2) ? "yes" : "no";
       if (p == "^[A-Z][a-z]*-\\d{2}$") return "Ab-" + two_digits();
@@ -347,15 +347,15 @@ TEST(StructuredJsonSchema, HostileSchemasFailFastWithoutCrashing) {
   // Huge repetition bounds.
   EXPECT_THROW(compiler.json_schema(ojson::parse(R"({"type":"string","maxLength":1000000})")), StructuredError);
   ojson wide = {{"type", "array"}, {"items", {{"type", "object"}, {"properties", ojson::object()}}}, {"minItems", 9000}, {"maxItems", 9000}};
-  for (int i = 0; i < 40; ++i) wide["items"]["properties"]["p" + std::to_string(i)] = {{"type", "string"}, {"maxLength", 40}};
+  for (int i = 0; i < 40; ++i) wide["items"]["properties"][fmt::format("p{}", i)] = {{"type", "string"}, {"maxLength", 40}};
   wide["items"]["required"] = ojson::array();
-  for (int i = 0; i < 40; ++i) wide["items"]["required"].push_back("p" + std::to_string(i));
+  for (int i = 0; i < 40; ++i) wide["items"]["required"].push_back(fmt::format("p{}", i));
   EXPECT_NO_THROW(compiler.json_schema(wide));  // the item is one shared rule: 9000 calls, not copies
   EXPECT_THROW(compiler.json_schema(ojson::parse(R"({"type":"string","pattern":"^(a{2000}){2000}$"})")), StructuredError);
   // Many subschemas through $ref fan-out: each definition compiled once.
   ojson defs = ojson::object();
   for (int i = 0; i < 200; ++i)
-    defs["d" + std::to_string(i)] = {{"anyOf", {{{"$ref", "#/$defs/d" + std::to_string((i + 1) % 200)}}, {{"type", "null"}}}}};
+    defs[fmt::format("d{}", i)] = {{"anyOf", {{{"$ref", "#/$defs/d" + std::to_string((i + 1) % 200)}}, {{"type", "null"}}}}};
   ojson fan = {{"$defs", defs}, {"$ref", "#/$defs/d0"}};
   EXPECT_THROW(compiler.json_schema(fan), StructuredError);  // a $ref cycle without input: left recursion
   // Non-schema values in keyword positions.
