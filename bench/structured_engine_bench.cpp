@@ -51,6 +51,8 @@ void BM_Engine64Requests(benchmark::State& state) {
     EngineConfig ec;
     ec.max_num_seqs = kRequests;
     ec.max_num_batched_tokens = 2048;
+    ec.num_full_blocks = 512;  // 64 x ~3 blocks needed; no memory-profiling step in a benchmark
+    ec.log_memory_plan = false;
     ec.start_thread = false;
     Engine engine(model, ec);
     int64_t generated = 0;
