@@ -111,6 +111,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The hardware, for benchmark results and /v1/server_info: "NVIDIA H200 (sm_90, 132 SMs,
+  // 139.8 GiB)", "cpu: <model name>, 16 threads".
+  virtual std::string device_description() const { return name(); }
   virtual Device device() const = 0;
   // dtype of the activations the model allocates (f32 on CPU, bf16 on CUDA) and of the residual stream.
   virtual DType activation_dtype() const = 0;

@@ -113,6 +113,10 @@ std::string ModelRuntime::describe() const {
   return fmt::format("model {} ({} weights) on {}", options_.model, options_.load_format, placement);
 }
 
+std::string ModelRuntime::device_description() const {
+  return owned_->model ? owned_->backend->device_description() : owned_->parallel_model->rank_backend(0).device_description();
+}
+
 std::vector<float> ModelRuntime::sequence_logits(std::span<const int32_t> ids, int chunk) {
   OSSRT_CHECK(chunk > 0, "--chunk must be positive");
   const int n = int(ids.size());

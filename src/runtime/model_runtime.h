@@ -40,6 +40,8 @@ class ModelRuntime {
   const std::string& tokenizer_path() const { return tokenizer_path_; }
   // "model tiny (dummy weights) on cpu, 2 ranks: ..." for logs.
   std::string describe() const;
+  // The hardware of rank 0 ("NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)"), for results and /v1/server_info.
+  std::string device_description() const;
   double load_seconds() const { return load_seconds_; }
 
   // Float32 logits [n, vocab] of every row of `ids` through the model alone (no engine), `chunk`

@@ -25,4 +25,6 @@ RuntimeOptions RuntimeOptions::with_backend_defaults() const {
   return o;
 }
 
+std::string runtime_weight_format(const std::string& backend) { return backend == "cuda" ? "bf16" : "f32"; }
+
 }  // namespace ossrt

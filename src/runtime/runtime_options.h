@@ -45,4 +45,9 @@ struct RuntimeOptions {
   RuntimeOptions with_backend_defaults() const;
 };
 
+// The weight format a backend runs today, as benchmarks and /v1/server_info name it: "bf16" on
+// cuda (dense weights bf16, MXFP4 experts expanded to bf16 at load), "f32" on cpu. One format per
+// backend exists so far; a quantization option would choose among several.
+std::string runtime_weight_format(const std::string& backend);
+
 }  // namespace ossrt

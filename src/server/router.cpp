@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/build_info.h"
 #include "server/api_error.h"
 #include "server/auth.h"
 #include "server/chat_completions.h"
@@ -123,6 +124,21 @@ void handle_version(ServerContext&, const std::shared_ptr<Exchange>& exchange, c
   respond_json(exchange, 200, {{"version", "ossrt 0.1.0"}});
 }
 
+// Metadata for benchmarks and operators (ossrt's own route; vLLM has /server_info behind a dev
+// flag): the build's commit, the model's source, shapes and weight format, the device, the parallel
+// layout and the engine's limits. Behind the key like /v1/models: it names the hardware.
+void handle_server_info(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
+  nlohmann::json info = {{"version", "ossrt 0.1.0"},
+                         {"commit", build_commit()},
+                         {"build", {{"cuda", build_has_cuda()}}},
+                         {"served_model_name", ctx.config.served_model_name},
+                         {"ready", ctx.ready()},
+                         {"max_model_len", ctx.max_model_len()}};
+  nlohmann::json model = ctx.model_info();
+  if (model.is_object()) info.update(model);
+  respond_json(exchange, 200, info);
+}
+
 void handle_models(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
   nlohmann::json model = {{"id", ctx.config.served_model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "ossrt"},
                           {"root", ctx.config.served_model_name}, {"parent", nullptr},
@@ -207,6 +223,7 @@ const std::vector<Route>& routes() {
       {"/metrics", M::Exact, {V::get, V::head}, false, false, "/metrics", handle_metrics},
       {"/version", M::Exact, {V::get, V::head}, false, false, "/version", handle_version},
       {"/v1/models", M::Exact, {V::get, V::head}, true, false, "/v1/models", handle_models},
+      {"/v1/server_info", M::Exact, {V::get, V::head}, true, false, "/v1/server_info", handle_server_info},
       {"/v1/chat/completions", M::Exact, {V::post}, true, true, "/v1/chat/completions", handle_chat},
       {"/v1/completions", M::Exact, {V::post}, true, true, "/v1/completions", handle_completion},
       {"/v1/responses", M::Exact, {V::post}, true, true, "/v1/responses", handle_response_create},

@@ -76,6 +76,7 @@ int run_server(const ServerConfig& config, const ServedModelOptions& model_optio
     try {
       auto loaded = ServedModel::load(model_options);
       spdlog::info("loaded: {}", loaded->description());
+      ctx.set_model_info(loaded->info());
       ctx.set_ready(loaded->generator(), loaded->tokenizer());
       runtime = std::move(loaded);
       spdlog::info("ready: model '{}', max_model_len {}", config.served_model_name, ctx.max_model_len());

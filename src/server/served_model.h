@@ -2,6 +2,8 @@
 // What `ossrt serve` answers with: the Engine of the one model runtime every command builds
 // (runtime/model_runtime.h), or, for tests, the ScriptedGenerator that replays token ids. Owns
 // whichever it is, and the tokenizer.
+#include <nlohmann/json.hpp>
+
 #include <memory>
 #include <string>
 
@@ -29,6 +31,9 @@ class ServedModel {
   std::shared_ptr<Generator> generator() const { return generator_; }
   std::shared_ptr<const Tokenizer> tokenizer() const { return tokenizer_; }
   const std::string& description() const { return description_; }
+  // What /v1/server_info reports of the model: its source and shapes, weight format, backend,
+  // device, parallel layout and the engine's limits and memory plan.
+  const nlohmann::json& info() const { return info_; }
 
  private:
   ServedModel() = default;
@@ -36,6 +41,7 @@ class ServedModel {
   std::shared_ptr<Generator> generator_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::string description_;
+  nlohmann::json info_;
 };
 
 }  // namespace ossrt::server

@@ -47,6 +47,16 @@ void ServerContext::set_load_error(std::string error) {
   load_error_ = std::move(error);
 }
 
+void ServerContext::set_model_info(nlohmann::json info) {
+  std::lock_guard lock(mu_);
+  model_info_ = std::move(info);
+}
+
+nlohmann::json ServerContext::model_info() const {
+  std::lock_guard lock(mu_);
+  return model_info_;
+}
+
 std::string ServerContext::load_error() const {
   std::lock_guard lock(mu_);
   return load_error_;

@@ -71,6 +71,9 @@ struct ServerContext {
   // Set once by the loader thread; read by request threads.
   void set_ready(std::shared_ptr<Generator> generator, std::shared_ptr<const Tokenizer> tokenizer);
   void set_load_error(std::string error);
+  // What /v1/server_info reports of the loaded model (ServedModel::info); set before set_ready.
+  void set_model_info(nlohmann::json info);
+  nlohmann::json model_info() const;
   // Finishes request preparation, then drops the generator and tokenizer (shutdown, after the
   // HTTP threads have stopped).
   void release();
@@ -95,6 +98,7 @@ struct ServerContext {
   std::atomic<bool> ready_{false};
   mutable std::mutex mu_;
   std::string load_error_;
+  nlohmann::json model_info_;
 };
 
 // Declares every metric family the server emits (vLLM names, SERVING.md 6).

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -76,11 +78,35 @@ size_t available_system_memory() {
   return kib * 1024;
 }
 
+// "Intel(R) Xeon(R) ..." from /proc/cpuinfo; "" where there is none.
+std::string cpu_model_name() {
+  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (!f) return {};
+  char line[512];
+  std::string name;
+  while (name.empty() && std::fgets(line, sizeof line, f)) {
+    std::string_view l(line);
+    if (!l.starts_with("model name")) continue;
+    const size_t colon = l.find(':');
+    if (colon == std::string_view::npos) continue;
+    l.remove_prefix(colon + 1);
+    while (!l.empty() && (l.front() == ' ' || l.front() == '\t')) l.remove_prefix(1);
+    while (!l.empty() && (l.back() == '\n' || l.back() == ' ')) l.remove_suffix(1);
+    name = std::string(l);
+  }
+  std::fclose(f);
+  return name;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& options) : pool_(options.threads) {}
 
   std::string name() const override { return "cpu"; }
+  std::string device_description() const override {
+    const std::string model = cpu_model_name();
+    return fmt::format("cpu{}{}, {} threads", model.empty() ? "" : ": ", model, pool_.size());
+  }
   Device device() const override { return Device::CPU; }
   DType activation_dtype() const override { return DType::F32; }
   DType residual_dtype() const override { return DType::F32; }

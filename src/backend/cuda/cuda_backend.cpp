@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -50,6 +51,8 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   OSSRT_CHECK(prop.major >= 9, "CUDA backend needs sm_90 (Hopper); device {} is {} (sm_{}{})", device_, prop.name,
               prop.major, prop.minor);
   num_sms_ = prop.multiProcessorCount;
+  device_description_ = fmt::format("{} (sm_{}{}, {} SMs, {:.1f} GiB)", prop.name, prop.major, prop.minor, num_sms_,
+                                    double(prop.totalGlobalMem) / double(1ull << 30));
   cudaStream_t s = nullptr;
   OSSRT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   stream_ = s;

@@ -49,6 +49,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
+  std::string device_description() const override { return device_description_; }
   Device device() const override { return Device::CUDA; }
   DType activation_dtype() const override { return DType::BF16; }
   DType residual_dtype() const override { return DType::F32; }
@@ -113,6 +114,7 @@ class CudaBackend final : public Backend {
   BackendOptions options_;
   int device_ = 0;
   int num_sms_ = 132;
+  std::string device_description_;
   CUstream_st* stream_ = nullptr;
   std::unique_ptr<cuda::DeviceBuffers> buffers_;
   std::unique_ptr<cuda::CublasLinear> blas_;

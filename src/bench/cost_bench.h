@@ -1,0 +1,78 @@
+#pragma once
+// `ossrt bench cost` (docs/bench.md): the seed's cost tables measured on the local engine, through
+// the one model runtime every command builds (runtime/model_runtime.h), so the figures include the
+// scheduler, the paged KV cache, chunked prefill, device sampling and (on CUDA) decode graphs:
+//   prefill: one request of L prompt tokens alone on the engine, latency to its first token,
+//            tokens/s and $ per million input tokens;
+//   decode:  B requests of C prompt tokens each, decoding together: the engine's step time while
+//            all B decode (ITL), tokens/s per GPU and per user, $ per million output tokens.
+// Cost: $ per million tokens = usd_per_hour x GPUs / 3600 / (tokens per second) x 1e6.
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "runtime/runtime_options.h"
+
+namespace ossrt::bench {
+
+struct CostBenchOptions {
+  RuntimeOptions runtime;
+  std::vector<int> input_lens = {1024, 2048, 4096, 8192, 16384, 32768};
+  std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  std::vector<int> contexts = {1024, 8192, 32768};
+  std::vector<std::string> quantizations = {"auto"};
+  double usd_per_hour = 3.0;
+  int repeats = 3;        // prefill: the median of this many, after one warm-up request
+  int decode_steps = 32;  // decode: measured steps per point
+  int warmup_steps = 4;   // decode: steps of the full batch before measuring (graph capture, caches)
+  uint64_t seed = 0;      // prompt token ids
+  std::string result_dir;
+  bool progress = false;  // one line per point on stderr as it finishes
+};
+
+struct PrefillPoint {
+  std::string quantization;
+  int input_len = 0;
+  std::vector<double> samples_s;  // each measured request's time to first token
+  double latency_s = 0;           // their median
+  double tokens_per_s = 0;
+  double usd_per_m_input = 0;
+  std::string skipped;            // why it was not measured ("" = measured)
+};
+
+struct DecodePoint {
+  std::string quantization;
+  int context = 0, batch = 0;
+  double itl_mean_s = 0, itl_median_s = 0, itl_p90_s = 0;
+  double tok_s_gpu = 0;           // output tokens per second per GPU, the batch decoding together
+  double tok_s_user = 0;          // 1 / mean ITL
+  double usd_per_m_output = 0;
+  double mean_context = 0;        // tokens in each sequence's KV at the middle of the window
+  int steps = 0;                  // measured steps
+  uint64_t preemptions = 0;
+  std::string skipped;
+};
+
+struct CostBenchResult {
+  nlohmann::json settings;
+  nlohmann::json engine;          // model, device, memory plan, step limits
+  std::string date, commit, device, model;
+  int gpus = 1;                   // ranks the model runs on (CPU: 1 machine)
+  std::vector<PrefillPoint> prefill;
+  std::vector<DecodePoint> decode;
+};
+
+// The quantization names this build accepts: "auto" (what the backend runs today) and that
+// format's own name. Only one format exists today (docs/bench.md says so).
+std::vector<std::string> available_quantizations(const std::string& backend);
+std::string current_quantization(const std::string& backend);
+
+CostBenchResult run_cost_bench(const CostBenchOptions& options);
+
+// $ per million tokens at `tokens_per_s` on `gpus` GPUs billed usd_per_hour each.
+inline double usd_per_million(double usd_per_hour, int gpus, double tokens_per_s) {
+  return tokens_per_s > 0 ? usd_per_hour * gpus / 3600.0 / tokens_per_s * 1e6 : 0.0;
+}
+
+}  // namespace ossrt::bench

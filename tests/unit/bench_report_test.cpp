@@ -1,0 +1,102 @@
+// The benchmark reports' pieces: SVG plots (escaping, ticks, log axes), tables and CSV quoting,
+// kernel floors against hand-computed bytes and FLOPs, cost arithmetic.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <regex>
+
+#include "bench/cost_bench.h"
+#include "bench/kernel_floors.h"
+#include "bench/svg_plot.h"
+#include "bench/table.h"
+
+namespace ossrt::bench {
+namespace {
+
+TEST(BenchSvg, EscapesTextAndDropsControlCharacters) {
+  EXPECT_EQ(xml_escape("a<b & \"c\" 'd'>"), "a&lt;b &amp; &quot;c&quot; &apos;d&apos;&gt;");
+  EXPECT_EQ(xml_escape(std::string("x\x01y\tz")), "xy\tz");
+}
+
+TEST(BenchSvg, TicksAreOneTwoFiveAndInsideTheRange) {
+  EXPECT_EQ(axis_ticks(0, 100, false), (std::vector<double>{0, 20, 40, 60, 80, 100}));
+  EXPECT_EQ(axis_ticks(1000, 100000, true), (std::vector<double>{1000, 10000, 100000}));
+  EXPECT_EQ(axis_ticks(1, 10, true), (std::vector<double>{1, 2, 5, 10}));
+  for (double v : axis_ticks(0.013, 0.41, false)) {
+    EXPECT_GE(v, 0.013 - 1e-12);
+    EXPECT_LE(v, 0.41 + 1e-12);
+  }
+}
+
+TEST(BenchSvg, DrawsEveryUsablePointWithItsLabel) {
+  PlotSpec spec;
+  spec.title = "cost <test>";
+  spec.x = {"$ per M", true};
+  spec.y = {"tok/s", false};
+  spec.series.push_back({"1k ctx", {0.5, 1.0, 2.0, -1.0}, {10, 20, 30, 40}, {"B=1", "B=2", "B=4", "B=8"}});
+  spec.series.push_back({"8k & more", {0.7, NAN}, {15, 25}, {}});
+  const std::string svg = render_svg(spec);
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_NE(svg.find("cost &lt;test&gt;"), std::string::npos);
+  EXPECT_NE(svg.find("8k &amp; more"), std::string::npos);
+  const auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t p = svg.find(what); p != std::string::npos; p = svg.find(what, p + 1)) ++n;
+    return n;
+  };
+  // 3 + 1 usable points (x <= 0 on a log axis and NaN are left out) plus one legend marker per series.
+  EXPECT_EQ(count("<circle"), 4u + 2u);
+  EXPECT_EQ(count(">B=4<"), 1u);
+  EXPECT_EQ(count(">B=8<"), 0u);
+  EXPECT_EQ(count("<svg"), 1u);
+  EXPECT_EQ(count("</svg>"), 1u);
+}
+
+TEST(BenchTable, AlignsAndQuotesCsv) {
+  TextTable t({"name", "value"});
+  t.add({"a", "1.5"});
+  t.add({"long name", "12.25"});
+  EXPECT_EQ(t.str(), "name       value\n----------------\na            1.5\nlong name  12.25\n");
+  TextTable c({"k", "v"});
+  c.add({"x,y", "say \"hi\"\nthere"});
+  EXPECT_EQ(c.csv(), "k,v\n\"x,y\",\"say \"\"hi\"\"\nthere\"\n");
+}
+
+TEST(BenchKernelFloors, BytesAndFlopsByHand) {
+  // QKV of gpt-oss at one token: W [5120, 2880] bf16, bias, x and y rows.
+  const OpCost qkv = linear_cost(1, 5120, 2880, true, 2);
+  EXPECT_DOUBLE_EQ(qkv.bytes, 5120.0 * 2880 * 2 + 2880 * 2 + 5120 * 2 + 5120 * 2);
+  EXPECT_DOUBLE_EQ(qkv.flops, 2.0 * 5120 * 2880);
+  // Decode attention, one sequence with 1023 cached positions: 1024 keys x 8 KV heads x 64 x (K, V) bf16.
+  const OpCost full = attention_cost(1, 1, 1023, 0, 64, 8, 64);
+  EXPECT_DOUBLE_EQ(full.bytes, 1024.0 * 8 * 64 * 2 * 2 + 64 * 64 * 2 * 2 + 64 * 2);
+  EXPECT_DOUBLE_EQ(full.flops, 1024.0 * 64 * 64 * 4);
+  // On a 128-token window layer only the last 128 keys are read and scored.
+  const OpCost window = attention_cost(1, 1, 1023, 128, 64, 8, 64);
+  EXPECT_DOUBLE_EQ(window.flops, 128.0 * 64 * 64 * 4);
+  EXPECT_DOUBLE_EQ(window.bytes, 128.0 * 8 * 64 * 2 * 2 + 64 * 64 * 2 * 2 + 64 * 2);
+  // Prefill of 4 tokens, causal: 1 + 2 + 3 + 4 query-key pairs; with window 2: 1 + 2 + 2 + 2.
+  EXPECT_DOUBLE_EQ(attention_cost(1, 4, 0, 0, 1, 1, 64).flops, 10.0 * 64 * 4);
+  EXPECT_DOUBLE_EQ(attention_cost(1, 4, 0, 2, 1, 1, 64).flops, 7.0 * 64 * 4);
+  // MoE at one token, 4 distinct experts of gpt-oss-20b: 4 x (gate_up + down) bf16 + f32 biases.
+  const OpCost moe = moe_cost(1, 4, 4, 2880, 2880);
+  const double per_expert = 5760.0 * 2880 * 2 + 5760 * 4 + 2880.0 * 2880 * 2 + 2880 * 4;
+  EXPECT_DOUBLE_EQ(moe.bytes, 4 * per_expert + 2880.0 * 2 * 2 + 4 * 8);
+  EXPECT_DOUBLE_EQ(moe.flops, 4 * 2.0 * (5760.0 * 2880 + 2880.0 * 2880));
+  EXPECT_DOUBLE_EQ(expected_distinct_experts(1, 32, 4), 4);
+  EXPECT_NEAR(expected_distinct_experts(1000, 32, 4), 32, 1e-9);
+  EXPECT_NEAR(expected_distinct_experts(8, 32, 4), 32 * (1 - std::pow(28.0 / 32, 8)), 1e-12);
+  // Floor: the larger term.
+  EXPECT_DOUBLE_EQ(floor_seconds({4e9, 1e12}, 4e12, 800e12), 1e-3);
+  EXPECT_DOUBLE_EQ(floor_seconds({4e6, 800e12}, 4e12, 800e12), 1.0);
+}
+
+TEST(BenchCost, DollarsPerMillionTokens) {
+  // PERFORMANCE.md: at $3.00 per GPU-hour, $/M tokens = 833 / (tokens per second per GPU).
+  EXPECT_NEAR(usd_per_million(3.0, 1, 1000), 0.8333333, 1e-6);
+  EXPECT_NEAR(usd_per_million(3.0, 2, 1000), 1.6666667, 1e-6);
+  EXPECT_EQ(usd_per_million(3.0, 1, 0), 0);
+}
+
+}  // namespace
+}  // namespace ossrt::bench
