@@ -111,7 +111,8 @@ void setup_bench_serve(CLI::App& bench) {
                   "Requests per run; one value for every run, or a list matching --max-concurrency")
       ->delimiter(',')->check(positive_list())->capture_default_str()->group("Load");
   cmd->add_option("--warmup", o.warmup,
-                  "Requests sent before each run at its concurrency and not measured (CUDA graphs, caches)")
+                  "Requests sent before each run at its concurrency and not measured (CUDA graphs, allocators): random "
+                  "and sharegpt draw prompts of their own, file sends its last lines")
       ->check(CLI::NonNegativeNumber)->capture_default_str()->group("Load");
   // Metrics and output
   cmd->add_option("--percentiles,--metric-percentiles", o.percentiles,
@@ -120,9 +121,13 @@ void setup_bench_serve(CLI::App& bench) {
   cmd->add_option("--slo,--goodput", f->slo,
                   "Service-level objectives in ms, e.g. ttft=500,tpot=50 (also e2el): goodput counts the requests "
                   "meeting all of them")->group("Output");
+  cmd->add_option("--gpus", o.gpus, "GPUs behind the server: output tok/s per GPU and $ per million tokens use it")
+      ->check(CLI::PositiveNumber)->capture_default_str()->group("Output");
+  cmd->add_option("--usd-per-hour", o.usd_per_hour, "Price of one GPU-hour for $ per million output tokens (an H200: 3.00)")
+      ->check(CLI::PositiveNumber)->capture_default_str()->group("Output");
   cmd->add_option("--result-dir", o.result_dir,
-                  "Write serve.json (settings, server metadata, metrics, every request), serve_summary.csv and "
-                  "serve_requests.csv here")->group("Output");
+                  "Write serve.json (settings, server metadata, metrics, every request), serve_summary.csv, "
+                  "serve_requests.csv, serve_throughput.svg and serve_latency.svg here")->group("Output");
   cmd->add_flag("--no-itl", f->no_itl, "Leave each request's inter-token gaps out of serve.json")->group("Output");
   cmd->add_flag("--no-progress", f->no_progress, "No progress bar (there is none anyway when stderr is not a terminal)")
       ->group("Output");

@@ -206,7 +206,7 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
   p.usd_per_m_output = usd_per_million(o.usd_per_hour, 1, p.tok_s_gpu);
   p.mean_context = context + generated_mid / batch;
   if (p.preemptions > 0)
-    p.skipped = fmt::format("{} preemptions during the point (KV cache too small): figures include recomputation",
+    p.note = fmt::format("{} preemptions during the point (KV cache too small): figures include recomputation",
                             p.preemptions);
   return p;
 }
@@ -330,7 +330,7 @@ CostBenchResult run_cost_bench(const CostBenchOptions& given) {
         if (o.progress)
           std::fprintf(stderr, "decode context %d batch %d: %s\n", context, batch,
                        p.steps ? fmt::format("ITL {:.2f} ms, {:.1f} tok/s per GPU{}", p.itl_mean_s * 1e3, p.tok_s_gpu,
-                                             p.skipped.empty() ? "" : " (" + p.skipped + ")").c_str()
+                                             p.note.empty() ? "" : " (" + p.note + ")").c_str()
                                : p.skipped.c_str());
         result.decode.push_back(std::move(p));
       }

@@ -12,17 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "bench/pricing.h"
 #include "runtime/runtime_options.h"
 
 namespace ossrt::bench {
 
 struct CostBenchOptions {
   RuntimeOptions runtime;
-  std::vector<int> input_lens = {1024, 2048, 4096, 8192, 16384, 32768};
-  std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  // The seed's lengths and batches, and beyond them where memory allows (points that do not fit
+  // max_model_len or the KV cache are reported as skipped, with the reason).
+  std::vector<int> input_lens = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
+  std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
   std::vector<int> contexts = {1024, 8192, 32768};
   std::vector<std::string> quantizations = {"auto"};
-  double usd_per_hour = 3.0;
+  double usd_per_hour = kDefaultUsdPerGpuHour;
   int repeats = 3;        // prefill: the median of this many, after one warm-up request
   int decode_steps = 32;  // decode: measured steps per point
   int warmup_steps = 4;   // decode: steps of the full batch before measuring (graph capture, caches)
@@ -51,7 +54,8 @@ struct DecodePoint {
   double mean_context = 0;        // tokens in each sequence's KV at the middle of the window
   int steps = 0;                  // measured steps
   uint64_t preemptions = 0;
-  std::string skipped;
+  std::string skipped;            // why it was not measured ("" = measured; then steps > 0)
+  std::string note;               // a caveat of a measured point (preemptions during it)
 };
 
 struct CostBenchResult {
@@ -69,10 +73,5 @@ std::vector<std::string> available_quantizations(const std::string& backend);
 std::string current_quantization(const std::string& backend);
 
 CostBenchResult run_cost_bench(const CostBenchOptions& options);
-
-// $ per million tokens at `tokens_per_s` on `gpus` GPUs billed usd_per_hour each.
-inline double usd_per_million(double usd_per_hour, int gpus, double tokens_per_s) {
-  return tokens_per_s > 0 ? usd_per_hour * gpus / 3600.0 / tokens_per_s * 1e6 : 0.0;
-}
 
 }  // namespace ossrt::bench

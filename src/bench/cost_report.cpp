@@ -48,7 +48,7 @@ std::string format_decode_table(const CostBenchResult& r) {
     }
     t.add({p.quantization, std::to_string(p.context), std::to_string(p.batch), fmt::format("{:.2f}", p.itl_mean_s * 1e3),
            fmt::format("{:.2f}", p.itl_p90_s * 1e3), fmt::format("{:.1f}", p.tok_s_user), fmt::format("{:.1f}", p.tok_s_gpu),
-           fmt::format("{:.4f}", p.usd_per_m_output), p.skipped});
+           fmt::format("{:.4f}", p.usd_per_m_output), p.note});
   }
   return fmt::format("Decode: B requests decoding together at a context ({})\n{}{}\n", subtitle(r), t.str(), note_quantization(r));
 }
@@ -65,7 +65,8 @@ nlohmann::json cost_result_json(const CostBenchResult& r) {
                       {"itl_p90_s", p.itl_p90_s}, {"tok_s_per_gpu", p.tok_s_gpu}, {"tok_s_per_user", p.tok_s_user},
                       {"usd_per_m_output", p.usd_per_m_output}, {"mean_context", p.mean_context},
                       {"preemptions", p.preemptions},
-                      {"skipped", p.skipped.empty() ? nlohmann::json() : nlohmann::json(p.skipped)}});
+                      {"skipped", p.skipped.empty() ? nlohmann::json() : nlohmann::json(p.skipped)},
+                      {"note", p.note.empty() ? nlohmann::json() : nlohmann::json(p.note)}});
   return {{"benchmark", "ossrt bench cost"}, {"format_version", 1}, {"date", r.date}, {"commit", r.commit},
           {"model", r.model}, {"device", r.device}, {"gpus", r.gpus}, {"settings", r.settings}, {"engine", r.engine},
           {"quantization_note", note_quantization(r)},
@@ -146,12 +147,13 @@ std::vector<std::string> write_cost_results(const CostBenchResult& r, const std:
                  fmt::format("{}", p.usd_per_m_input), p.skipped});
   paths.push_back(write_text_file(dir, "cost_prefill.csv", prefill.csv()));
   TextTable decode({"quantization", "context", "batch", "measured_steps", "itl_mean_s", "itl_median_s", "itl_p90_s",
-                    "tok_s_per_user", "tok_s_per_gpu", "usd_per_m_output", "mean_context", "preemptions", "skipped"});
+                    "tok_s_per_user", "tok_s_per_gpu", "usd_per_m_output", "mean_context", "preemptions", "skipped",
+                    "note"});
   for (const auto& p : r.decode)
     decode.add({p.quantization, std::to_string(p.context), std::to_string(p.batch), std::to_string(p.steps),
                 fmt::format("{}", p.itl_mean_s), fmt::format("{}", p.itl_median_s), fmt::format("{}", p.itl_p90_s),
                 fmt::format("{}", p.tok_s_user), fmt::format("{}", p.tok_s_gpu), fmt::format("{}", p.usd_per_m_output),
-                fmt::format("{}", p.mean_context), std::to_string(p.preemptions), p.skipped});
+                fmt::format("{}", p.mean_context), std::to_string(p.preemptions), p.skipped, p.note});
   paths.push_back(write_text_file(dir, "cost_decode.csv", decode.csv()));
   paths.push_back(write_text_file(dir, "cost_decode.svg", render_svg(decode_cost_plot(r))));
   paths.push_back(write_text_file(dir, "cost_throughput.svg", render_svg(decode_throughput_plot(r))));

@@ -153,14 +153,16 @@ std::vector<BenchRequest> sharegpt_workload(const DatasetOptions& o, size_t n, c
   return out;
 }
 
-std::vector<BenchRequest> file_workload(const DatasetOptions& o, size_t n, const Tokenizer* tokenizer) {
+// Lines first, first + 1, ... of the file (modulo its length).
+std::vector<BenchRequest> file_workload(const DatasetOptions& o, size_t n, const Tokenizer* tokenizer, bool from_end) {
   OSSRT_CHECK(!o.path.empty(), "--dataset file needs --dataset-path FILE (one JSON request per line)");
   const auto bodies = read_request_lines(o.path);
   OSSRT_CHECK(!bodies.empty(), "--dataset-path {}: no requests in the file", o.path);
   std::vector<BenchRequest> out(n);
   // Replayed in file order; more prompts than lines start over from the first line.
+  const size_t first = from_end ? (bodies.size() - n % bodies.size()) % bodies.size() : 0;
   for (size_t i = 0; i < n; ++i) {
-    const auto& body = bodies[i % bodies.size()];
+    const auto& body = bodies[(first + i) % bodies.size()];
     out[i].body = body;
     out[i].prompt_len = body_prompt_len(body, tokenizer);
     out[i].output_len = body_output_len(body);
@@ -260,8 +262,16 @@ std::vector<BenchRequest> make_workload(const DatasetOptions& options, size_t n,
                                         uint64_t stream) {
   if (options.name == "random") return random_workload(options, n, tokenizer, stream);
   if (options.name == "sharegpt") return sharegpt_workload(options, n, tokenizer, stream);
-  if (options.name == "file") return file_workload(options, n, tokenizer);
+  if (options.name == "file") return file_workload(options, n, tokenizer, /*from_end=*/false);
   fail("--dataset {}: expected random, sharegpt or file", options.name);
+}
+
+std::vector<BenchRequest> make_warmup_workload(const DatasetOptions& options, size_t n, const Tokenizer* tokenizer,
+                                               uint64_t stream) {
+  if (n == 0) return {};
+  if (options.name == "file") return file_workload(options, n, tokenizer, /*from_end=*/true);
+  // Streams of the measured points count up from 0; warm-up streams count down from the top.
+  return make_workload(options, n, tokenizer, ~uint64_t(0) - 1 - stream);
 }
 
 }  // namespace ossrt::bench

@@ -43,9 +43,15 @@ struct BenchRequest {
 };
 
 // `n` requests of the dataset; `tokenizer` may be null only for file datasets whose prompts are
-// token ids. Throws ossrt::Error naming the file, line or option on bad input.
+// token ids. Throws ossrt::Error naming the file, line or option on bad input. A file is replayed
+// from its first line (request i is line i, starting over after the last).
 std::vector<BenchRequest> make_workload(const DatasetOptions& options, size_t n, const Tokenizer* tokenizer,
                                         uint64_t stream);
+// `n` warm-up requests sent before the measured ones of sweep point `stream`: random and sharegpt
+// draw them from a stream of their own (no measured prompt is cached by them); a file sends its
+// last `n` lines, so the measured replay still starts at line 1 and its first lines are not warm.
+std::vector<BenchRequest> make_warmup_workload(const DatasetOptions& options, size_t n, const Tokenizer* tokenizer,
+                                               uint64_t stream);
 
 // ShareGPT: the JSON array of {"conversations": [{"from", "value"}, ...]} (also "id"); returns the
 // (prompt, reply) pairs of the entries with at least two turns, in file order.

@@ -42,7 +42,7 @@ OpCost attention_cost(int64_t seqs, int64_t q_tokens, int64_t context, int64_t w
 }
 
 OpCost router_cost(int64_t T, int64_t experts, int64_t H, int64_t k) {
-  return {double(experts) * H * kBf16 + double(experts) * kF32 + double(T) * H * kBf16 + double(T) * k * (kI32 + kF32),
+  return {double(experts) * H * kBf16 + double(experts) * kBf16 + double(T) * H * kBf16 + double(T) * k * (kI32 + kF32),
           2.0 * T * experts * H};
 }
 

@@ -39,7 +39,7 @@ OpCost attention_cost(int64_t seqs, int64_t q_tokens, int64_t context, int64_t w
                       int64_t kv_heads, int64_t head_dim);
 // Keys a query at `position` sees: position + 1, or at most `window`.
 int64_t visible_keys(int64_t position, int64_t window);
-// router_topk: logits = x W^T + b (bf16 x and W, f32 bias), top-k ids (i32) and weights (f32).
+// router_topk: logits = x W^T + b (bf16 x, W and b), top-k ids (i32) and weights (f32).
 OpCost router_cost(int64_t T, int64_t experts, int64_t H, int64_t k);
 // moe: every distinct expert the step routes to is read once (bf16 gate_up [2I, H] + f32 bias and
 // down [H, I] + f32 bias); x bf16 in, bf16 out, ids and weights read. FLOPs 2 x (2I x H + H x I) per

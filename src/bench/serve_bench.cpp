@@ -197,6 +197,8 @@ nlohmann::json settings_json(const ServeBenchOptions& o, const std::string& mode
           {"percentiles", o.percentiles},
           {"slo", o.slo.str()},
           {"request_timeout_s", o.request_timeout_s},
+          {"gpus", o.gpus},
+          {"usd_per_hour", o.usd_per_hour},
           {"client", {{"program", "ossrt bench serve"}, {"commit", build_commit()}}}};
 }
 
@@ -233,6 +235,7 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& o,
               "--num-prompts: one value, or one per --max-concurrency value ({} given for {})", o.num_prompts.size(),
               o.max_concurrency.size());
   OSSRT_CHECK(o.request_rate > 0, "--request-rate must be positive (or inf)");
+  OSSRT_CHECK(o.gpus > 0 && o.usd_per_hour > 0, "--gpus and --usd-per-hour must be positive");
   nlohmann::json extra;
   if (!o.extra_body.empty()) {
     extra = parse_or_null(o.extra_body);
@@ -275,29 +278,29 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& o,
     run.num_prompts = size_t(n);
     run.warmup_requests = size_t(std::max(o.warmup, 0));
     // Each point has its own requests (stream = point): a server's prefix cache cannot serve one
-    // point from another's prompts. Warm-up requests come first in the same stream.
-    const auto workload = make_workload(dataset, run.warmup_requests + run.num_prompts, tokenizer.get(), point);
-    auto bodies = [&](size_t begin, size_t end) {
+    // point from another's prompts. Warm-up requests come from streams of their own.
+    const auto workload = make_workload(dataset, run.num_prompts, tokenizer.get(), point);
+    auto bodies = [&](const std::vector<BenchRequest>& requests) {
       std::vector<std::string> out;
-      for (size_t i = begin; i < end; ++i)
-        out.push_back(request_body(workload[i], o, result.model, extra).dump(-1, ' ', false,
-                                                                             nlohmann::json::error_handler_t::replace));
+      for (const auto& r : requests)
+        out.push_back(request_body(r, o, result.model, extra).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       return out;
     };
     const std::string label = run.max_concurrency > 0 ? fmt::format("concurrency {}", run.max_concurrency) : "no cap";
     if (run.warmup_requests > 0) {
-      std::vector<RequestRecord> warm = records_for(workload, 0, run.warmup_requests);
+      const auto warm_workload = make_warmup_workload(dataset, run.warmup_requests, tokenizer.get(), point);
+      std::vector<RequestRecord> warm = records_for(warm_workload, 0, warm_workload.size());
       ProgressBar bar(o.progress, warm.size(), "warm-up " + label);
-      Dispatcher(client, o, tokenizer.get(), bodies(0, run.warmup_requests), warm,
-                 std::vector<double>(warm.size(), 0.0), run.max_concurrency, bar)
+      Dispatcher(client, o, tokenizer.get(), bodies(warm_workload), warm, std::vector<double>(warm.size(), 0.0),
+                 run.max_concurrency, bar)
           .run();
       for (const auto& r : warm) run.warmup_failed += r.success ? 0 : 1;
       if (run.warmup_failed > 0) spdlog::warn("{}: {} of {} warm-up requests failed", label, run.warmup_failed, warm.size());
     }
-    run.records = records_for(workload, run.warmup_requests, workload.size());
+    run.records = records_for(workload, 0, workload.size());
     ProgressBar bar(o.progress, run.records.size(), label);
     const double duration =
-        Dispatcher(client, o, tokenizer.get(), bodies(run.warmup_requests, workload.size()), run.records,
+        Dispatcher(client, o, tokenizer.get(), bodies(workload), run.records,
                    poisson_send_times(run.records.size(), o.request_rate, o.dataset.seed ^ (0x9e3779b97f4a7c15ull * (point + 1))),
                    run.max_concurrency, bar)
             .run();

@@ -11,6 +11,7 @@
 
 #include "bench/arrivals.h"
 #include "bench/dataset.h"
+#include "bench/pricing.h"
 #include "bench/request_record.h"
 #include "bench/serve_metrics.h"
 
@@ -33,6 +34,8 @@ struct ServeBenchOptions {
   std::vector<double> percentiles = {90, 99};
   Slo slo;
   double request_timeout_s = 21600;          // silence from the server that fails a request
+  int gpus = 1;                              // GPUs behind the server: per-GPU throughput and cost
+  double usd_per_hour = kDefaultUsdPerGpuHour;  // price of one GPU-hour: $ per million output tokens
   std::string result_dir;                    // "" = no files
   bool save_itl = true;                      // per-request inter-token gaps in the JSON
   bool progress = false;                     // draw a progress bar on stderr

@@ -54,7 +54,10 @@ std::string csv_field(const std::string& s) {
 std::string TextTable::csv() const {
   std::string out;
   auto line = [&](const std::vector<std::string>& row) {
-    for (size_t c = 0; c < row.size(); ++c) out += (c ? "," : "") + csv_field(row[c]);
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (c) out += ',';
+      out += csv_field(row[c]);
+    }
     out += "\n";
   };
   line(header_);

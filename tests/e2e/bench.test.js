@@ -2,7 +2,7 @@
 //  - `bench serve` against a real `ossrt serve` (tiny preset, CPU engine) on 127.0.0.1: a short
 //    concurrency sweep whose JSON must agree with the server's own /metrics counters (requests,
 //    prompt and output tokens), with ordered percentiles and aggregates that a recomputation from
-//    the per-request records reproduces; a chat run replaying a JSONL file in which the server
+//    the per-request records reproduces, and plots that render; a chat run replaying a JSONL file in which the server
 //    refuses two requests, which must be reported with the server's error bodies, not dropped;
 //  - `bench cost` on tiny writes its tables, CSV and SVG plots; the SVGs parse as XML (xmllint)
 //    and render to PNG with rsvg-convert;
@@ -64,6 +64,19 @@ function assertOrdered(summary, what) {
   assert.ok(summary.mean >= summary.min - 1e-9 && summary.mean <= summary.max + 1e-9, `${what}: mean within range`);
 }
 
+// An SVG is well-formed XML (xmllint) and a real renderer from Debian (rsvg-convert) draws it.
+function renders(svg) {
+  const name = path.basename(svg);
+  const lint = spawnSync('xmllint', ['--noout', svg], { encoding: 'utf8' });
+  assert.equal(lint.status, 0, `${name} is well-formed XML: ${lint.stderr}`);
+  const png = svg.replace(/\.svg$/, '.png');
+  const render = spawnSync('rsvg-convert', ['-o', png, svg], { encoding: 'utf8' });
+  assert.equal(render.status, 0, `rsvg-convert ${name}: ${render.stderr}`);
+  const bytes = fs.readFileSync(png);
+  assert.ok(bytes.length > 1000, `${name}: a real image`);
+  assert.equal(bytes.subarray(1, 4).toString(), 'PNG');
+}
+
 const near = (a, b, what, tol = 1e-6) => assert.ok(Math.abs(a - b) <= tol * Math.max(1, Math.abs(b)), `${what}: ${a} vs ${b}`);
 
 let server;
@@ -87,7 +100,7 @@ test('bench serve: a concurrency sweep agrees with the server\'s own counts', { 
   const r = await run(['bench', 'serve', '--base-url', `${server.baseURL}/v1`, '--api-key', KEY,
     '--dataset', 'random', '--input-len', '24', '--output-len', '6', '--range-ratio', '0.5', '--ignore-eos',
     '--max-concurrency', '1,4', '--num-prompts', '3,6', '--seed', '7', '--slo', 'ttft=600000,tpot=600000',
-    '--result-dir', dir]);
+    '--gpus', '2', '--result-dir', dir]);
   assert.equal(r.code, 0, r.stderr + r.stdout);
   assert.doesNotMatch(r.stderr, /\[=+/, 'no progress bar when stderr is not a terminal');
   const table = r.stdout.slice(r.stdout.lastIndexOf('ossrt bench serve:'));
@@ -155,6 +168,15 @@ test('bench serve: a concurrency sweep agrees with the server\'s own counts', { 
   assert.equal(summary.length, 3);
   assert.match(summary[0], /^max_concurrency,num_prompts,completed,failed/);
   assert.equal(fs.readFileSync(path.join(dir, 'serve_requests.csv'), 'utf8').trim().split('\n').length, 1 + 9);
+  // The seed's cost arithmetic on the measured throughput (--gpus 2 at $3.00 per GPU-hour).
+  for (const run of out.runs) {
+    near(run.output_throughput_per_gpu, run.output_throughput / 2, 'tok/s per GPU');
+    near(run.usd_per_m_output, 3 * 2 / 3600 / run.output_throughput * 1e6, '$/M output');
+    near(run.tok_s_per_user, 1000 / run.tpot_ms.mean, 'tok/s per user');
+  }
+  for (const name of ['serve_throughput.svg', 'serve_latency.svg']) renders(path.join(dir, name));
+  const svg = fs.readFileSync(path.join(dir, 'serve_throughput.svg'), 'utf8');
+  for (const label of ['C=1', 'C=4']) assert.ok(svg.includes(label), label);
 });
 
 test('bench serve: refused requests are reported with the server\'s error bodies', { timeout: 300000 }, async () => {
@@ -228,17 +250,7 @@ test('bench cost on tiny: tables, CSV and SVG plots that parse and render', { ti
   const csv = fs.readFileSync(path.join(dir, 'cost_decode.csv'), 'utf8').trim().split('\n');
   assert.equal(csv.length, 1 + 6);
   assert.equal(fs.readFileSync(path.join(dir, 'cost_prefill.csv'), 'utf8').trim().split('\n').length, 1 + 2);
-  for (const name of ['cost_decode.svg', 'cost_throughput.svg', 'cost_prefill.svg']) {
-    const svg = path.join(dir, name);
-    const lint = spawnSync('xmllint', ['--noout', svg], { encoding: 'utf8' });
-    assert.equal(lint.status, 0, `${name} is well-formed XML: ${lint.stderr}`);
-    const png = path.join(dir, name.replace('.svg', '.png'));
-    const render = spawnSync('rsvg-convert', ['-o', png, svg], { encoding: 'utf8' });
-    assert.equal(render.status, 0, `rsvg-convert ${name}: ${render.stderr}`);
-    const bytes = fs.readFileSync(png);
-    assert.ok(bytes.length > 1000, `${name}: a real image`);
-    assert.equal(bytes.subarray(1, 4).toString(), 'PNG');
-  }
+  for (const name of ['cost_decode.svg', 'cost_throughput.svg', 'cost_prefill.svg']) renders(path.join(dir, name));
   const decodeSvg = fs.readFileSync(path.join(dir, 'cost_decode.svg'), 'utf8');
   for (const label of ['B=1', 'B=2', 'B=4', '16 ctx, f32', '64 ctx, f32']) assert.ok(decodeSvg.includes(label), label);
 });

@@ -1,5 +1,6 @@
 // Workloads: ShareGPT loading and vLLM's filters, JSONL request files, random prompts of exact
 // lengths (token ids, and text through the real tokenizer), seeds and sweep streams.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -36,7 +37,10 @@ class BenchDataset : public ::testing::Test {
 
 std::string words(int n) {
   std::string s;
-  for (int i = 0; i < n; ++i) s += (i ? " " : "") + std::string("word") + std::to_string(i % 10);
+  for (int i = 0; i < n; ++i) {
+    if (i) s += ' ';
+    s += fmt::format("word{}", i % 10);
+  }
   return s;
 }
 
@@ -118,6 +122,41 @@ TEST_F(BenchDataset, JsonlRequestFile) {
   }
   o.path = write("array.jsonl", "[1, 2]\n");
   EXPECT_THROW(make_workload(o, 1, tokenizer().get(), 0), Error);
+}
+
+TEST_F(BenchDataset, WarmupRequestsLeaveTheMeasuredOnesAlone) {
+  // A file: the measured replay starts at line 1 whatever --warmup is; warm-up sends the last lines.
+  std::string lines;
+  for (int i = 0; i < 5; ++i) lines += "{\"prompt\": [" + std::to_string(i + 1) + "], \"max_tokens\": 2}\n";
+  DatasetOptions f;
+  f.name = "file";
+  f.path = write("five.jsonl", lines);
+  const auto measured = make_workload(f, 3, nullptr, 0);
+  ASSERT_EQ(measured.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(measured[size_t(i)].body["prompt"][0], i + 1);
+  const auto warm = make_warmup_workload(f, 2, nullptr, 0);
+  ASSERT_EQ(warm.size(), 2u);
+  EXPECT_EQ(warm[0].body["prompt"][0], 4);
+  EXPECT_EQ(warm[1].body["prompt"][0], 5);
+  const auto wraps = make_warmup_workload(f, 7, nullptr, 0);  // more than the file: the last 7 of a cycle
+  EXPECT_EQ(wraps[0].body["prompt"][0], 4);
+  EXPECT_EQ(wraps[6].body["prompt"][0], 5);
+  EXPECT_TRUE(make_warmup_workload(f, 0, nullptr, 0).empty());
+  // Random: warm-up prompts are none of the measured ones, and repeatable.
+  DatasetOptions r;
+  r.input_len = 32;
+  r.output_len = 4;
+  r.seed = 5;
+  const auto a = make_workload(r, 20, tokenizer().get(), 0);
+  const auto w = make_warmup_workload(r, 20, tokenizer().get(), 0);
+  std::set<std::vector<int32_t>> seen;
+  for (const auto& x : a) seen.insert(x.prompt_ids);
+  for (const auto& x : w) {
+    EXPECT_EQ(x.prompt_len, 32);
+    EXPECT_EQ(seen.count(x.prompt_ids), 0u);
+  }
+  EXPECT_EQ(make_warmup_workload(r, 20, tokenizer().get(), 0)[3].prompt_ids, w[3].prompt_ids);
+  EXPECT_NE(make_warmup_workload(r, 20, tokenizer().get(), 1)[3].prompt_ids, w[3].prompt_ids);
 }
 
 TEST_F(BenchDataset, RandomTokenIdsOfExactLengthsWithSharedPrefix) {

@@ -7,6 +7,7 @@
 
 #include "bench/cost_bench.h"
 #include "bench/kernel_floors.h"
+#include "bench/serve_report.h"
 #include "bench/svg_plot.h"
 #include "bench/table.h"
 
@@ -20,7 +21,9 @@ TEST(BenchSvg, EscapesTextAndDropsControlCharacters) {
 
 TEST(BenchSvg, TicksAreOneTwoFiveAndInsideTheRange) {
   EXPECT_EQ(axis_ticks(0, 100, false), (std::vector<double>{0, 20, 40, 60, 80, 100}));
-  EXPECT_EQ(axis_ticks(1000, 100000, true), (std::vector<double>{1000, 10000, 100000}));
+  // Three decades or more: powers of ten only; fewer: 1-2-5 marks within each decade.
+  EXPECT_EQ(axis_ticks(1000, 1000000, true), (std::vector<double>{1000, 10000, 100000, 1000000}));
+  EXPECT_EQ(axis_ticks(1000, 100000, true), (std::vector<double>{1000, 2000, 5000, 10000, 20000, 50000, 100000}));
   EXPECT_EQ(axis_ticks(1, 10, true), (std::vector<double>{1, 2, 5, 10}));
   for (double v : axis_ticks(0.013, 0.41, false)) {
     EXPECT_GE(v, 0.013 - 1e-12);
@@ -87,8 +90,57 @@ TEST(BenchKernelFloors, BytesAndFlopsByHand) {
   EXPECT_NEAR(expected_distinct_experts(1000, 32, 4), 32, 1e-9);
   EXPECT_NEAR(expected_distinct_experts(8, 32, 4), 32 * (1 - std::pow(28.0 / 32, 8)), 1e-12);
   // Floor: the larger term.
-  EXPECT_DOUBLE_EQ(floor_seconds({4e9, 1e12}, 4e12, 800e12), 1e-3);
+  EXPECT_DOUBLE_EQ(floor_seconds({4e9, 1e11}, 4e12, 800e12), 1e-3);      // memory: 1 ms > 0.125 ms
+  EXPECT_DOUBLE_EQ(floor_seconds({4e9, 1e12}, 4e12, 800e12), 1.25e-3);   // compute: 1.25 ms > 1 ms
   EXPECT_DOUBLE_EQ(floor_seconds({4e6, 800e12}, 4e12, 800e12), 1.0);
+}
+
+// A sweep of two runs with known metrics, as run_serve_bench would return it.
+ServeBenchResult two_runs() {
+  ServeBenchResult r;
+  r.model = "m";
+  r.date = "2026-12-02T00:00:00Z";
+  r.settings = {{"endpoint", "/v1/completions"}, {"base_url", "http://127.0.0.1:1"}, {"gpus", 2}, {"usd_per_hour", 3.0},
+                {"dataset", {{"name", "random"}, {"input_len", 1024}, {"output_len", 1024}}}};
+  for (int c : {1, 8}) {
+    ServeRun run;
+    run.max_concurrency = c;
+    run.num_prompts = 10;
+    run.metrics.completed = 10;
+    run.metrics.duration_s = 10;
+    run.metrics.output_throughput = 100.0 * c;
+    run.metrics.percentiles = {50, 99};
+    run.metrics.tpot_ms.mean = 10.0 * c;  // 100 and 12.5 tok/s per user
+    run.metrics.tpot_ms.median = 10.0 * c;
+    run.metrics.ttft_ms.median = 50.0 * c;
+    for (Summary* s : {&run.metrics.ttft_ms, &run.metrics.tpot_ms, &run.metrics.itl_ms, &run.metrics.e2el_ms})
+      s->percentiles = {s->median, 2 * s->median + 1};
+    r.runs.push_back(run);
+  }
+  return r;
+}
+
+TEST(BenchServeReport, EconomicsTablesAndPlots) {
+  const RunEconomics e = run_economics(two_runs().runs[1].metrics, 2, 3.0);
+  EXPECT_DOUBLE_EQ(e.output_tok_s_per_gpu, 400);
+  EXPECT_DOUBLE_EQ(e.tok_s_per_user, 12.5);
+  EXPECT_NEAR(e.usd_per_m_output, 6.0 / 3600 / 800 * 1e6, 1e-12);
+  const ServeBenchResult r = two_runs();
+  const std::string table = format_sweep_table(r);
+  EXPECT_NE(table.find("tok/s/GPU"), std::string::npos);
+  EXPECT_NE(table.find("2.0833"), std::string::npos) << table;  // $/M at 800 tok/s on 2 GPUs: 6 / 3600 / 800 x 1e6
+  const PlotSpec t = serve_throughput_plot(r);
+  ASSERT_EQ(t.series.size(), 1u);
+  EXPECT_EQ(t.series[0].x, (std::vector<double>{100, 12.5}));
+  EXPECT_EQ(t.series[0].y, (std::vector<double>{50, 400}));
+  EXPECT_EQ(t.series[0].labels[1].rfind("C=8", 0), 0u);
+  const PlotSpec l = serve_latency_plot(r);
+  ASSERT_EQ(l.series.size(), 4u);  // TTFT median and P99, TPOT median, ITL P99
+  EXPECT_EQ(l.series[1].name, "TTFT P99");
+  EXPECT_EQ(l.series[0].x, (std::vector<double>{1, 8}));
+  EXPECT_EQ(l.series[1].y, (std::vector<double>{101, 801}));
+  const std::string svg = render_svg(t);
+  EXPECT_NE(svg.find(">C=1 $"), std::string::npos);
 }
 
 TEST(BenchCost, DollarsPerMillionTokens) {

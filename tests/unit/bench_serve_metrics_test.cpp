@@ -13,6 +13,12 @@ namespace {
 
 using namespace std::chrono_literals;
 
+HttpResult ok_answer() {
+  HttpResult r;
+  r.status = 200;
+  return r;
+}
+
 std::string completion_chunk(const std::string& text) {
   return "data: " + nlohmann::json{{"choices", {{{"index", 0}, {"text", text}, {"finish_reason", nullptr}}}}, {"usage", nullptr}}.dump() +
          "\n\n";
@@ -32,7 +38,7 @@ TEST(BenchRecord, CompletionsStreamTimings) {
                                                    {"prompt_tokens_details", {{"cached_tokens", 3}}}}}}.dump() + "\n\n",
                t0 + 180ms);
   rec.on_bytes("data: [DONE]\n\n", t0 + 190ms);
-  rec.finish(HttpResult{200}, nullptr);
+  rec.finish(ok_answer(), nullptr);
   ASSERT_TRUE(r.success) << r.error;
   EXPECT_NEAR(r.ttft_s, 0.100, 1e-9);
   ASSERT_EQ(r.itl_s.size(), 3u);
@@ -59,7 +65,7 @@ TEST(BenchRecord, ChatWithoutUsageCountsTokensWithTheTokenizer) {
   };
   rec.on_bytes(chunk({{"role", "assistant"}, {"reasoning", "think "}}), t0 + 10ms);
   rec.on_bytes(chunk({{"content", "Hello world"}}), t0 + 20ms);
-  rec.finish(HttpResult{200}, tok.get());
+  rec.finish(ok_answer(), tok.get());
   ASSERT_TRUE(r.success) << r.error;
   EXPECT_EQ(r.generated_text, "think Hello world");
   EXPECT_EQ(r.output_tokens, int64_t(tok->encode("think Hello world").size()));
@@ -85,7 +91,7 @@ TEST(BenchRecord, FailuresKeepTheServersWords) {
     StreamRecorder rec(r, t0, false);
     rec.on_bytes(completion_chunk("a"), t0 + 1ms);
     rec.on_bytes("data: {\"error\": {\"message\": \"engine failed\"}}\n\ndata: [DONE]\n\n", t0 + 2ms);
-    rec.finish(HttpResult{200}, nullptr);
+    rec.finish(ok_answer(), nullptr);
     EXPECT_FALSE(r.success);
     EXPECT_NE(r.error.find("engine failed"), std::string::npos) << r.error;
   }
@@ -93,7 +99,7 @@ TEST(BenchRecord, FailuresKeepTheServersWords) {
     RequestRecord r;
     StreamRecorder rec(r, Clock::now(), false);
     rec.on_bytes("{\"not\": \"a stream\"}", Clock::now());
-    rec.finish(HttpResult{200}, nullptr);
+    rec.finish(ok_answer(), nullptr);
     EXPECT_FALSE(r.success);
     EXPECT_NE(r.error.find("not\": \"a stream"), std::string::npos) << "the answer's start is quoted: " << r.error;
   }

@@ -272,7 +272,7 @@ class ModelBench {
     logit_in_ = random_activation(DType::F32, {R, H()}, 1.0f);
     final_ = random_activation(DType::BF16, {R, H()}, 1.0f);
     logits_ = random_activation(DType::F32, {R, V()}, 4.0f);
-    sample_params_ = backend_->alloc(DType::I32, {R, int64_t(sizeof(cuda::SampleRowParams) / 4)});
+    sample_params_ = backend_->alloc(DType::I32, {R, int64_t(sizeof(::ossrt::cuda::SampleRowParams) / 4)});
     std::vector<int32_t> zeros(size_t(sample_params_.numel()), 0);  // temperature 0: greedy rows
     backend_->from_host(sample_params_, zeros.data());
     sample_ids_ = backend_->alloc(DType::I32, {R});
@@ -301,7 +301,7 @@ class ModelBench {
       const int n = std::min(fill_chunk_, ctx - begin);
       StepPlan plan;
       for (int s = 0; s < B; ++s) {
-        std::vector<int32_t> tokens(size_t(n));
+        std::vector<int32_t> tokens(static_cast<size_t>(n));
         for (auto& t : tokens) t = int32_t(rng_.next() % 199998);
         append_sequence_step(plan, decode_layout(s), tokens, begin, c_.sliding_window, false);
       }
@@ -364,7 +364,7 @@ class ModelBench {
         append_sequence_step(plan, decode_layout(s), std::span<const int32_t>(&id, 1), context, c_.sliding_window, false);
       }
     } else {
-      std::vector<int32_t> ids(size_t(tokens));
+      std::vector<int32_t> ids(static_cast<size_t>(tokens));
       for (auto& t : ids) t = int32_t(rng_.next() % 199998);
       append_sequence_step(plan, prefill_layout(), ids, 0, c_.sliding_window, false);
     }
@@ -440,9 +440,9 @@ class ModelBench {
     add("lm_head_linear", "cuBLASLt bf16 GEMM, f32 out", linear_cost(R, V(), H(), false, kF32),
         [&] { b.linear(final, lm_head_, nullptr, logits); });
     add("sample_greedy", "f32_sample_topk_topp", sample_cost(R, V()), [&] {
-      cuda::SampleArgs a{logits.ptr<float>(), static_cast<const cuda::SampleRowParams*>(sample_params_.data),
+      ::ossrt::cuda::SampleArgs a{logits.ptr<float>(), static_cast<const ::ossrt::cuda::SampleRowParams*>(sample_params_.data),
                          sample_ids_.ptr<int32_t>(), int(R), int(V())};
-      OSSRT_CUDA_CHECK(cuda::launch_f32_sample_topk_topp(a, b.stream()));
+      OSSRT_CUDA_CHECK(::ossrt::cuda::launch_f32_sample_topk_topp(a, b.stream()));
     });
   }
 
