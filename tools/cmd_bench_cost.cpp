@@ -2,21 +2,45 @@
 // docs/bench.md), built from the same runtime flags as serve and generate.
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
+#include <fstream>
 #include <memory>
 
 #include "bench/cost_report.h"
 #include "bench_commands.h"
+#include "core/error.h"
 #include "runtime_flags.h"
 
 namespace ossrt::tools {
 
 namespace {
 
-void run(const bench::CostBenchOptions& given, bool no_progress) {
-  bench::CostBenchOptions o = given;
-  o.progress = !no_progress && isatty(STDERR_FILENO);
-  const bench::CostBenchResult result = bench::run_cost_bench(o);
+struct CostFlags {
+  bench::CostBenchOptions o;
+  bool no_progress = false, no_prefill = false, no_decode = false;
+  std::vector<std::string> from_json;
+};
+
+bench::CostBenchResult load_and_merge(const std::vector<std::string>& paths) {
+  std::vector<bench::CostBenchResult> runs;
+  for (const auto& path : paths) {
+    std::ifstream in(path);
+    OSSRT_CHECK(in, "--from-json {}: cannot open the file", path);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    OSSRT_CHECK(!j.is_discarded(), "--from-json {}: not JSON", path);
+    runs.push_back(bench::cost_result_from_json(j, path));
+  }
+  return bench::merge_cost_results(runs, paths);
+}
+
+void run(const CostFlags& f) {
+  bench::CostBenchOptions o = f.o;
+  o.progress = !f.no_progress && isatty(STDERR_FILENO);
+  if (f.no_prefill) o.input_lens.clear();
+  if (f.no_decode) o.batch_sizes.clear();
+  const bench::CostBenchResult result = f.from_json.empty() ? bench::run_cost_bench(o) : load_and_merge(f.from_json);
   if (!o.result_dir.empty())
     for (const auto& path : bench::write_cost_results(result, o.result_dir)) std::fprintf(stderr, "wrote %s\n", path.c_str());
   std::fputs((bench::format_prefill_table(result) + "\n" + bench::format_decode_table(result)).c_str(), stdout);
@@ -26,13 +50,14 @@ void run(const bench::CostBenchOptions& given, bool no_progress) {
 }  // namespace
 
 void setup_bench_cost(CLI::App& bench) {
-  auto o = std::make_shared<bench::CostBenchOptions>();
-  auto no_progress = std::make_shared<bool>(false);
+  auto f = std::make_shared<CostFlags>();
+  bench::CostBenchOptions* o = &f->o;
   CLI::App* cmd = bench.add_subcommand(
       "cost", "Prefill latency and decode speed against $ per million tokens on the local engine (scheduler, KV cache, "
               "CUDA graphs): tables, JSON, CSV and SVG plots");
   add_runtime_flags(cmd, o->runtime, RuntimeFlagGroups::ModelAndEngine);
-  cmd->add_option("--input-lens", o->input_lens, "Prefill: prompt lengths, one request each (skipped where they do not fit)")
+  cmd->add_option("--input-lens", o->input_lens, "Prefill: prompt lengths, each measured alone (--repeats requests after a warm-up; skipped where they do "
+                  "not fit max_model_len or the KV cache)")
       ->delimiter(',')->check(positive_list())->capture_default_str()->group("Cost");
   cmd->add_option("--batch-sizes", o->batch_sizes,
                   "Decode: requests decoding together (--max-num-seqs is raised to the largest; those that do not fit "
@@ -56,9 +81,17 @@ void setup_bench_cost(CLI::App& bench) {
   cmd->add_option("--result-dir", o->result_dir,
                   "Write cost.json, cost_prefill.csv, cost_decode.csv, cost_decode.svg, cost_throughput.svg and "
                   "cost_prefill.svg here")->group("Cost");
-  cmd->add_flag("--no-progress", *no_progress, "No progress lines (there are none anyway when stderr is not a terminal)")
+  cmd->add_flag("--no-prefill", f->no_prefill, "Measure no prefill points (a decode sweep split over several runs)")
       ->group("Cost");
-  cmd->callback([o, no_progress] { run(*o, *no_progress); });
+  cmd->add_flag("--no-decode", f->no_decode, "Measure no decode points")->group("Cost");
+  cmd->add_option("--from-json", f->from_json,
+                  "Measure nothing: read these cost.json files (runs of one model, device, commit and price, e.g. a "
+                  "sweep split over several device calls), merge their points and print and write the tables, CSV "
+                  "and plots again")
+      ->delimiter(',')->check(CLI::ExistingFile)->group("Cost");
+  cmd->add_flag("--no-progress", f->no_progress, "No progress lines (there are none anyway when stderr is not a terminal)")
+      ->group("Cost");
+  cmd->callback([f] { run(*f); });
 }
 
 }  // namespace ossrt::tools

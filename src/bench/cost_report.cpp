@@ -5,6 +5,7 @@
 #include <map>
 
 #include "bench/table.h"
+#include "core/error.h"
 
 namespace ossrt::bench {
 
@@ -159,6 +160,82 @@ std::vector<std::string> write_cost_results(const CostBenchResult& r, const std:
   paths.push_back(write_text_file(dir, "cost_throughput.svg", render_svg(decode_throughput_plot(r))));
   paths.push_back(write_text_file(dir, "cost_prefill.svg", render_svg(prefill_plot(r))));
   return paths;
+}
+
+CostBenchResult cost_result_from_json(const nlohmann::json& j, const std::string& source) {
+  OSSRT_CHECK(j.is_object() && j.value("benchmark", "") == "ossrt bench cost",
+              "{}: not the cost.json of `ossrt bench cost`", source);
+  OSSRT_CHECK(j.value("format_version", 0) == 1, "{}: format_version {} (this ossrt reads 1)", source,
+              j.value("format_version", 0));
+  auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : std::string(); };
+  CostBenchResult r;
+  try {
+    r.date = j.at("date").get<std::string>();
+    r.commit = j.at("commit").get<std::string>();
+    r.model = j.at("model").get<std::string>();
+    r.device = j.at("device").get<std::string>();
+    r.gpus = j.at("gpus").get<int>();
+    r.settings = j.at("settings");
+    r.engine = j.at("engine");
+    for (const auto& p : j.at("prefill")) {
+      PrefillPoint x;
+      x.quantization = p.at("quantization").get<std::string>();
+      x.input_len = p.at("input_len").get<int>();
+      x.samples_s = p.at("samples_s").get<std::vector<double>>();
+      x.latency_s = p.at("latency_s").get<double>();
+      x.tokens_per_s = p.at("tokens_per_s").get<double>();
+      x.usd_per_m_input = p.at("usd_per_m_input").get<double>();
+      x.skipped = text(p.value("skipped", nlohmann::json()));
+      r.prefill.push_back(std::move(x));
+    }
+    for (const auto& p : j.at("decode")) {
+      DecodePoint x;
+      x.quantization = p.at("quantization").get<std::string>();
+      x.context = p.at("context").get<int>();
+      x.batch = p.at("batch").get<int>();
+      x.steps = p.at("measured_steps").get<int>();
+      x.itl_mean_s = p.at("itl_mean_s").get<double>();
+      x.itl_median_s = p.at("itl_median_s").get<double>();
+      x.itl_p90_s = p.at("itl_p90_s").get<double>();
+      x.tok_s_gpu = p.at("tok_s_per_gpu").get<double>();
+      x.tok_s_user = p.at("tok_s_per_user").get<double>();
+      x.usd_per_m_output = p.at("usd_per_m_output").get<double>();
+      x.mean_context = p.at("mean_context").get<double>();
+      x.preemptions = p.at("preemptions").get<uint64_t>();
+      x.skipped = text(p.value("skipped", nlohmann::json()));
+      x.note = text(p.value("note", nlohmann::json()));
+      r.decode.push_back(std::move(x));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not a cost.json of this format ({})", source, e.what());
+  }
+  return r;
+}
+
+CostBenchResult merge_cost_results(const std::vector<CostBenchResult>& runs, const std::vector<std::string>& sources) {
+  OSSRT_CHECK(!runs.empty(), "--from-json: no files");
+  CostBenchResult out = runs[0];
+  nlohmann::json merged = nlohmann::json::array();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const CostBenchResult& r = runs[i];
+    const std::string& name = i < sources.size() ? sources[i] : std::to_string(i);
+    // Figures from different machines, models, commits or prices are not put on one plot.
+    auto same = [&](const auto& a, const auto& b, const char* what) {
+      OSSRT_CHECK(a == b, "--from-json: {} has {} '{}', {} has '{}': only runs of one model, device, commit and price merge",
+                  name, what, fmt::format("{}", b), sources.empty() ? "the first" : sources[0], fmt::format("{}", a));
+    };
+    same(out.model, r.model, "model");
+    same(out.device, r.device, "device");
+    same(out.commit, r.commit, "commit");
+    same(out.gpus, r.gpus, "gpus");
+    same(out.settings.value("usd_per_hour", 0.0), r.settings.value("usd_per_hour", 0.0), "usd_per_hour");
+    merged.push_back({{"source", name}, {"date", r.date}, {"settings", r.settings}});
+    if (i == 0) continue;
+    out.prefill.insert(out.prefill.end(), r.prefill.begin(), r.prefill.end());
+    out.decode.insert(out.decode.end(), r.decode.begin(), r.decode.end());
+  }
+  if (runs.size() > 1) out.settings["merged_runs"] = merged;
+  return out;
 }
 
 }  // namespace ossrt::bench

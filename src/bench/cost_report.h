@@ -21,4 +21,11 @@ PlotSpec prefill_plot(const CostBenchResult& r);
 // Writes cost.json, the two CSVs and the three SVGs; returns their paths.
 std::vector<std::string> write_cost_results(const CostBenchResult& r, const std::string& dir);
 
+// A cost.json read back (`bench cost --from-json`: tables and plots drawn again without the
+// engine). Throws ossrt::Error naming `source` when it is not one.
+CostBenchResult cost_result_from_json(const nlohmann::json& j, const std::string& source);
+// The points of several runs of one model on one device and commit, in the order given (a sweep
+// split over several device calls); throws naming what differs when they are not comparable.
+CostBenchResult merge_cost_results(const std::vector<CostBenchResult>& runs, const std::vector<std::string>& sources);
+
 }  // namespace ossrt::bench

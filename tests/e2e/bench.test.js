@@ -4,6 +4,8 @@
 //    prompt and output tokens), with ordered percentiles and aggregates that a recomputation from
 //    the per-request records reproduces, and plots that render; a chat run replaying a JSONL file in which the server
 //    refuses two requests, which must be reported with the server's error bodies, not dropped;
+//  - `bench serve` against a stand-in for another vendor's server (only the HTTP API is used),
+//    which refuses one request and breaks another off mid-stream;
 //  - `bench cost` on tiny writes its tables, CSV and SVG plots; the SVGs parse as XML (xmllint)
 //    and render to PNG with rsvg-convert;
 //  - the refusals: an unknown --quantization, and `bench kernels` in a build without CUDA.
@@ -11,6 +13,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
+const http = require('node:http');
 const os = require('node:os');
 const path = require('node:path');
 const { spawn, spawnSync } = require('node:child_process');
@@ -220,6 +223,94 @@ test('bench serve: refused requests are reported with the server\'s error bodies
   assert.equal(after.chat400 - before.chat400, 2, 'the server refused exactly the two the benchmark reports');
 });
 
+// A stand-in for another vendor's OpenAI-compatible server (Node's http: chunked bodies, CRLF
+// event endings, keep-alive comments, no /v1/server_info): it records what it was sent and answers
+// by arrival order: the third request is refused (503), the fifth breaks off mid-stream.
+function startMockServer() {
+  const seen = [];
+  const srv = http.createServer((req, res) => {
+    if (req.method === 'GET' && req.url === '/v1/models') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ object: 'list', data: [{ id: 'mock-model', object: 'model' }] }));
+      return;
+    }
+    if (req.method !== 'POST' || req.url !== '/v1/completions') {
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { message: `no route ${req.url}` } }));
+      return;
+    }
+    let body = '';
+    req.on('data', (d) => { body += d; });
+    req.on('end', async () => {
+      const j = JSON.parse(body);
+      const k = seen.length;
+      seen.push({ body: j, auth: req.headers.authorization });
+      if (k === 2) {
+        res.writeHead(503, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { message: 'overloaded, try later', type: 'server_error' } }));
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+      const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+      const chunk = (o) => res.write(`data: ${JSON.stringify(o)}\r\n\r\n`);
+      await sleep(30);
+      res.write(': keep-alive\r\n\r\n');
+      for (let i = 0; i < j.max_tokens; i += 1) {
+        if (k === 4 && i === 2) { res.destroy(); return; }
+        chunk({ id: `c${k}`, object: 'text_completion', model: j.model,
+          choices: [{ index: 0, text: ` t${i}`, finish_reason: i + 1 === j.max_tokens ? 'length' : null }] });
+        await sleep(5);
+      }
+      chunk({ id: `c${k}`, object: 'text_completion', model: j.model, choices: [],
+        usage: { prompt_tokens: j.prompt.length, completion_tokens: j.max_tokens, total_tokens: j.prompt.length + j.max_tokens } });
+      res.end('data: [DONE]\r\n\r\n');
+    });
+  });
+  return new Promise((resolve) => srv.listen(0, '127.0.0.1', () => resolve({ srv, seen, port: srv.address().port })));
+}
+
+test('bench serve against another OpenAI-compatible server: only the HTTP API is used', { timeout: 120000 }, async () => {
+  const mock = await startMockServer();
+  try {
+    const dir = path.join(tmp, 'mock');
+    const r = await run(['bench', 'serve', '--base-url', `http://127.0.0.1:${mock.port}/v1`, '--api-key', 'sk-other',
+      '--input-len', '20', '--output-len', '5', '--num-prompts', '6', '--max-concurrency', '2', '--seed', '3',
+      '--result-dir', dir]);
+    assert.equal(r.code, 0, r.stderr + r.stdout);
+    assert.equal(mock.seen.length, 6, 'every request reached the server once');
+    for (const { body, auth } of mock.seen) {
+      assert.equal(auth, 'Bearer sk-other');
+      assert.equal(body.model, 'mock-model', 'the model named by /v1/models');
+      assert.equal(body.stream, true);
+      assert.deepEqual(body.stream_options, { include_usage: true });
+      assert.equal(body.prompt.length, 20, 'a token-id prompt of the exact length');
+      assert.equal(body.max_tokens, 5);
+    }
+    const out = JSON.parse(fs.readFileSync(path.join(dir, 'serve.json'), 'utf8'));
+    assert.equal(out.server.server_info.status, 404, 'no metadata route: recorded, not fatal');
+    const run0 = out.runs[0];
+    assert.equal(run0.completed, 4);
+    assert.equal(run0.failed, 2);
+    assert.equal(run0.total_output_tokens, 4 * 5);
+    assert.equal(run0.total_input_tokens, 4 * 20);
+    assert.ok(run0.max_concurrent_requests <= 2);
+    const messages = run0.errors.map((e) => e.message).join('\n');
+    assert.match(messages, /HTTP 503: .*overloaded, try later/);
+    assert.match(messages, /reading the answer/);
+    for (const q of run0.requests.filter((x) => x.success)) {
+      assert.equal(q.output_tokens, 5);
+      assert.equal(q.chunks, 5);
+      assert.equal(q.itl_s.length, 4);
+      assert.equal(q.finish_reason, 'length');
+      assert.ok(q.ttft_s >= 0.029, `the server waited 30 ms before its first token: ${q.ttft_s}`);
+      assert.ok(q.e2el_s >= q.ttft_s + 4 * 0.0045, `five tokens 5 ms apart: ${q.e2el_s}`);
+    }
+    assert.match(r.stdout, /Failed requests:\s+2/);
+  } finally {
+    mock.srv.close();
+  }
+});
+
 test('bench cost on tiny: tables, CSV and SVG plots that parse and render', { timeout: 300000 }, async () => {
   const dir = path.join(tmp, 'cost');
   const r = await run(['bench', 'cost', '--threads', '2', '--max-model-len', '512', '--input-lens', '16,64',
@@ -253,6 +344,24 @@ test('bench cost on tiny: tables, CSV and SVG plots that parse and render', { ti
   for (const name of ['cost_decode.svg', 'cost_throughput.svg', 'cost_prefill.svg']) renders(path.join(dir, name));
   const decodeSvg = fs.readFileSync(path.join(dir, 'cost_decode.svg'), 'utf8');
   for (const label of ['B=1', 'B=2', 'B=4', '16 ctx, f32', '64 ctx, f32']) assert.ok(decodeSvg.includes(label), label);
+
+  // A sweep split over two runs (as over two device calls), merged without the engine.
+  const dir2 = path.join(tmp, 'cost2');
+  const r2 = await run(['bench', 'cost', '--threads', '2', '--max-model-len', '512', '--no-prefill', '--batch-sizes', '1,2',
+    '--contexts', '32', '--decode-steps', '4', '--warmup-steps', '1', '--result-dir', dir2]);
+  assert.equal(r2.code, 0, r2.stderr + r2.stdout);
+  const second = JSON.parse(fs.readFileSync(path.join(dir2, 'cost.json'), 'utf8'));
+  assert.equal(second.prefill.length, 0);
+  assert.equal(second.decode.length, 2);
+  const merged = path.join(tmp, 'cost_merged');
+  const m = await run(['bench', 'cost', '--from-json', `${dir}/cost.json,${dir2}/cost.json`, '--result-dir', merged]);
+  assert.equal(m.code, 0, m.stderr + m.stdout);
+  const all = JSON.parse(fs.readFileSync(path.join(merged, 'cost.json'), 'utf8'));
+  assert.equal(all.decode.length, 6 + 2);
+  assert.deepEqual(all.decode.slice(0, 6), out.decode, 'points carried over unchanged');
+  assert.equal(all.settings.merged_runs.length, 2);
+  renders(path.join(merged, 'cost_decode.svg'));
+  assert.ok(fs.readFileSync(path.join(merged, 'cost_decode.svg'), 'utf8').includes('32 ctx, f32'));
 });
 
 test('bench refusals: an unknown --quantization, and kernels without CUDA', { timeout: 120000 }, async () => {

@@ -6,6 +6,8 @@
 #include <regex>
 
 #include "bench/cost_bench.h"
+#include "bench/cost_report.h"
+#include "core/error.h"
 #include "bench/kernel_floors.h"
 #include "bench/serve_report.h"
 #include "bench/svg_plot.h"
@@ -141,6 +143,77 @@ TEST(BenchServeReport, EconomicsTablesAndPlots) {
   EXPECT_EQ(l.series[1].y, (std::vector<double>{101, 801}));
   const std::string svg = render_svg(t);
   EXPECT_NE(svg.find(">C=1 $"), std::string::npos);
+}
+
+CostBenchResult cost_run(int context) {
+  CostBenchResult r;
+  r.date = "2026-12-02T00:00:00Z";
+  r.commit = "abc";
+  r.model = "gpt-oss-20b";
+  r.device = "NVIDIA H200";
+  r.settings = {{"usd_per_hour", 3.0}};
+  r.engine = {{"quantization", "bf16"}};
+  PrefillPoint p;
+  p.quantization = "bf16";
+  p.input_len = 1024;
+  p.samples_s = {0.01, 0.02};
+  p.latency_s = 0.015;
+  p.tokens_per_s = 1024 / 0.015;
+  p.usd_per_m_input = usd_per_million(3, 1, p.tokens_per_s);
+  r.prefill.push_back(p);
+  for (int b : {1, 8}) {
+    DecodePoint d;
+    d.quantization = "bf16";
+    d.context = context;
+    d.batch = b;
+    d.steps = 32;
+    d.itl_mean_s = 0.005 * b;
+    d.tok_s_user = 1 / d.itl_mean_s;
+    d.tok_s_gpu = b * d.tok_s_user;
+    d.usd_per_m_output = usd_per_million(3, 1, d.tok_s_gpu);
+    d.mean_context = context + 20;
+    if (b == 8) d.note = "1 preemptions";
+    r.decode.push_back(d);
+  }
+  DecodePoint skipped;
+  skipped.quantization = "bf16";
+  skipped.context = context;
+  skipped.batch = 512;
+  skipped.skipped = "does not fit";
+  r.decode.push_back(skipped);
+  return r;
+}
+
+TEST(BenchCostReport, JsonRoundTripMergeAndPlots) {
+  const CostBenchResult a = cost_run(1024);
+  const CostBenchResult back = cost_result_from_json(cost_result_json(a), "a.json");
+  EXPECT_EQ(cost_result_json(back), cost_result_json(a));
+  CostBenchResult b = cost_run(32768);
+  b.prefill.clear();
+  b.date = "2026-12-03T00:00:00Z";  // another device call of the same commit
+  const CostBenchResult m = merge_cost_results({a, b}, {"a.json", "b.json"});
+  EXPECT_EQ(m.prefill.size(), 1u);
+  ASSERT_EQ(m.decode.size(), 6u);
+  EXPECT_EQ(m.decode[3].context, 32768);
+  EXPECT_EQ(m.settings["merged_runs"].size(), 2u);
+  // One curve per context, measured points only, batch sizes on the points.
+  const PlotSpec plot = decode_cost_plot(m);
+  ASSERT_EQ(plot.series.size(), 2u);
+  EXPECT_EQ(plot.series[0].name, "1k ctx, bf16");
+  EXPECT_EQ(plot.series[1].name, "32k ctx, bf16");
+  EXPECT_EQ(plot.series[1].labels, (std::vector<std::string>{"B=1", "B=8"}));
+  EXPECT_EQ(plot.series[1].y, (std::vector<double>{200, 25}));
+  const std::string table = format_decode_table(m);
+  EXPECT_NE(table.find("does not fit"), std::string::npos);
+  EXPECT_NE(table.find("1 preemptions"), std::string::npos);
+  // Another device, commit or price is not merged.
+  CostBenchResult other = cost_run(8192);
+  other.device = "NVIDIA H100";
+  EXPECT_THROW(merge_cost_results({a, other}, {"a.json", "c.json"}), Error);
+  other = cost_run(8192);
+  other.settings["usd_per_hour"] = 2.0;
+  EXPECT_THROW(merge_cost_results({a, other}, {"a.json", "c.json"}), Error);
+  EXPECT_THROW(cost_result_from_json(nlohmann::json{{"benchmark", "other"}}, "x.json"), Error);
 }
 
 TEST(BenchCost, DollarsPerMillionTokens) {

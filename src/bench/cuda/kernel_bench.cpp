@@ -467,7 +467,7 @@ class ModelBench {
 KernelBenchResult run_kernel_bench(const KernelBenchOptions& o) {
   OSSRT_CHECK(CudaBackend::device_available(),
               "`ossrt bench kernels` needs a CUDA GPU and none is visible (the CPU machine builds it; run it on the "
-              "device: tools/device/bench_all.sh)");
+              "device: tools/device/bench_h200.sh)");
   OSSRT_CHECK(o.iterations > 0 && o.warmup >= 0, "--iterations must be positive and --warmup >= 0");
   OSSRT_CHECK(o.decode_context > 0, "--decode-context must be positive");
   OSSRT_CUDA_CHECK(cudaSetDevice(o.device));
