@@ -40,6 +40,9 @@ void run(const CostFlags& f) {
   o.progress = !f.no_progress && isatty(STDERR_FILENO);
   if (f.no_prefill) o.input_lens.clear();
   if (f.no_decode) o.batch_sizes.clear();
+  // The files are rewritten after every point: a sweep cut short keeps what it measured.
+  if (!o.result_dir.empty())
+    o.on_point = [dir = o.result_dir](const bench::CostBenchResult& partial) { bench::write_cost_results(partial, dir); };
   const bench::CostBenchResult result = f.from_json.empty() ? bench::run_cost_bench(o) : load_and_merge(f.from_json);
   if (!o.result_dir.empty())
     for (const auto& path : bench::write_cost_results(result, o.result_dir)) std::fprintf(stderr, "wrote %s\n", path.c_str());

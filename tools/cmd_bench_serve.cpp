@@ -38,9 +38,12 @@ void run(ServeFlags& f) {
   if (!f.slo.empty()) o.slo = bench::Slo::parse(f.slo);
   o.progress = !f.no_progress && isatty(STDERR_FILENO);
   o.save_itl = !f.no_itl;
-  auto result = bench::run_serve_bench(o, [](const bench::ServeBenchResult& r, const bench::ServeRun& run) {
+  auto result = bench::run_serve_bench(o, [&o](const bench::ServeBenchResult& r, const bench::ServeRun& run) {
     std::fputs(bench::format_run_block(r, run).c_str(), stdout);
     std::fflush(stdout);
+    // The files are rewritten after every run: a sweep cut short (a time limit, a crash of the
+    // server) keeps the runs that finished.
+    if (!o.result_dir.empty()) bench::write_serve_results(r, o.result_dir, o.save_itl);
   });
   if (!o.result_dir.empty()) {
     for (const auto& path : bench::write_serve_results(result, o.result_dir, o.save_itl))

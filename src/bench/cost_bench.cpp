@@ -323,6 +323,7 @@ CostBenchResult run_cost_bench(const CostBenchOptions& given) {
         std::fprintf(stderr, "prefill %d tokens: %s\n", len,
                      p.skipped.empty() ? fmt::format("{:.2f} ms", p.latency_s * 1e3).c_str() : p.skipped.c_str());
       result.prefill.push_back(std::move(p));
+      if (o.on_point) o.on_point(result);
     }
     for (int context : o.contexts) {
       for (int batch : o.batch_sizes) {
@@ -333,6 +334,7 @@ CostBenchResult run_cost_bench(const CostBenchOptions& given) {
                                              p.note.empty() ? "" : " (" + p.note + ")").c_str()
                                : p.skipped.c_str());
         result.decode.push_back(std::move(p));
+        if (o.on_point) o.on_point(result);
       }
     }
   }

@@ -9,6 +9,7 @@
 // Cost: $ per million tokens = usd_per_hour x GPUs / 3600 / (tokens per second) x 1e6.
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@
 #include "runtime/runtime_options.h"
 
 namespace ossrt::bench {
+
+struct CostBenchResult;
 
 struct CostBenchOptions {
   RuntimeOptions runtime;
@@ -32,6 +35,9 @@ struct CostBenchOptions {
   uint64_t seed = 0;      // prompt token ids
   std::string result_dir;
   bool progress = false;  // one line per point on stderr as it finishes
+  // Called with the result so far after every point (the command rewrites its files, so a sweep
+  // cut short keeps what it measured).
+  std::function<void(const CostBenchResult&)> on_point;
 };
 
 struct PrefillPoint {

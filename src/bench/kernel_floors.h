@@ -3,7 +3,7 @@
 // must move between HBM and the chip (every input read once, every output written once, weights
 // read once per step) and the FLOPs of its arithmetic. Its floor is the larger of bytes / copy
 // bandwidth and FLOPs / tensor-core rate, both measured on the device in the same run
-// (docs/reference/PERFORMANCE.md, "How to measure"). Dtypes are the CUDA backend's
+// (PERFORMANCE.md, "How to measure"). Dtypes are the CUDA backend's
 // (docs/cuda_backend.md): bf16 activations and weights, f32 residual stream, router weights and
 // logits, bf16 KV cache. Pure arithmetic, so it is tested on the CPU.
 #include <cstdint>

@@ -8,6 +8,7 @@
 //    which refuses one request and breaks another off mid-stream;
 //  - `bench cost` on tiny writes its tables, CSV and SVG plots; the SVGs parse as XML (xmllint)
 //    and render to PNG with rsvg-convert;
+//  - tools/maint/bench_index.py indexes a run folder made of those results;
 //  - the refusals: an unknown --quantization, and `bench kernels` in a build without CUDA.
 'use strict';
 const test = require('node:test');
@@ -362,6 +363,29 @@ test('bench cost on tiny: tables, CSV and SVG plots that parse and render', { ti
   assert.equal(all.settings.merged_runs.length, 2);
   renders(path.join(merged, 'cost_decode.svg'));
   assert.ok(fs.readFileSync(path.join(merged, 'cost_decode.svg'), 'utf8').includes('32 ctx, f32'));
+});
+
+test('bench/results index: a run folder of serve and cost results gets its row', { timeout: 60000 }, () => {
+  // Runs after the serve and cost tests: their result folders become one run folder.
+  const results = path.join(tmp, 'results');
+  const runDir = path.join(results, '20261202_cpu_tiny_f32_test');
+  fs.mkdirSync(runDir, { recursive: true });
+  fs.cpSync(path.join(tmp, 'serve'), path.join(runDir, 'serve_24_6'), { recursive: true });
+  fs.cpSync(path.join(tmp, 'cost'), path.join(runDir, 'cost'), { recursive: true });
+  const r = spawnSync('python3', [path.join(__dirname, '..', '..', 'tools', 'maint', 'bench_index.py'), '--results', results],
+    { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const readme = fs.readFileSync(path.join(results, 'README.md'), 'utf8');
+  const serve = JSON.parse(fs.readFileSync(path.join(runDir, 'serve_24_6', 'serve.json'), 'utf8'));
+  const row = readme.split('\n').find((l) => l.startsWith('| [20261202_cpu_tiny_f32_test]'));
+  assert.ok(row, readme);
+  assert.match(row, /\| tiny \| f32 \|/);
+  assert.match(row, /serve 24\/6: C=1 /);
+  assert.ok(row.includes(`C=4 ${Math.round(serve.runs[1].output_throughput).toLocaleString('en-US')} tok/s`), row);
+  assert.match(row, /cost: .*decode 16: B=1 /);
+  // Run again: the table is replaced, not appended.
+  spawnSync('python3', [path.join(__dirname, '..', '..', 'tools', 'maint', 'bench_index.py'), '--results', results]);
+  assert.equal(fs.readFileSync(path.join(results, 'README.md'), 'utf8'), readme);
 });
 
 test('bench refusals: an unknown --quantization, and kernels without CUDA', { timeout: 120000 }, async () => {

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The H200 figures of `ossrt bench` (docs/bench.md), one device call per part. Builds nothing on the
+# GPU machine: it runs the ossrt binary that tools/device/cuda_pack.sh put in .carry/cuda (a CUDA
+# build made on the CPU machine) on dummy-weight gpt-oss-20b, and gpt-oss-120b where it fits (the
+# kernel shapes; its bf16 weights, 234 GB, do not fit one H200 for serve and cost).
+#
+#   serve    `bench serve` against `ossrt serve gpt-oss-20b --load-format dummy --backend cuda` on
+#            127.0.0.1: random 1k in / 1k out at concurrency 1, 8, 64, 256, and 8k in / 1k out at 64
+#   kernels  `bench kernels` for every op at gpt-oss-20b and -120b shapes against its floor
+#   cost     `bench cost` prefill (1k .. 128k where it fits) and decode at contexts 1k and 8k
+#   cost32k  `bench cost` decode at context 32k (its prefill of up to 128 x 32k tokens needs a call
+#            of its own); merge the two on the CPU machine:
+#            ossrt bench cost --from-json <run>/cost_a/cost.json,<run>/cost_b/cost.json --result-dir <run>/cost
+#
+# Results: bench/results/<date>_<gpu>_gpt-oss-20b-dummy_<quantization>_<commit>/<part>/ (JSON, CSV, SVG),
+# returned as $OUT/<run>__<parts>.tar.gz with the log $OUT/bench_h200_<parts>.log; on the CPU machine:
+#   tar xzf <files_at>/<run>__<parts>.tar.gz -C bench/results && python3 tools/maint/bench_index.py
+#
+# Usage (device call from the repo root, carry [".carry/cuda", ".carry/tokgz"]):
+#   tools/device/bench_h200.sh serve kernels        # ~6 min
+#   tools/device/bench_h200.sh cost                 # ~8 min
+#   tools/device/bench_h200.sh cost32k              # ~6 min
+# Environment: DEADLINE_S (default 570: every step is cut to what is left of one call, so the
+# tarball is always written), and for shorter trials SERVE_CONCURRENCY / SERVE_PROMPTS,
+# COST_INPUT_LENS / COST_BATCHES / COST_CONTEXTS, KERNEL_MODELS.
+set -uo pipefail
+[ $# -gt 0 ] || { sed -n 2,30p "$0"; exit 2; }
+PARTS=("$@")
+DEADLINE_S=${DEADLINE_S:-570}
+START=$(date +%s)
+budget() {  # budget <wanted seconds> -> seconds this step may take (0 = no time left)
+  local left=$((START + DEADLINE_S - 15 - $(date +%s)))
+  if [ "$left" -lt 20 ]; then echo 0; elif [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
+}
+ROOT=$(pwd)
+PACK=$ROOT/.carry/cuda
+FINAL=${OUT:-/tmp/ossrt-out}
+TAG=$(IFS=_; echo "${PARTS[*]}")
+mkdir -p "$FINAL"
+exec > >(tee -a "$FINAL/bench_h200_$TAG.log") 2>&1
+
+OSSRT=$PACK/bin/ossrt
+[ -x "$OSSRT" ] || { echo "!! $OSSRT missing: run tools/device/cuda_pack.sh <cuda build dir> first, carry .carry/cuda"; exit 1; }
+# cuBLASLt and NCCL come from the device's CUDA toolkit or torch's wheels; our other libraries travel.
+CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
+# The tokenizer travels gzipped (.carry/tokgz, 5 MB) or plain (.carry/tok); node_modules does not.
+if [ -f "$ROOT/.carry/tokgz/tokenizer.json.gz" ]; then
+  gunzip -c "$ROOT/.carry/tokgz/tokenizer.json.gz" > /tmp/tokenizer.json && export OSSRT_TOKENIZER=/tmp/tokenizer.json
+elif [ -f "$ROOT/.carry/tok/tokenizer.json" ]; then
+  export OSSRT_TOKENIZER=$ROOT/.carry/tok/tokenizer.json
+fi
+[ -n "${OSSRT_TOKENIZER:-}" ] || echo "!! no tokenizer (.carry/tokgz/tokenizer.json.gz): serve and bench serve will fail"
+ldd "$OSSRT" | grep "not found" && echo "!! missing libraries (see above)"
+
+COMMIT=$(head -1 "$PACK/COMMIT" 2>/dev/null || echo unknown)
+DIRTY=$(grep -q uncommitted "$PACK/COMMIT" 2>/dev/null && echo "-dirty" || true)
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+GPU_SLUG=$(echo "$GPU_NAME" | tr 'A-Z' 'a-z' | sed -E 's/nvidia //; s/[^a-z0-9]+/-/g; s/-+$//')
+QUANT=bf16  # the CUDA backend's only weight format today (runtime_weight_format); bench cost records it too
+RUN=$(date -u +%Y%m%d)_${GPU_SLUG}_gpt-oss-20b-dummy_${QUANT}_${COMMIT:0:12}${DIRTY}
+RESULTS=/tmp/ossrt-bench-results
+mkdir -p "$RESULTS/$RUN"
+echo "== $RUN: $GPU_NAME, commit $COMMIT$DIRTY, parts: ${PARTS[*]}"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | sed 's/^/   /'
+
+MODEL_FLAGS=(--model gpt-oss-20b --load-format dummy --backend cuda)
+PORT=18080
+SERVER=
+
+start_server() {  # waits for /health (dummy 20b: weights generated and uploaded), at most $1 seconds
+  "$OSSRT" serve "${MODEL_FLAGS[@]}" --host 127.0.0.1 --port $PORT --max-num-seqs 256 > /tmp/serve.log 2>&1 &
+  SERVER=$!
+  local t0; t0=$(date +%s)
+  while ! curl -sf 127.0.0.1:$PORT/health > /dev/null; do
+    kill -0 $SERVER 2>/dev/null || { echo "!! server exited:"; tail -20 /tmp/serve.log; SERVER=; return 1; }
+    [ $(( $(date +%s) - t0 )) -lt "$1" ] || { echo "!! server not ready in $1 s"; tail -5 /tmp/serve.log; return 1; }
+    sleep 0.5
+  done
+  echo "   server ready after $(( $(date +%s) - t0 )) s: $(grep -m1 -E 'memory plan' /tmp/serve.log | cut -c1-200)"
+}
+stop_server() {
+  [ -n "$SERVER" ] || return 0
+  kill -TERM $SERVER; wait $SERVER; echo "   serve exit $?"; SERVER=
+}
+trap stop_server EXIT
+
+run_step() {  # run_step <name> <wanted seconds> <command...>: bounded by what is left of the call
+  local name=$1 secs; secs=$(budget "$2"); shift 2
+  if [ "$secs" = 0 ]; then echo "-- $name skipped: no time left in this call"; return 1; fi
+  echo "== $name (at most $secs s, $(( $(date +%s) - START )) s since start)"
+  timeout "$secs" "$@"
+  local rc=$?
+  echo "-- $name exit $rc after $(( $(date +%s) - START )) s"
+  return $rc
+}
+
+part_serve() {
+  start_server "$(budget 300)" || return 1
+  # 1k in / 1k out: the TensorRT-LLM / SemiAnalysis shape; prompts per point make ~2 waves at each cap.
+  run_step "bench serve 1k/1k" 330 "$OSSRT" bench serve --base-url http://127.0.0.1:$PORT --dataset random \
+    --input-len 1024 --output-len 1024 --ignore-eos --max-concurrency "${SERVE_CONCURRENCY:-1,8,64,256}" \
+    --num-prompts "${SERVE_PROMPTS:-4,16,128,512}" --warmup 2 --seed 0 --slo ttft=2000,tpot=50 \
+    --result-dir "$RESULTS/$RUN/serve_1k_1k"
+  run_step "bench serve 8k/1k" 200 "$OSSRT" bench serve --base-url http://127.0.0.1:$PORT --dataset random \
+    --input-len 8192 --output-len 1024 --ignore-eos --max-concurrency 64 --num-prompts "${SERVE_PROMPTS_8K:-128}" \
+    --warmup 2 --seed 1 --slo ttft=10000,tpot=50 --result-dir "$RESULTS/$RUN/serve_8k_1k"
+  curl -s 127.0.0.1:$PORT/metrics > "$RESULTS/$RUN/serve_metrics.txt"
+  stop_server
+}
+
+part_kernels() {
+  run_step "bench kernels" 300 "$OSSRT" bench kernels --models "${KERNEL_MODELS:-gpt-oss-20b,gpt-oss-120b}" \
+    --decode-tokens 1,8,64,256 --prefill-tokens 1024,8192 --result-dir "$RESULTS/$RUN/kernels"
+}
+
+part_cost() {
+  run_step "bench cost (prefill; decode at 1k and 8k)" 540 "$OSSRT" bench cost "${MODEL_FLAGS[@]}" \
+    --input-lens "${COST_INPUT_LENS:-1024,2048,4096,8192,16384,32768,65536,131072}" --repeats 2 \
+    --contexts "${COST_CONTEXTS:-1024,8192}" --batch-sizes "${COST_BATCHES:-1,2,4,8,16,32,64,128,256,512}" \
+    --result-dir "$RESULTS/$RUN/cost_a"
+}
+
+part_cost32k() {
+  run_step "bench cost (decode at 32k)" 540 "$OSSRT" bench cost "${MODEL_FLAGS[@]}" --no-prefill \
+    --contexts "${COST_CONTEXTS:-32768}" --batch-sizes "${COST_BATCHES:-1,2,4,8,16,32,64,128}" \
+    --result-dir "$RESULTS/$RUN/cost_b"
+}
+
+for part in "${PARTS[@]}"; do
+  case $part in
+    serve) part_serve ;;
+    kernels) part_kernels ;;
+    cost) part_cost ;;
+    cost32k) part_cost32k ;;
+    *) echo "!! unknown part '$part' (serve, kernels, cost, cost32k)" ;;
+  esac
+done
+
+echo "== results"
+(cd "$RESULTS" && find "$RUN" -type f | sort | sed 's/^/   /')
+tar czf "$FINAL/${RUN}__$TAG.tar.gz" -C "$RESULTS" "$RUN"
+echo "== wrote $FINAL/${RUN}__$TAG.tar.gz ($(( $(date +%s) - START )) s)"
