@@ -15,7 +15,7 @@ namespace ossrt::tools {
 void setup_bench_kernels(CLI::App& bench) {
   auto o = std::make_shared<bench::KernelBenchOptions>();
   CLI::App* cmd = bench.add_subcommand(
-      "kernels", "Time every CUDA op (CUDA events, after warm-up, inputs rotated past L2) at gpt-oss-20b/120b shapes "
+      "kernels", "Time every CUDA op (CUDA events, after warm-up, L2 flushed before each launch) at gpt-oss-20b/120b shapes "
                  "against its floor from minimum bytes and FLOPs at the measured copy bandwidth and tensor-core rate");
   cmd->add_option("--models", o->models, "Model presets whose shapes are used")
       ->delimiter(',')->check(CLI::IsMember({"tiny", "gpt-oss-20b", "gpt-oss-120b"}))->capture_default_str();

@@ -16,8 +16,11 @@ std::string tokens_label(int n) { return n >= 1024 && n % 1024 == 0 ? fmt::forma
 std::string subtitle(const CostBenchResult& r) {
   std::string commit = r.commit.substr(0, 12);
   if (r.commit.ends_with("+dirty")) commit += "+dirty";
-  return fmt::format("{} on {}, {} GPU{}, ${:.2f}/h per GPU, {}, commit {}", r.model, r.device, r.gpus, r.gpus > 1 ? "s" : "",
-                     r.settings.value("usd_per_hour", 0.0), r.date.substr(0, 10), commit);
+  // The CPU backend is priced per machine-hour at the same --usd-per-hour (a comparison only).
+  const bool cpu = r.device.starts_with("cpu");
+  const std::string unit = cpu ? "machine" : "GPU";
+  return fmt::format("{} on {}, {} {}{}, ${:.2f}/h per {}, {}, commit {}", r.model, r.device, r.gpus, unit,
+                     r.gpus > 1 ? "s" : "", r.settings.value("usd_per_hour", 0.0), unit, r.date.substr(0, 10), commit);
 }
 
 std::string note_quantization(const CostBenchResult& r) {
@@ -132,7 +135,7 @@ PlotSpec prefill_plot(const CostBenchResult& r) {
     s.name = p.quantization;
     s.x.push_back(p.input_len);
     s.y.push_back(p.latency_s * 1e3);
-    s.labels.push_back(fmt::format("${:.3g}/M", p.usd_per_m_input));
+    s.labels.push_back(usd_per_million_label(p.usd_per_m_input));
   }
   for (auto& [k, s] : curves) spec.series.push_back(std::move(s));
   return spec;

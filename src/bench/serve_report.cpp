@@ -182,7 +182,7 @@ PlotSpec serve_throughput_plot(const ServeBenchResult& result) {
     const RunEconomics e = economics(result, run);
     s.x.push_back(e.tok_s_per_user);
     s.y.push_back(e.output_tok_s_per_gpu);
-    s.labels.push_back(fmt::format("{} ${:.3g}/M", point_label(run), e.usd_per_m_output));
+    s.labels.push_back(point_label(run) + " " + usd_per_million_label(e.usd_per_m_output));
   }
   spec.series.push_back(std::move(s));
   return spec;
