@@ -18,13 +18,14 @@ const http = require('node:http');
 const os = require('node:os');
 const path = require('node:path');
 const { spawn, spawnSync } = require('node:child_process');
-const { startServer } = require('./harness');
+// Against the sanitized server (scripts/test.sh's sanitizer stage) every bound scales by timeScale.
+const { startServer, timeScale } = require('./harness');
 
 const BIN = process.env.OSSRT_BIN || path.join(__dirname, '..', '..', 'build', 'ossrt');
 const KEY = 'sk-bench-test';
 
 // Runs ossrt asynchronously (the server's output pipes must keep draining meanwhile).
-function run(args, { timeoutMs = 300000 } = {}) {
+function run(args, { timeoutMs = 300000 * timeScale } = {}) {
   return new Promise((resolve) => {
     const p = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
@@ -88,7 +89,7 @@ let tmp;
 test.before(async () => {
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ossrt-bench-'));
   server = await startServer(['--api-key', KEY, '--max-model-len', '512', '--max-num-seqs', '8', '--threads', '2'],
-    { timeoutMs: 180000 });
+    { timeoutMs: 180000 * timeScale });
 });
 test.after(async () => {
   if (server) {
@@ -98,7 +99,7 @@ test.after(async () => {
   fs.rmSync(tmp, { recursive: true, force: true });
 });
 
-test('bench serve: a concurrency sweep agrees with the server\'s own counts', { timeout: 300000 }, async () => {
+test('bench serve: a concurrency sweep agrees with the server\'s own counts', { timeout: 300000 * timeScale }, async () => {
   const before = await counters(server.baseURL);
   const dir = path.join(tmp, 'serve');
   const r = await run(['bench', 'serve', '--base-url', `${server.baseURL}/v1`, '--api-key', KEY,
@@ -183,7 +184,7 @@ test('bench serve: a concurrency sweep agrees with the server\'s own counts', { 
   for (const label of ['C=1', 'C=4']) assert.ok(svg.includes(label), label);
 });
 
-test('bench serve: refused requests are reported with the server\'s error bodies', { timeout: 300000 }, async () => {
+test('bench serve: refused requests are reported with the server\'s error bodies', { timeout: 300000 * timeScale }, async () => {
   const file = path.join(tmp, 'requests.jsonl');
   const chat = (content, extra = {}) => JSON.stringify({ messages: [{ role: 'user', content }], max_completion_tokens: 4, ...extra });
   fs.writeFileSync(file, [
@@ -270,7 +271,7 @@ function startMockServer() {
   return new Promise((resolve) => srv.listen(0, '127.0.0.1', () => resolve({ srv, seen, port: srv.address().port })));
 }
 
-test('bench serve against another OpenAI-compatible server: only the HTTP API is used', { timeout: 120000 }, async () => {
+test('bench serve against another OpenAI-compatible server: only the HTTP API is used', { timeout: 120000 * timeScale }, async () => {
   const mock = await startMockServer();
   try {
     const dir = path.join(tmp, 'mock');
@@ -312,7 +313,7 @@ test('bench serve against another OpenAI-compatible server: only the HTTP API is
   }
 });
 
-test('bench cost on tiny: tables, CSV and SVG plots that parse and render', { timeout: 300000 }, async () => {
+test('bench cost on tiny: tables, CSV and SVG plots that parse and render', { timeout: 300000 * timeScale }, async () => {
   const dir = path.join(tmp, 'cost');
   const r = await run(['bench', 'cost', '--threads', '2', '--max-model-len', '512', '--input-lens', '16,64',
     '--batch-sizes', '1,2,4', '--contexts', '16,64', '--decode-steps', '4', '--warmup-steps', '1', '--repeats', '1',
@@ -365,7 +366,7 @@ test('bench cost on tiny: tables, CSV and SVG plots that parse and render', { ti
   assert.ok(fs.readFileSync(path.join(merged, 'cost_decode.svg'), 'utf8').includes('32 ctx, f32'));
 });
 
-test('bench/results index: a run folder of serve and cost results gets its row', { timeout: 60000 }, () => {
+test('bench/results index: a run folder of serve and cost results gets its row', { timeout: 60000 * timeScale }, () => {
   // Runs after the serve and cost tests: their result folders become one run folder.
   const results = path.join(tmp, 'results');
   const runDir = path.join(results, '20261202_cpu_tiny_f32_test');
@@ -388,7 +389,7 @@ test('bench/results index: a run folder of serve and cost results gets its row',
   assert.equal(fs.readFileSync(path.join(results, 'README.md'), 'utf8'), readme);
 });
 
-test('bench refusals: an unknown --quantization, and kernels without CUDA', { timeout: 120000 }, async () => {
+test('bench refusals: an unknown --quantization, and kernels without CUDA', { timeout: 120000 * timeScale }, async () => {
   const q = await run(['bench', 'cost', '--quantization', 'fp8', '--input-lens', '16', '--batch-sizes', '1', '--contexts', '16']);
   assert.notEqual(q.code, 0);
   assert.match(q.stderr, /--quantization fp8: only the current format exists today/);
