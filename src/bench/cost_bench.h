@@ -24,7 +24,8 @@ struct CostBenchOptions {
   RuntimeOptions runtime;
   // The seed's lengths and batches, and beyond them where memory allows (points that do not fit
   // max_model_len or the KV cache are reported as skipped, with the reason).
-  std::vector<int> input_lens = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
+  // 127k, not 128k: the prompt and its one answer token must fit gpt-oss's 131,072 positions.
+  std::vector<int> input_lens = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 130048};
   std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
   std::vector<int> contexts = {1024, 8192, 32768};
   std::vector<std::string> quantizations = {"auto"};

@@ -7,7 +7,7 @@
 #   serve    `bench serve` against `ossrt serve gpt-oss-20b --load-format dummy --backend cuda` on
 #            127.0.0.1: random 1k in / 1k out at concurrency 1, 8, 64, 256, and 8k in / 1k out at 64
 #   kernels  `bench kernels` for every op at gpt-oss-20b and -120b shapes against its floor
-#   cost     `bench cost` prefill (1k .. 128k where it fits) and decode at contexts 1k and 8k
+#   cost     `bench cost` prefill (1k .. 127k where it fits) and decode at contexts 1k and 8k
 #   cost32k  `bench cost` decode at context 32k (its prefill of up to 128 x 32k tokens needs a call
 #            of its own); merge the two on the CPU machine:
 #            ossrt bench cost --from-json <run>/cost_a/cost.json,<run>/cost_b/cost.json --result-dir <run>/cost
@@ -117,7 +117,7 @@ part_kernels() {
 
 part_cost() {
   run_step "bench cost (prefill; decode at 1k and 8k)" 540 "$OSSRT" bench cost "${MODEL_FLAGS[@]}" \
-    --input-lens "${COST_INPUT_LENS:-1024,2048,4096,8192,16384,32768,65536,131072}" --repeats 2 \
+    --input-lens "${COST_INPUT_LENS:-1024,2048,4096,8192,16384,32768,65536,130048}" --repeats 2 \
     --contexts "${COST_CONTEXTS:-1024,8192}" --batch-sizes "${COST_BATCHES:-1,2,4,8,16,32,64,128,256,512}" \
     --result-dir "$RESULTS/$RUN/cost_a"
 }
