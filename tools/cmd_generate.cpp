@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/session.h"
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ossrt::tools {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <memory>
 
-#include "backend/backend.h"
+#include "backend/registry/registry.h"
 #include "command.h"
 #include "core/token_ids_file.h"
 #include "core/error.h"

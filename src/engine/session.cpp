@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "backend/registry/registry.h"
 #include "model/loader.h"
 #include "parallel/parallel_model.h"
 

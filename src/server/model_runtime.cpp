@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "backend/backend.h"
+#include "backend/registry/registry.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/gpt_oss.h"
