@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "command.h"
-#include "parallel_flags.h"
 #include "core/error.h"
-#include "engine/session.h"
+#include "runtime/model_runtime.h"
+#include "runtime_flags.h"
 #include "harmony/chat_request.h"
 #include "harmony/conversation.h"
 #include "harmony/parser.h"
@@ -25,20 +25,12 @@ namespace ossrt::tools {
 namespace {
 
 struct ChatOptions {
-  std::string model;  // empty: the embedded default (tiny, dummy weights)
-  std::string load_format = "auto";
-  uint64_t weights_seed = 0;
-  std::string backend = "cpu";
-  int threads = 0;
-  ParallelConfig parallel;
-  std::string tokenizer;
+  RuntimeOptions runtime;
   std::string reasoning_effort = "medium";
   std::string system;  // developer instructions
   int max_tokens = 2048;
   float temperature = 1.0f;
   float top_p = 1.0f;
-  std::optional<uint64_t> seed;
-  size_t kv_cache_bytes = size_t(256) << 20;
   bool color = true;
 };
 
@@ -75,37 +67,14 @@ class ReplyPrinter {
   bool dimmed_ = false;
 };
 
-std::shared_ptr<const Tokenizer> chat_tokenizer(const ChatOptions& o, const std::string& model) {
-  if (!o.tokenizer.empty()) return Tokenizer::load(o.tokenizer);
-  const std::string in_dir = model + "/tokenizer.json";
-  if (std::FILE* f = std::fopen(in_dir.c_str(), "rb")) {
-    std::fclose(f);
-    return Tokenizer::load(in_dir);
-  }
-  return Tokenizer::load(default_tokenizer_path());
-}
-
 void run_chat(const ChatOptions& o) {
-  const std::string model_name = o.model.empty() ? "tiny" : o.model;
   const auto effort = harmony::parse_reasoning_effort(o.reasoning_effort);
   OSSRT_CHECK(effort.has_value(), "--reasoning-effort must be low, medium or high, got '{}'", o.reasoning_effort);
-  std::shared_ptr<const Tokenizer> tokenizer = chat_tokenizer(o, model_name);
-
-  SessionOptions so;
-  so.model = model_name;
-  so.load_format = o.model.empty() ? "dummy" : o.load_format;
-  so.weights_seed = o.weights_seed;
-  so.backend = o.backend;
-  so.threads = o.threads;
-  so.parallel = o.parallel;
-  so.engine.max_num_seqs = 1;
-  so.engine.max_num_batched_tokens = 512;
-  so.engine.max_queue = 1;
-  so.engine.kv_cache_bytes = o.kv_cache_bytes;
-  so.engine.token_bytes = [tokenizer](int32_t id) { return tokenizer->token_bytes(id); };
-  EngineSession session(so);
+  auto runtime = ModelRuntime::build(o.runtime);
+  std::shared_ptr<const Tokenizer> tokenizer = runtime->tokenizer();
+  OSSRT_CHECK(tokenizer != nullptr, "chat needs a tokenizer: pass --tokenizer PATH");
   spdlog::info("chat with {} on {} (reasoning effort {}); /reset clears the history, /exit or Ctrl-D quits",
-               session.config().name, session.describe_model(), o.reasoning_effort);
+               runtime->config().name, runtime->describe(), o.reasoning_effort);
 
   harmony::Conversation conversation;
   conversation.system.effort = *effort;
@@ -132,14 +101,14 @@ void run_chat(const ChatOptions& o) {
     request.prompt_ids = prompt.token_ids;
     request.sampling.temperature = o.temperature;
     request.sampling.top_p = o.top_p;
-    request.sampling.seed = o.seed;
+    request.sampling.seed = o.runtime.seed;
     request.sampling.max_tokens = o.max_tokens;
 
     harmony::StreamParser parser(tokenizer, harmony::Role::Assistant);
     ReplyPrinter printer(style);
     std::promise<GenerationEvent> finished;
     // Runs on the engine thread; the main thread only waits for `finished`.
-    const bool accepted = session.engine().submit(std::move(request), [&](const GenerationEvent& ev) {
+    const bool accepted = runtime->engine().submit(std::move(request), [&](const GenerationEvent& ev) {
       for (int32_t id : ev.token_ids) printer.print(parser.push(id));
       if (ev.finished) {
         // The stop token (<|return|>, <|call|>) is not streamed; the parser needs it to close the message.
@@ -163,15 +132,12 @@ void run_chat(const ChatOptions& o) {
 
 void setup_chat(CLI::App& app) {
   auto o = std::make_shared<ChatOptions>();
+  // One conversation: a batch of one, 512-token prefill steps.
+  o->runtime.max_num_seqs = 1;
+  o->runtime.max_num_batched_tokens = 512;
+  o->runtime.max_queue = 1;
   CLI::App* cmd = app.add_subcommand("chat", "Interactive Harmony chat in the terminal");
-  cmd->add_option("--model", o->model, "Model directory or preset (default: the embedded tiny preset, dummy weights)");
-  cmd->add_option("--load-format", o->load_format, "auto | safetensors | dummy")
-      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
-  cmd->add_option("--weights-seed", o->weights_seed, "Seed of dummy weights");
-  cmd->add_option("--backend", o->backend, "cpu | cuda");
-  cmd->add_option("--threads", o->threads, "CPU worker threads (0 = all cores; shared by the ranks)");
-  add_engine_parallel_flags(cmd, o->parallel);
-  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, or the bundled one)");
+  add_runtime_flags(cmd, o->runtime, RuntimeFlagGroups::ModelAndEngine);
   cmd->add_option("--reasoning-effort", o->reasoning_effort, "low | medium | high")
       ->check(CLI::IsMember({"low", "medium", "high"}));
   cmd->add_option("--system", o->system, "Developer instructions for the whole chat");
@@ -179,8 +145,6 @@ void setup_chat(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", o->temperature)->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", o->top_p);
-  cmd->add_option("--seed", o->seed, "Sampling seed");
-  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV budget in bytes");
   cmd->add_flag("!--no-color", o->color, "No ANSI styling (reasoning is then not dimmed)");
   cmd->callback([o] { run_chat(*o); });
 }

@@ -5,35 +5,26 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <future>
 #include <memory>
 #include <optional>
 
-#include "backend/backend.h"
 #include "command.h"
-#include "parallel_flags.h"
-#include "core/token_ids_file.h"
-#include "core/error.h"
-#include "engine/engine.h"
-#include "engine/session.h"
 #include "config/gpt_oss_config.h"
+#include "core/error.h"
+#include "core/token_ids_file.h"
+#include "engine/engine.h"
+#include "engine/memory_profile.h"
+#include "runtime/model_runtime.h"
+#include "runtime_flags.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ossrt::tools {
 namespace {
 
-namespace fs = std::filesystem;
-
 struct GenerateOptions {
-  std::string model;  // empty: the embedded default
-  std::string load_format = "auto";
-  uint64_t weights_seed = 0;
-  std::string backend = "cpu";
-  int threads = 0;
-  ParallelConfig parallel;
-  std::string tokenizer;
+  RuntimeOptions runtime;
   std::string prompt;
   std::string prompt_ids_file;
   bool parse_special = false;
@@ -43,43 +34,19 @@ struct GenerateOptions {
   int top_k = 0;
   float min_p = 0.0f;
   float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
-  std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int logprobs = -1;
   std::string format = "text";
   bool verbose = false;
-  size_t kv_cache_bytes = 0;
-  int block_size = 16;
-  int max_num_batched_tokens = 512;
 };
-
-// The tokenizer to use, if any: --tokenizer, else the model directory's tokenizer.json, else (for
-// a preset, which has the real gpt-oss vocabulary) the bundled default.
-std::shared_ptr<const Tokenizer> resolve_tokenizer(const GenerateOptions& o, const std::string& model) {
-  if (!o.tokenizer.empty()) return Tokenizer::load(o.tokenizer);
-  const fs::path in_dir = fs::path(model) / "tokenizer.json";
-  if (fs::is_directory(model)) {
-    if (fs::exists(in_dir)) return Tokenizer::load(in_dir.string());
-    return nullptr;
-  }
-  try {
-    return Tokenizer::load(default_tokenizer_path());
-  } catch (const Error& e) {
-    spdlog::debug("no default tokenizer: {}", e.what());
-    return nullptr;
-  }
-}
 
 void run_generate(const GenerateOptions& o) {
   using Clock = std::chrono::steady_clock;
-  const bool embedded_default = o.model.empty();
-  const std::string model_name = embedded_default ? "tiny" : o.model;
-  const std::string load_format = embedded_default ? "dummy" : o.load_format;
   OSSRT_CHECK(o.prompt.empty() != o.prompt_ids_file.empty(), "give exactly one of --prompt or --prompt-ids-file");
-
-  std::shared_ptr<const Tokenizer> tokenizer = resolve_tokenizer(o, model_name);
+  auto runtime = ModelRuntime::build(o.runtime);
+  std::shared_ptr<const Tokenizer> tokenizer = runtime->tokenizer();
   OSSRT_CHECK(tokenizer || o.prompt.empty(),
               "--prompt needs a tokenizer: pass --tokenizer PATH (or use --prompt-ids-file)");
   OSSRT_CHECK(tokenizer || o.format == "json",
@@ -94,31 +61,13 @@ void run_generate(const GenerateOptions& o) {
     prompt_ids = read_token_ids_file(o.prompt_ids_file, TokenIdRange{});
   }
 
-  SessionOptions so;
-  so.model = model_name;
-  so.load_format = load_format;
-  so.weights_seed = o.weights_seed;
-  so.backend = o.backend;
-  so.threads = o.threads;
-  so.parallel = o.parallel;
-  EngineConfig& ec = so.engine;
-  ec.max_num_seqs = 1;
-  ec.max_num_batched_tokens = o.max_num_batched_tokens;
-  ec.max_queue = 1;
-  ec.block_size = o.block_size;
-  ec.kv_cache_bytes = o.kv_cache_bytes;
-  if (o.kv_cache_bytes == 0) {
-    // One sequence: exactly the blocks its prompt and output can fill.
-    ec.num_full_blocks = int((prompt_ids.size() + size_t(o.max_tokens) + size_t(o.block_size)) / size_t(o.block_size)) + 1;
-  }
-  if (tokenizer) ec.token_bytes = [tokenizer](int32_t id) { return tokenizer->token_bytes(id); };
-  EngineSession session(so);
-  Engine& engine = session.engine();
-  const GptOssConfig& config = session.config();
+  Engine& engine = runtime->engine();
+  const GptOssConfig& config = runtime->config();
   const auto t1 = Clock::now();
   if (o.verbose) {
-    spdlog::info("model {} ({} layers, vocab {}), backend {}, loaded in {:.2f} s", config.name, config.num_layers,
-                 config.vocab_size, session.describe_model(), session.load_seconds());
+    spdlog::info("model {} ({} layers, vocab {}), {}, loaded in {:.2f} s", config.name, config.num_layers,
+                 config.vocab_size, runtime->describe(), runtime->load_seconds());
+    std::fputs((engine.memory_report().one_line() + "\n").c_str(), stderr);
     std::fputs(describe_memory_plan(engine.memory_plan(), config).c_str(), stderr);
   }
 
@@ -133,7 +82,7 @@ void run_generate(const GenerateOptions& o) {
   sp.repetition_penalty = o.repetition_penalty;
   sp.presence_penalty = o.presence_penalty;
   sp.frequency_penalty = o.frequency_penalty;
-  sp.seed = o.seed;
+  sp.seed = o.runtime.seed;
   sp.max_tokens = o.max_tokens;
   sp.stop_strings = o.stop;
   sp.stop_token_ids = o.stop_token_ids;
@@ -189,16 +138,12 @@ void run_generate(const GenerateOptions& o) {
 
 void setup_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
+  // One request at a time: a batch of one, chunked prefill in 512-token steps.
+  o->runtime.max_num_seqs = 1;
+  o->runtime.max_num_batched_tokens = 512;
+  o->runtime.max_queue = 1;
   CLI::App* cmd = app.add_subcommand("generate", "Generate from a prompt (text or token ids) through the engine");
-  cmd->add_option("--model", o->model,
-                  "Model directory or preset name (default: the embedded tiny preset with dummy weights)");
-  cmd->add_option("--load-format", o->load_format, "auto | safetensors | dummy")
-      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
-  cmd->add_option("--weights-seed", o->weights_seed, "Seed of dummy weights");
-  cmd->add_option("--backend", o->backend, "cpu | cuda");
-  cmd->add_option("--threads", o->threads, "CPU worker threads (0 = all cores; shared by the ranks)");
-  add_engine_parallel_flags(cmd, o->parallel);
-  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, or the bundled one)");
+  add_runtime_flags(cmd, o->runtime, RuntimeFlagGroups::ModelAndEngine);
   cmd->add_option("--prompt", o->prompt, "Prompt text (encoded as ordinary text; no chat template)");
   cmd->add_option("--prompt-ids-file", o->prompt_ids_file, "JSON array of prompt token ids");
   cmd->add_flag("--parse-special", o->parse_special, "Let special tokens spelled in --prompt become their ids");
@@ -210,17 +155,12 @@ void setup_generate(CLI::App& app) {
   cmd->add_option("--repetition-penalty", o->repetition_penalty);
   cmd->add_option("--presence-penalty", o->presence_penalty);
   cmd->add_option("--frequency-penalty", o->frequency_penalty);
-  cmd->add_option("--seed", o->seed, "Sampling seed (the same seed gives the same tokens)");
   cmd->add_option("--stop", o->stop, "Stop string (repeatable)");
   cmd->add_option("--stop-token-id", o->stop_token_ids, "Extra stop token id (repeatable)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the model's EOS tokens");
   cmd->add_option("--logprobs", o->logprobs, "Top alternatives per token in the JSON output (-1 = none)");
   cmd->add_option("--format", o->format, "text (stream) | json")->check(CLI::IsMember({"text", "json"}));
-  cmd->add_flag("--verbose", o->verbose, "Print the KV memory plan and timings to stderr");
-  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV budget in bytes (default: what this request needs)");
-  cmd->add_option("--block-size", o->block_size, "KV block size in tokens")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Prefill chunk (tokens per step)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--verbose", o->verbose, "Print the memory plan and timings to stderr");
   cmd->callback([o] { run_generate(*o); });
 }
 

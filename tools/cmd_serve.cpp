@@ -4,7 +4,7 @@
 
 #include "command.h"
 #include "engine/step_model.h"
-#include "parallel_flags.h"
+#include "runtime_flags.h"
 #include "harmony/chat_request.h"
 #include "server/serve.h"
 
@@ -13,21 +13,15 @@ namespace {
 void setup_serve(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API (chat, completions, responses)");
   auto config = std::make_shared<ossrt::server::ServerConfig>();
-  auto runtime = std::make_shared<ossrt::server::RuntimeOptions>();
+  auto served = std::make_shared<ossrt::server::ServedModelOptions>();
+  ossrt::RuntimeOptions* runtime = &served->runtime;
   auto effort = std::make_shared<std::string>("medium");
   auto log_level = std::make_shared<std::string>("info");
   auto noop = std::make_shared<std::string>();
   auto noop_flag = std::make_shared<bool>(false);
 
-  cmd->add_option("model", runtime->model, "Checkpoint directory or preset (tiny, gpt-oss-20b, gpt-oss-120b)");
-  cmd->add_option("--model", runtime->model, "Same as the positional MODEL");
-  cmd->add_option("--load-format", runtime->load_format, "auto | safetensors | dummy")->capture_default_str();
-  cmd->add_option("--backend", runtime->backend, "cpu | cuda")->capture_default_str();
-  cmd->add_option("--tokenizer", runtime->tokenizer, "tokenizer.json (default: the model's, else the bundled one)");
-  cmd->add_option("--seed", runtime->seed, "Seed of dummy weights")->capture_default_str();
-  cmd->add_option("--threads", runtime->threads, "CPU backend threads (0 = all cores; shared by the ranks)")
-      ->capture_default_str();
-  ossrt::tools::add_engine_parallel_flags(cmd, runtime->parallel);
+  cmd->add_option("model", runtime->model, "Checkpoint directory or preset (tiny, gpt-oss-20b, gpt-oss-120b); same as --model");
+  ossrt::tools::add_runtime_flags(cmd, *runtime, ossrt::tools::RuntimeFlagGroups::ModelAndEngine);
   cmd->add_option("--host", config->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", config->port, "Port (0 = any free port; the chosen one is printed)")->capture_default_str();
   cmd->add_option("--api-key", config->api_keys,
@@ -37,14 +31,6 @@ void setup_serve(CLI::App& app) {
       ->envname("OSSRT_API_KEY")
       ->delimiter(',');
   cmd->add_option("--served-model-name", config->served_model_name, "The model id clients send")->capture_default_str();
-  cmd->add_option("--max-model-len", runtime->max_model_len, "Context length (0 = what the model and KV cache hold)");
-  cmd->add_option("--max-num-seqs", runtime->max_num_seqs, "Most sequences in a running batch")->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", runtime->max_num_batched_tokens, "Token budget per step")->capture_default_str();
-  cmd->add_option("--max-queue", runtime->max_queue, "Most waiting requests; beyond it 429 + Retry-After")->capture_default_str();
-  cmd->add_option("--kv-cache-bytes", runtime->kv_cache_bytes, "KV cache budget in bytes (0 = default)");
-  cmd->add_option("--gpu-memory-utilization", runtime->gpu_memory_utilization, "CUDA memory fraction")->capture_default_str();
-  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", runtime->enable_prefix_caching,
-                "Reuse KV blocks of shared prompt prefixes");
   cmd->add_option("--reasoning-effort", *effort, "Default reasoning effort: low | medium | high")->capture_default_str();
   cmd->add_flag("--reasoning-content", config->reasoning_content_mirror,
                 "Also send reasoning as `reasoning_content` (llama.cpp / Vercel AI SDK style clients)");
@@ -77,7 +63,7 @@ void setup_serve(CLI::App& app) {
   cmd->add_flag("--enable-request-id-headers", config->enable_request_id_headers, "Echo X-Request-Id");
   cmd->add_option("--log-level", *log_level, "trace | debug | info | warn | error")->capture_default_str();
   // Test-only: replay scripted token ids instead of running a model (tests/e2e).
-  cmd->add_option("--scripted-replies", runtime->scripted_replies, "")->group("");
+  cmd->add_option("--scripted-replies", served->scripted_replies, "")->group("");
   // vLLM flags gpt-oss users pass out of habit: accepted, no effect (Harmony parsing is built in).
   cmd->add_option("--tool-call-parser", *noop, "Accepted for vLLM compatibility; ignored")->group("Compatibility");
   cmd->add_option("--reasoning-parser", *noop, "Accepted for vLLM compatibility; ignored")->group("Compatibility");
@@ -91,7 +77,7 @@ void setup_serve(CLI::App& app) {
     config->default_effort = *parsed;
     config->max_model_len = runtime->max_model_len;
     if (!current_date->empty()) config->current_date = *current_date;
-    int code = ossrt::server::run_server(*config, *runtime);
+    int code = ossrt::server::run_server(*config, *served);
     if (code != 0) throw CLI::RuntimeError(code);
   });
 }

@@ -36,6 +36,22 @@ struct ExpertWeights {
   int64_t total_experts() const { return global_experts > 0 ? global_experts : experts; }
 };
 
+// A backend's memory at a moment, as the start-up memory plan sees it.
+struct MemoryUse {
+  size_t weights = 0;     // uploaded weights
+  size_t workspaces = 0;  // activations, step plans and op workspaces the backend allocated
+  size_t kv_cache = 0;    // the KV storage
+  // The memory a KV budget is taken from. CUDA: the device's total and what is in use on it now
+  // (by anything: this process's context and allocations, other processes). CPU: the system's
+  // available memory (MemAvailable) as capacity, nothing counted in use (the KV storage is lazily
+  // zeroed, so it takes pages only as tokens are cached).
+  size_t capacity = 0;
+  size_t in_use = 0;
+  // Held back beyond the KV budget: CUDA graph executables, cuBLASLt state, lazily loaded
+  // kernels of later steps, fragmentation.
+  size_t reserve = 0;
+};
+
 // Shape of the KV cache storage, planned at start-up from the memory budget.
 struct KvCacheShape {
   int num_full_layers = 0;
@@ -124,13 +140,14 @@ class Backend {
   virtual ExpertWeights upload_experts(const HostExperts& gate_up, const HostExperts& down) = 0;
 
   // ---- KV cache storage
+  // Allocates the KV storage (zeroed). Called again, it replaces the previous storage (freed
+  // first): the engine profiles a step on a small cache, then allocates the planned one.
   virtual void allocate_kv_cache(const KvCacheShape& shape) = 0;
   // Bytes one block of one layer takes (K and V), for memory planning.
   virtual size_t kv_block_bytes(const KvCacheShape& shape) const = 0;
-  // Bytes the KV cache may take, measured after weights and workspaces are allocated (CUDA:
-  // gpu_memory_utilization * total device memory - memory in use). 0 = the backend has no budget
-  // of its own (CPU): the caller decides (e.g. --kv-cache-bytes).
-  virtual size_t kv_cache_budget_bytes() const { return 0; }
+  // What the backend holds and what its memory has room for, for the engine's memory plan
+  // (engine/memory_profile.h).
+  virtual MemoryUse memory_use() const = 0;
 
   // ---- one step
   virtual void begin_step(const StepPlan& plan) = 0;
@@ -199,7 +216,6 @@ class Backend {
 struct BackendOptions {
   int threads = 0;                     // CPU: worker threads (0 = all cores)
   int device_index = 0;                // CUDA
-  double gpu_memory_utilization = 0.9; // CUDA: fraction of device memory ossrt may take
   // CUDA: capacities its start-up memory plan is sized for (plan buffers, router/MoE/attention
   // workspaces). A step beyond them is refused with an error, never served by a new allocation.
   int max_step_tokens = 8192;

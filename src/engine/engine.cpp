@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
+#include "engine/memory_profile.h"
 #include "engine/plan_builder.h"
 #include "engine/request_validation.h"
 
@@ -29,7 +31,8 @@ size_t kv_elem_bytes(const StepModel& model, int block_size) {
   return bytes / per_elem_count;
 }
 
-KvMemoryPlan plan_memory(const StepModel& model, const EngineConfig& config) {
+// The KV plan and context length the engine runs with (docs/engine.md "Memory plan").
+EngineMemory plan_memory(StepModel& model, const EngineConfig& config) {
   const GptOssConfig& mc = model.config();
   OSSRT_CHECK(config.max_num_batched_tokens <= model.limits().max_step_tokens,
               "engine: max_num_batched_tokens {} exceeds the model's step capacity {}", config.max_num_batched_tokens,
@@ -37,15 +40,98 @@ KvMemoryPlan plan_memory(const StepModel& model, const EngineConfig& config) {
   OSSRT_CHECK(config.max_num_seqs <= model.limits().max_logit_rows,
               "engine: max_num_seqs {} exceeds the model's logit rows {}", config.max_num_seqs,
               model.limits().max_logit_rows);
+  const int model_len = mc.max_position_embeddings;
+  OSSRT_CHECK(config.max_model_len <= model_len,
+              "--max-model-len {} exceeds the model's context length of {} tokens", config.max_model_len, model_len);
+  const int wanted_len = config.max_model_len > 0 ? config.max_model_len : model_len;
   KvMemoryPlanRequest request;
-  request.kv_budget_bytes = config.kv_cache_bytes > 0 ? config.kv_cache_bytes : kDefaultKvCacheBytes;
   request.elem_bytes = kv_elem_bytes(model, config.block_size);
   request.block_size = config.block_size;
   request.max_num_seqs = config.max_num_seqs;
   request.max_num_batched_tokens = config.max_num_batched_tokens;
   request.num_full_blocks_override = config.num_full_blocks;
   request.kv_heads = model.kv_heads_per_rank();
-  return plan_kv_memory(mc, request);
+  // More than max_num_seqs sequences of the longest length can never be cached at once.
+  request.max_full_blocks = int64_t(config.max_num_seqs) * ((int64_t(wanted_len) + config.block_size - 1) / config.block_size);
+
+  EngineMemory out;
+  MemoryReport& report = out.report;
+  if (config.num_full_blocks == 0 && config.kv_cache_bytes > 0) {
+    request.kv_budget_bytes = config.kv_cache_bytes;
+  } else if (config.num_full_blocks == 0) {
+    OSSRT_CHECK(config.gpu_memory_utilization > 0.0 && config.gpu_memory_utilization <= 1.0,
+                "--gpu-memory-utilization must be in (0, 1], got {}", config.gpu_memory_utilization);
+    // Profile one step of the largest shape on a cache just big enough for it, then measure.
+    const ProfileStep profile = make_profile_step(config.max_num_batched_tokens, config.max_num_seqs, config.block_size, mc.vocab_size);
+    KvCacheShape shape;
+    shape.num_full_layers = mc.num_full_layers();
+    shape.num_sliding_layers = mc.num_sliding_layers();
+    shape.num_full_blocks = profile.full_blocks;
+    shape.num_window_blocks = profile.window_blocks;
+    shape.block_size = config.block_size;
+    shape.num_kv_heads = mc.num_key_value_heads;
+    shape.head_dim = mc.head_dim;
+    model.allocate_kv_cache(shape);
+    model.run_step(profile.plan);
+    model.sampling_backend().sync();
+    const std::vector<MemoryUse> ranks = model.memory_use();
+    OSSRT_CHECK(!ranks.empty(), "engine: the model reports no memory");
+    size_t budget = std::numeric_limits<size_t>::max();
+    for (const MemoryUse& m : ranks) budget = std::min(budget, kv_budget_after_profile(m, config.gpu_memory_utilization));
+    const MemoryUse& m = ranks[0];
+    report.profiled = true;
+    report.profile_tokens = profile.plan.num_tokens();
+    report.profile_seqs = profile.plan.num_seqs();
+    report.utilization = config.gpu_memory_utilization;
+    report.capacity = m.capacity;
+    report.weights = m.weights;
+    report.workspaces = m.workspaces;
+    const size_t own = m.weights + m.workspaces + m.kv_cache;
+    report.other_in_use = m.in_use > own ? m.in_use - own : 0;
+    report.reserve = m.reserve;
+    request.kv_budget_bytes = budget;
+  }
+  try {
+    out.kv = plan_kv_memory(mc, request);
+  } catch (const Error& e) {
+    if (!report.profiled) throw;
+    fail("not enough memory for a KV cache: {:.2f} GiB left at --gpu-memory-utilization {} after the weights "
+         "({:.2f} GiB), the profiled step's workspaces ({:.2f} GiB) and everything else in use ({:.2f} GiB); raise "
+         "--gpu-memory-utilization, lower --max-num-seqs / --max-num-batched-tokens, or give --kv-cache-bytes ({})",
+         request.kv_budget_bytes / 1073741824.0, config.gpu_memory_utilization, report.weights / 1073741824.0,
+         report.workspaces / 1073741824.0, report.other_in_use / 1073741824.0, e.what());
+  }
+
+  if (!report.profiled) {
+    const std::vector<MemoryUse> ranks = model.memory_use();
+    if (!ranks.empty()) {
+      report.capacity = ranks[0].capacity;
+      report.weights = ranks[0].weights;
+      report.workspaces = ranks[0].workspaces;
+    }
+  }
+  const int64_t capacity = mc.num_full_layers() > 0 ? out.kv.full_token_capacity() : int64_t(model_len);
+  if (config.max_model_len > 0) {
+    OSSRT_CHECK(capacity >= config.max_model_len,
+                "--max-model-len {} does not fit: the KV cache holds {} tokens ({:.2f} GiB); lower --max-model-len, "
+                "raise --gpu-memory-utilization or give a larger --kv-cache-bytes",
+                config.max_model_len, capacity, out.kv.total_bytes / 1073741824.0);
+    out.max_model_len = config.max_model_len;
+  } else if (capacity < model_len) {
+    out.max_model_len = int(capacity);
+    spdlog::warn("max_model_len {} instead of the model's {}: that is all the KV cache holds (raise "
+                 "--gpu-memory-utilization or --kv-cache-bytes for more)",
+                 capacity, model_len);
+  } else {
+    out.max_model_len = model_len;
+  }
+  report.kv_bytes = out.kv.total_bytes;
+  report.kv_tokens = capacity;
+  report.window_bytes_per_sequence = out.kv.window_bytes_per_sequence;
+  report.num_full_layers = mc.num_full_layers();
+  report.max_model_len = out.max_model_len;
+  report.max_concurrency = double(capacity) / double(out.max_model_len);
+  return out;
 }
 
 KvCacheConfig kv_config(const GptOssConfig& mc, const KvMemoryPlan& plan, const EngineConfig& config) {
@@ -58,14 +144,6 @@ KvCacheConfig kv_config(const GptOssConfig& mc, const KvMemoryPlan& plan, const 
   c.has_sliding_layers = mc.num_sliding_layers() > 0;
   c.enable_prefix_caching = config.enable_prefix_caching;
   return c;
-}
-
-int resolve_max_model_len(const GptOssConfig& mc, const KvMemoryPlan& plan, int requested) {
-  int64_t limit = mc.max_position_embeddings;
-  if (mc.num_full_layers() > 0) limit = std::min<int64_t>(limit, plan.full_token_capacity());
-  if (requested > 0 && requested > limit)
-    spdlog::warn("max_model_len {} exceeds what the model and KV cache hold; using {}", requested, limit);
-  return int(requested > 0 ? std::min<int64_t>(requested, limit) : limit);
 }
 
 void deliver(const EventCallback& cb, const GenerationEvent& ev, const std::string& request_id) {
@@ -90,12 +168,14 @@ Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* borrowed, EngineConf
     : owned_model_(std::move(owned)),
       model_(borrowed ? *borrowed : *owned_model_),
       config_(std::move(config)),
-      memory_plan_(plan_memory(model_, config_)),
-      max_model_len_(resolve_max_model_len(model_.config(), memory_plan_, config_.max_model_len)),
+      memory_(plan_memory(model_, config_)),
+      memory_plan_(memory_.kv),
+      max_model_len_(memory_.max_model_len),
       kv_(kv_config(model_.config(), memory_plan_, config_)),
       scheduler_(SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, kv_),
-      seed_source_(std::random_device{}()) {
-  OSSRT_CHECK(config_.max_queue > 0, "engine: max_queue must be positive, got {}", config_.max_queue);
+      seed_source_(config_.seed ? *config_.seed : std::random_device{}()) {
+  // 0 is allowed: no waiting room, every submit is refused (tests of the 429 path use it).
+  OSSRT_CHECK(config_.max_queue >= 0, "engine: max_queue must not be negative, got {}", config_.max_queue);
   const GptOssConfig& mc = model_.config();
   KvCacheShape shape;
   shape.num_full_layers = mc.num_full_layers();
@@ -105,7 +185,8 @@ Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* borrowed, EngineConf
   shape.block_size = memory_plan_.block_size;
   shape.num_kv_heads = mc.num_key_value_heads;
   shape.head_dim = mc.head_dim;
-  model_.allocate_kv_cache(shape);
+  model_.allocate_kv_cache(shape);  // replaces the profiling step's small cache
+  if (config_.log_memory_plan) spdlog::info("{}", memory_.report.one_line());
   publish_stats();
   if (config_.start_thread) thread_ = std::thread([this] { thread_main(); });
 }
@@ -140,6 +221,24 @@ void Engine::cancel(const std::string& request_id) {
 }
 
 int Engine::vocab_size() const { return model_.config().vocab_size; }
+
+CacheConfig Engine::cache_config() const {
+  const MemoryReport& r = memory_.report;
+  CacheConfig c;
+  c.block_size = memory_plan_.block_size;
+  c.num_gpu_blocks = memory_plan_.num_full_blocks;
+  c.gpu_memory_utilization = r.profiled ? r.utilization : 0.0;
+  c.enable_prefix_caching = config_.enable_prefix_caching;
+  c.cache_dtype = kv_elem_bytes(model_, config_.block_size) == 2 ? "bfloat16" : "float32";
+  c.kv_tokens = r.kv_tokens;
+  c.kv_bytes = r.kv_bytes;
+  c.weights_bytes = r.weights;
+  c.workspace_bytes = r.workspaces;
+  c.window_bytes_per_sequence = r.window_bytes_per_sequence;
+  c.max_model_len = max_model_len_;
+  c.max_concurrency = r.max_concurrency;
+  return c;
+}
 
 GeneratorStats Engine::stats() const {
   std::lock_guard lk(mu_);

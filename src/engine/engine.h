@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/memory_profile.h"
 #include "engine/output_filter.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -34,17 +35,30 @@ namespace ossrt {
 struct EngineConfig {
   int max_num_seqs = 64;               // running sequences at most (<= the model's max_logit_rows)
   int max_num_batched_tokens = 2048;   // token budget per step (<= the model's max_step_tokens)
-  int max_queue = 1024;                // waiting requests at most; submit() returns false beyond
+  int max_queue = 1024;                // waiting requests at most; submit() returns false beyond (0: always)
   int block_size = 16;
-  size_t kv_cache_bytes = 0;           // KV budget for both layer groups (0: kDefaultKvCacheBytes)
-  int num_full_blocks = 0;             // > 0: exactly this many full-layer blocks (overrides bytes)
+  // The KV cache: exactly num_full_blocks full-layer blocks when > 0; else kv_cache_bytes when > 0;
+  // else planned from memory after one profiling step (engine/memory_profile.h), at
+  // gpu_memory_utilization of the device (CUDA) or of available system memory (CPU).
+  size_t kv_cache_bytes = 0;
+  int num_full_blocks = 0;
+  double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;
-  int max_model_len = 0;               // 0: the model's max positions, capped by the KV capacity
+  // > 0: the context length, refused at start-up when the KV cache cannot hold one sequence of it;
+  // 0: the model's own (max_position_embeddings), lowered (with one warning) to what the cache holds.
+  int max_model_len = 0;
+  std::optional<uint64_t> seed;        // seeds the draws of requests without a seed (else random)
+  bool log_memory_plan = true;         // one info line with the plan at start-up
   TokenBytesFn token_bytes;            // token -> bytes, for stop strings (optional)
   bool start_thread = true;            // false: the caller drives run_step() (tests, benchmarks)
 };
 
-inline constexpr size_t kDefaultKvCacheBytes = size_t(1) << 30;
+// The engine's memory decisions: the KV plan, the context length, and the report of both.
+struct EngineMemory {
+  KvMemoryPlan kv;
+  int max_model_len = 0;
+  MemoryReport report;
+};
 
 class Engine : public Generator {
  public:
@@ -63,6 +77,7 @@ class Engine : public Generator {
   GeneratorStats stats() const override;
   int max_model_len() const override { return max_model_len_; }
   int vocab_size() const override;
+  CacheConfig cache_config() const override;
   void drain(std::chrono::milliseconds timeout) override;
 
   // Runs one step on the calling thread (only when constructed with start_thread = false).
@@ -72,6 +87,7 @@ class Engine : public Generator {
   void run_until_idle();
 
   const KvMemoryPlan& memory_plan() const { return memory_plan_; }
+  const MemoryReport& memory_report() const { return memory_.report; }
   // Rows sampled on the backend's device sampler vs on the host. Engine-thread data: read it only
   // when the engine has no thread (start_thread = false) or is idle.
   const StepSamplingCounters& sampling_counters() const { return step_sampler_.counters(); }
@@ -107,6 +123,7 @@ class Engine : public Generator {
   std::unique_ptr<StepModel> owned_model_;  // the adapter the GptOssModel / ParallelModel ctors made
   StepModel& model_;
   EngineConfig config_;
+  EngineMemory memory_;
   KvMemoryPlan memory_plan_;
   int max_model_len_ = 0;
   KvCache kv_;

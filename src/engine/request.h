@@ -52,6 +52,23 @@ struct GeneratorStats {
   int total_kv_blocks = 0, free_kv_blocks = 0;
 };
 
+// The memory and cache configuration a generator runs with (the engine's start-up plan), for
+// /metrics (vllm:cache_config_info and ossrt: gauges). Zeros where a generator has no such thing.
+struct CacheConfig {
+  int block_size = 0;
+  int num_gpu_blocks = 0;              // full-attention blocks (vLLM's name; on the CPU too)
+  double gpu_memory_utilization = 0;   // 0 when the size was given (--kv-cache-bytes / blocks)
+  bool enable_prefix_caching = false;
+  std::string cache_dtype;             // "bfloat16", "float32"
+  int64_t kv_tokens = 0;               // positions the full-attention layers' pool holds
+  uint64_t kv_bytes = 0;
+  uint64_t weights_bytes = 0;
+  uint64_t workspace_bytes = 0;        // the profiled step's activations and workspaces
+  uint64_t window_bytes_per_sequence = 0;
+  int max_model_len = 0;
+  double max_concurrency = 0;          // kv_tokens / max_model_len
+};
+
 // What the server needs from whatever produces tokens. Implemented by Engine and by test replayers.
 class Generator {
  public:
@@ -66,6 +83,7 @@ class Generator {
   virtual int max_model_len() const = 0;
   // Token ids (prompt, stop_token_ids, logit_bias keys) must lie in [0, vocab_size()).
   virtual int vocab_size() const = 0;
+  virtual CacheConfig cache_config() const { return {}; }
   // Stops accepting work; waits up to `timeout` for running requests, aborts the rest.
   virtual void drain(std::chrono::milliseconds timeout) = 0;
 };

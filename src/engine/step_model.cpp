@@ -38,6 +38,12 @@ size_t ParallelModelStep::kv_block_bytes(const KvCacheShape& shape) const {
 
 void ParallelModelStep::allocate_kv_cache(const KvCacheShape& shape) { model_.allocate_kv_cache(shape); }
 
+std::vector<MemoryUse> ParallelModelStep::memory_use() {
+  std::vector<MemoryUse> ranks;
+  for (int r = 0; r < model_.world_size(); ++r) ranks.push_back(model_.rank_backend(r).memory_use());
+  return ranks;
+}
+
 // Eager forwards on every rank: no CUDA graph capture of a step with collectives in it (NCCL inside
 // a captured graph has never run here).
 Tensor ParallelModelStep::run_step(const StepPlan& plan) { return model_.forward_on_rank0(plan); }

@@ -33,6 +33,8 @@ class StepModel {
   virtual size_t kv_block_bytes(const KvCacheShape& shape) const = 0;
   // Allocates the KV storage for the whole model's `shape`; a sharded model gives each rank its heads.
   virtual void allocate_kv_cache(const KvCacheShape& shape) = 0;
+  // Each rank's memory (backend/backend.h MemoryUse), for the engine's memory plan.
+  virtual std::vector<MemoryUse> memory_use() = 0;
   // Runs one step; returns logits [plan.logit_rows, vocab] F32 on sampling_backend(), valid until
   // the next step.
   virtual Tensor run_step(const StepPlan& plan) = 0;
@@ -49,6 +51,7 @@ class SingleModelStep final : public StepModel {
   int kv_heads_per_rank() const override { return model_.local_kv_heads(); }
   size_t kv_block_bytes(const KvCacheShape& shape) const override;
   void allocate_kv_cache(const KvCacheShape& shape) override;
+  std::vector<MemoryUse> memory_use() override { return {model_.backend().memory_use()}; }
   Tensor run_step(const StepPlan& plan) override;
   Backend& sampling_backend() override { return model_.backend(); }
   std::string describe() const override;
@@ -66,6 +69,7 @@ class ParallelModelStep final : public StepModel {
   int kv_heads_per_rank() const override;
   size_t kv_block_bytes(const KvCacheShape& shape) const override;
   void allocate_kv_cache(const KvCacheShape& shape) override;
+  std::vector<MemoryUse> memory_use() override;
   Tensor run_step(const StepPlan& plan) override;
   Backend& sampling_backend() override;
   std::string describe() const override;

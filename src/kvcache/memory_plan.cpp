@@ -73,7 +73,8 @@ KvMemoryPlan plan_kv_memory(const GptOssConfig& config, const KvMemoryPlanReques
     const int64_t blocks = int64_t((r.kv_budget_bytes - window_bytes) / plan.bytes_per_full_block);
     OSSRT_CHECK(blocks >= 1, "kv memory plan: {} bytes left after the window layers hold no full-layer block "
                 "of {} bytes", r.kv_budget_bytes - window_bytes, plan.bytes_per_full_block);
-    plan.num_full_blocks = int(std::min<int64_t>(blocks, (int64_t(1) << 31) - 1));
+    const int64_t cap = r.max_full_blocks > 0 ? r.max_full_blocks : (int64_t(1) << 31) - 1;
+    plan.num_full_blocks = int(std::min<int64_t>({blocks, cap, (int64_t(1) << 31) - 1}));
   }
   plan.total_bytes = window_bytes + size_t(plan.num_full_blocks) * plan.bytes_per_full_block;
   return plan;

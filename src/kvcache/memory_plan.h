@@ -22,6 +22,9 @@ struct KvMemoryPlanRequest {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
   int num_full_blocks_override = 0;  // > 0: use exactly this many full blocks (tests, tiny pools)
+  // > 0: no more full blocks than this, whatever the budget (a budget taken from free memory
+  // need not exceed what max_num_seqs sequences of max_model_len tokens can fill).
+  int64_t max_full_blocks = 0;
   // KV heads one rank's cache holds (0: all of the config's). Tensor parallel ranks each cache only
   // their own heads, so the budget (per rank) and every per-token figure count those.
   int kv_heads = 0;

@@ -29,7 +29,7 @@ void raise_fd_limit() {
 
 }  // namespace
 
-int run_server(const ServerConfig& config, const RuntimeOptions& runtime_options) {
+int run_server(const ServerConfig& config, const ServedModelOptions& model_options) {
   raise_fd_limit();
   std::signal(SIGPIPE, SIG_IGN);  // a client that vanished mid-write is an error code, not a signal
 
@@ -71,10 +71,10 @@ int run_server(const ServerConfig& config, const RuntimeOptions& runtime_options
   std::once_flag exit_once;
   auto request_exit = [&](int code) { std::call_once(exit_once, [&] { exit_code.set_value(code); }); };
 
-  std::unique_ptr<ModelRuntime> runtime;
+  std::unique_ptr<ServedModel> runtime;
   std::thread loader([&] {
     try {
-      auto loaded = ModelRuntime::load(runtime_options);
+      auto loaded = ServedModel::load(model_options);
       spdlog::info("loaded: {}", loaded->description());
       ctx.set_ready(loaded->generator(), loaded->tokenizer());
       runtime = std::move(loaded);
@@ -110,7 +110,7 @@ int run_server(const ServerConfig& config, const RuntimeOptions& runtime_options
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // last writes leave the socket
   }
   server.stop();
-  ctx.release();  // the Engine must stop before ModelRuntime frees the model it runs
+  ctx.release();  // the Engine must stop before the runtime frees the model it runs
   runtime.reset();
   spdlog::info("stopped");
   return code;

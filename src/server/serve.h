@@ -6,12 +6,12 @@
 #include <functional>
 #include <memory>
 
-#include "server/model_runtime.h"
+#include "server/served_model.h"
 #include "server/server_context.h"
 
 namespace ossrt::server {
 
 // Returns the process exit code.
-int run_server(const ServerConfig& config, const RuntimeOptions& runtime);
+int run_server(const ServerConfig& config, const ServedModelOptions& model);
 
 }  // namespace ossrt::server

@@ -91,6 +91,13 @@ void declare_server_metrics(MetricsRegistry& m) {
   m.declare("vllm:kv_cache_usage_perc", T::Gauge, "KV-cache usage. 1 means 100 percent usage.");
   m.declare("vllm:gpu_cache_usage_perc", T::Gauge, "KV-cache usage (V0 name). 1 means 100 percent usage.");
   m.declare("vllm:cache_config_info", T::Gauge, "Information of the KV cache config.");
+  m.declare("ossrt:kv_cache_tokens", T::Gauge, "Positions the full-attention layers' KV pool holds.");
+  m.declare("ossrt:kv_cache_bytes", T::Gauge, "Bytes of the planned KV cache (per rank).");
+  m.declare("ossrt:kv_window_bytes_per_sequence", T::Gauge, "Fixed KV cost of one sequence in the window layers.");
+  m.declare("ossrt:memory_weights_bytes", T::Gauge, "Bytes of weights the backend holds (per rank).");
+  m.declare("ossrt:memory_workspace_bytes", T::Gauge, "Activations and workspaces of the profiled largest step.");
+  m.declare("ossrt:max_model_len", T::Gauge, "The context length requests may use.");
+  m.declare("ossrt:max_concurrency", T::Gauge, "Sequences of max_model_len tokens the KV cache holds at once.");
   m.declare("ossrt:kv_blocks_total", T::Gauge, "KV blocks of the full-attention pool.");
   m.declare("ossrt:kv_blocks_in_use", T::Gauge, "KV blocks of the full-attention pool held by requests.");
   m.declare("ossrt:open_streams", T::Gauge, "Generations currently being answered by the HTTP layer.");
@@ -130,8 +137,22 @@ void refresh_generator_gauges(ServerContext& ctx) {
   m.set("vllm:gpu_cache_usage_perc", labels, s.kv_usage);
   m.set("ossrt:kv_blocks_total", labels, s.total_kv_blocks);
   m.set("ossrt:kv_blocks_in_use", labels, s.total_kv_blocks - s.free_kv_blocks);
+  const CacheConfig cache = ctx.generator().cache_config();
   m.set("vllm:cache_config_info",
-        {{"model_name", ctx.config.served_model_name}, {"num_gpu_blocks", std::to_string(s.total_kv_blocks)}}, 1);
+        {{"model_name", ctx.config.served_model_name},
+         {"block_size", std::to_string(cache.block_size)},
+         {"cache_dtype", cache.cache_dtype},
+         {"enable_prefix_caching", cache.enable_prefix_caching ? "True" : "False"},
+         {"gpu_memory_utilization", fmt::format("{}", cache.gpu_memory_utilization)},
+         {"num_gpu_blocks", std::to_string(s.total_kv_blocks)}},
+        1);
+  m.set("ossrt:kv_cache_tokens", labels, double(cache.kv_tokens));
+  m.set("ossrt:kv_cache_bytes", labels, double(cache.kv_bytes));
+  m.set("ossrt:kv_window_bytes_per_sequence", labels, double(cache.window_bytes_per_sequence));
+  m.set("ossrt:memory_weights_bytes", labels, double(cache.weights_bytes));
+  m.set("ossrt:memory_workspace_bytes", labels, double(cache.workspace_bytes));
+  m.set("ossrt:max_model_len", labels, double(cache.max_model_len));
+  m.set("ossrt:max_concurrency", labels, cache.max_concurrency);
   // Engine counters are cumulative in the generator; mirror them (a counter set to its total).
   auto mirror = [&](const char* name, double total) {
     double now = m.value(name, labels);

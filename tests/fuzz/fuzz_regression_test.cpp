@@ -12,6 +12,11 @@
 
 namespace fs = std::filesystem;
 
+namespace ossrt::fuzz {
+// Test names and messages show the target's name (not its bytes).
+void PrintTo(const Target& target, std::ostream* os) { *os << target.name; }
+}  // namespace ossrt::fuzz
+
 namespace {
 
 std::vector<fs::path> inputs_of(const std::string& target) {

@@ -111,25 +111,34 @@ TEST(CudaGraphs, NonDecodePlansRunEagerly) {
   EXPECT_EQ(via_run_step, eager);
 }
 
-TEST(CudaMemoryPlan, KvBudgetFollowsUtilizationAndDeviceMemory) {
+TEST(CudaMemoryPlan, MemoryUseReportsTheDeviceAndWhatTheBackendHolds) {
   OSSRT_SKIP_WITHOUT_GPU();
-  BackendOptions low, high;
-  low.gpu_memory_utilization = 0.5;
-  high.gpu_memory_utilization = 0.9;
-  CudaBackend a(low);
+  BackendOptions options;
+  CudaBackend a(options);
   size_t free_b = 0, total_b = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
-  const double used = double(total_b - free_b);
-  const double expect_low = 0.5 * double(total_b) - used;
-  const double got_low = double(a.kv_cache_budget_bytes());
-  // The backend keeps a fixed reserve (< 1 GiB) for graphs and cuBLASLt beyond the KV budget.
-  EXPECT_LE(got_low, expect_low);
-  EXPECT_GT(got_low, expect_low - double(1u << 30));
-  CudaBackend b(high);
-  EXPECT_GT(double(b.kv_cache_budget_bytes()), got_low + 0.3 * double(total_b));
-  BackendOptions bad;
-  bad.gpu_memory_utilization = 1.5;
-  EXPECT_THROW(CudaBackend c(bad), Error);
+  const MemoryUse before = a.memory_use();
+  EXPECT_EQ(before.capacity, total_b);
+  EXPECT_GT(before.workspaces, 0u);  // the planned step workspaces
+  EXPECT_EQ(before.weights, 0u);
+  EXPECT_EQ(before.kv_cache, 0u);
+  // A replaced KV cache is freed: in use goes back to where it was, the kind counters follow.
+  KvCacheShape shape;
+  shape.num_full_layers = 2;
+  shape.num_sliding_layers = 2;
+  shape.num_full_blocks = 4096;
+  shape.num_window_blocks = 64;
+  shape.num_kv_heads = 8;
+  a.allocate_kv_cache(shape);
+  const MemoryUse big = a.memory_use();
+  const size_t expect = (size_t(4097) * 2 + size_t(65) * 2) * a.kv_block_bytes(shape);
+  EXPECT_EQ(big.kv_cache, expect);
+  EXPECT_GE(big.in_use, before.in_use + expect);
+  shape.num_full_blocks = 16;
+  a.allocate_kv_cache(shape);
+  const MemoryUse small = a.memory_use();
+  EXPECT_EQ(small.kv_cache, (size_t(17) * 2 + size_t(65) * 2) * a.kv_block_bytes(shape));
+  EXPECT_LT(small.in_use, big.in_use - expect / 2);
 }
 
 }  // namespace

@@ -179,7 +179,8 @@ TEST(CudaBench, GptOss20bDummyDecodeAndPrefill) {
   shape.block_size = kBlock;
   shape.num_kv_heads = config.num_key_value_heads;
   shape.head_dim = config.head_dim;
-  const size_t budget = backend.kv_cache_budget_bytes();
+  const MemoryUse memory = backend.memory_use();
+  const size_t budget = size_t(std::max(0.0, 0.9 * double(memory.capacity) - double(memory.in_use) - double(memory.reserve)));
   backend.allocate_kv_cache(shape);
   std::vector<LinearKvLayout> layouts;
   for (int s = 0; s < max_seqs; ++s) layouts.push_back({kBlock, s * full_per_seq, s * ring, ring});

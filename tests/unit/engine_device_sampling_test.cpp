@@ -86,6 +86,7 @@ class RecordingDeviceSamplerBackend final : public Backend {
   }
   void allocate_kv_cache(const KvCacheShape& shape) override { inner_->allocate_kv_cache(shape); }
   size_t kv_block_bytes(const KvCacheShape& shape) const override { return inner_->kv_block_bytes(shape); }
+  MemoryUse memory_use() const override { return inner_->memory_use(); }
   void begin_step(const StepPlan& plan) override { inner_->begin_step(plan); }
   void embedding(const Tensor& table, Tensor& out) override { inner_->embedding(table, out); }
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override { inner_->rmsnorm(x, w, eps, out); }

@@ -2,7 +2,7 @@
 // shapes (hand-computed here): 20b and 120b in bf16, and the CPU backend's f32.
 #include <gtest/gtest.h>
 
-#include "engine/session.h"
+#include "engine/memory_profile.h"
 #include "kvcache/memory_plan.h"
 #include "config/gpt_oss_config.h"
 

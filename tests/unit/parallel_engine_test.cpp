@@ -9,11 +9,12 @@
 
 #include "../../tools/parallel_flags.h"
 #include "core/error.h"
-#include "engine/session.h"
+#include "engine/memory_profile.h"
+#include "runtime/model_runtime.h"
 #include "engine_test_model.h"
 #include "kvcache/memory_plan.h"
 #include "parallel/parallel_model.h"
-#include "server/model_runtime.h"
+#include "server/served_model.h"
 
 namespace ossrt {
 namespace {
@@ -192,22 +193,22 @@ TEST(ParallelEngineFlagsTest, TheEngineRefusesDataParallelism) {
   }
 }
 
-SessionOptions tiny_session(const ParallelConfig& parallel) {
-  SessionOptions o;
+RuntimeOptions tiny_runtime(const ParallelConfig& parallel) {
+  RuntimeOptions o;
   o.model = "tiny";
   o.load_format = "dummy";
   o.threads = 2;
   o.parallel = parallel;
-  o.engine.max_num_seqs = 1;
-  o.engine.max_num_batched_tokens = 16;
-  o.engine.num_full_blocks = 8;
-  o.engine.start_thread = false;
+  o.max_num_seqs = 1;
+  o.max_num_batched_tokens = 16;
+  o.kv_cache_bytes = size_t(4) << 20;
+  o.max_model_len = 256;
   return o;
 }
 
 std::string session_error(const ParallelConfig& parallel) {
   try {
-    EngineSession session(tiny_session(parallel));
+    ModelRuntime::build(tiny_runtime(parallel));
   } catch (const Error& e) {
     return e.what();
   }
@@ -221,17 +222,17 @@ TEST(ParallelEngineFlagsTest, SessionErrorsNameTheFlag) {
   EXPECT_THAT(session_error(layout(1, 3)), HasSubstr("--expert-parallel-size 3"));
   EXPECT_THAT(session_error(layout(0, 1)), HasSubstr("--tensor-parallel-size (0)"));
   // Accepted sizes build a sharded engine that says so.
-  EngineSession ok(tiny_session(layout(2, 4)));
-  EXPECT_THAT(ok.describe_model(), HasSubstr("4 ranks"));
-  EXPECT_EQ(ok.engine().memory_plan().kv_heads, 1);
+  auto ok = ModelRuntime::build(tiny_runtime(layout(2, 4)));
+  EXPECT_THAT(ok->describe(), HasSubstr("4 ranks"));
+  EXPECT_EQ(ok->engine().memory_plan().kv_heads, 1);
 }
 
 TEST(ParallelEngineFlagsTest, ServerRuntimeRefusesDataParallelismBeforeLoading) {
-  server::RuntimeOptions o;
-  o.model = "no-such-model-directory";  // never loaded: the flag is checked first
-  o.parallel = layout(2, 1, 2);
+  server::ServedModelOptions o;
+  o.runtime.model = "no-such-model-directory";  // never loaded: the flag is checked first
+  o.runtime.parallel = layout(2, 1, 2);
   try {
-    server::ModelRuntime::load(o);
+    server::ServedModel::load(o);
     FAIL() << "loaded a data-parallel runtime";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("--data-parallel-size 2"));

@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -43,11 +45,36 @@ void expect_vector(const Tensor& t, int64_t n, const char* op, const char* what)
   OSSRT_CHECK(t.numel() == n, "{}: {} has shape {}, expected {} elements", op, what, t.shape_str(), n);
 }
 
+// calloc'ed floats: large blocks come zeroed from mmap, so a KV pool planned from available
+// memory takes pages only as tokens are cached (a zero-filled std::vector would touch them all).
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using LazyZeroFloats = std::unique_ptr<float[], FreeDeleter>;
+
+LazyZeroFloats lazy_zero_floats(size_t n, const char* what) {
+  auto* p = static_cast<float*>(std::calloc(std::max<size_t>(n, 1), sizeof(float)));
+  OSSRT_CHECK(p != nullptr, "out of memory allocating {} ({:.1f} MiB)", what, double(n) * sizeof(float) / 1048576.0);
+  return LazyZeroFloats(p);
+}
+
 // Storage of one KV group: per layer, K and V of [num_blocks][num_kv_heads][block_size][head_dim].
 struct KvGroupStorage {
-  std::vector<std::vector<float>> k, v;
+  std::vector<LazyZeroFloats> k, v;
   int num_blocks = 0;
 };
+
+// Available system memory (/proc/meminfo MemAvailable), 0 when it cannot be read.
+size_t available_system_memory() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %zu kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib * 1024;
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -81,7 +108,7 @@ class CpuBackend final : public Backend {
 
   Tensor upload(const HostTensor& src) override {
     OSSRT_CHECK(!src.empty(), "upload: tensor '{}' has no data", src.name);
-    Tensor t = alloc_shape(DType::F32, src.shape);
+    Tensor t = alloc_shape(DType::F32, src.shape, &weight_bytes_);
     src.to_f32(0, src.numel(), t.ptr<float>());
     return t;
   }
@@ -98,7 +125,7 @@ class CpuBackend final : public Backend {
       rows += p->shape[0];
     }
     shape[0] = rows;
-    Tensor t = alloc_shape(DType::F32, shape);
+    Tensor t = alloc_shape(DType::F32, shape, &weight_bytes_);
     float* dst = t.ptr<float>();
     for (const HostTensor* p : parts) {
       p->to_f32(0, p->numel(), dst);
@@ -131,10 +158,14 @@ class CpuBackend final : public Backend {
       KvGroupStorage g;
       g.num_blocks = blocks;
       const size_t elems = size_t(blocks) * size_t(shape.num_kv_heads) * size_t(shape.block_size) * size_t(shape.head_dim);
-      g.k.assign(size_t(layers), std::vector<float>(elems, 0.0f));
-      g.v.assign(size_t(layers), std::vector<float>(elems, 0.0f));
+      for (int l = 0; l < layers; ++l) {
+        g.k.push_back(lazy_zero_floats(elems, "the KV cache"));
+        g.v.push_back(lazy_zero_floats(elems, "the KV cache"));
+      }
+      kv_bytes_ += 2 * size_t(layers) * elems * sizeof(float);
       return g;
     };
+    kv_bytes_ = 0;
     groups_[0] = make_group(shape.num_full_layers, shape.num_full_blocks);
     groups_[1] = make_group(shape.num_sliding_layers, shape.num_window_blocks);
     spdlog::debug("cpu: KV cache {} full blocks x {} layers, {} window blocks x {} layers", shape.num_full_blocks,
@@ -143,6 +174,15 @@ class CpuBackend final : public Backend {
 
   size_t kv_block_bytes(const KvCacheShape& shape) const override {
     return 2 * size_t(shape.num_kv_heads) * size_t(shape.block_size) * size_t(shape.head_dim) * sizeof(float);
+  }
+
+  MemoryUse memory_use() const override {
+    MemoryUse m;
+    m.weights = weight_bytes_;
+    m.workspaces = workspace_bytes_;
+    m.kv_cache = kv_bytes_;
+    m.capacity = available_system_memory();
+    return m;
   }
 
   void begin_step(const StepPlan& plan) override {
@@ -318,21 +358,24 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  Tensor alloc_shape(DType dtype, const std::vector<int64_t>& shape) {
+  // `counter`: which of the memory report's figures the buffer adds to (workspaces by default).
+  Tensor alloc_shape(DType dtype, const std::vector<int64_t>& shape, size_t* counter = nullptr) {
     int64_t n = 1;
     for (int64_t d : shape) {
       OSSRT_CHECK(d >= 0, "alloc: negative dimension {}", d);
       n *= d;
     }
     // Zero-filled, so a workspace read before it is written is deterministic.
-    auto buffer = std::make_unique<std::byte[]>(std::max<size_t>(1, size_t(n) * dtype_size(dtype)));
+    const size_t bytes = std::max<size_t>(1, size_t(n) * dtype_size(dtype));
+    auto buffer = std::make_unique<std::byte[]>(bytes);
+    *(counter ? counter : &workspace_bytes_) += bytes;
     Tensor t = make_view(buffer.get(), dtype, shape);
     buffers_.push_back(std::move(buffer));
     return t;
   }
 
   Tensor upload_expert_matrix(const HostExperts& src) {
-    Tensor t = alloc_shape(DType::F32, {src.experts, src.out, src.in});
+    Tensor t = alloc_shape(DType::F32, {src.experts, src.out, src.in}, &weight_bytes_);
     float* dst = t.ptr<float>();
     pool_.parallel_for(src.experts * src.out, [&](int64_t b, int64_t e) {
       for (int64_t row = b; row < e; ++row) src.row_f32(row / src.out, row % src.out, dst + row * src.in);
@@ -343,7 +386,7 @@ class CpuBackend final : public Backend {
   Tensor upload_expert_bias(const HostExperts& src) {
     OSSRT_CHECK(src.bias.numel() == src.experts * src.out, "upload_experts: bias '{}' has {} elements, expected {}",
                 src.bias.name, src.bias.numel(), src.experts * src.out);
-    Tensor t = alloc_shape(DType::F32, {src.experts, src.out});
+    Tensor t = alloc_shape(DType::F32, {src.experts, src.out}, &weight_bytes_);
     src.bias.to_f32(0, src.bias.numel(), t.ptr<float>());
     return t;
   }
@@ -393,7 +436,7 @@ class CpuBackend final : public Backend {
     OSSRT_CHECK(p.layer_in_group >= 0 && size_t(p.layer_in_group) < g.k.size(),
                 "{}: layer {} of the {} group, but the cache has {} such layers", op, p.layer_in_group,
                 p.group == KvGroup::Full ? "full" : "sliding", g.k.size());
-    cpu::KvLayerView kv{g.k[size_t(p.layer_in_group)].data(), g.v[size_t(p.layer_in_group)].data(), g.num_blocks,
+    cpu::KvLayerView kv{g.k[size_t(p.layer_in_group)].get(), g.v[size_t(p.layer_in_group)].get(), g.num_blocks,
                         kv_shape_.num_kv_heads,               kv_shape_.block_size,                  kv_shape_.head_dim};
     OSSRT_CHECK(kv.num_blocks > 0, "{}: no KV storage for {} layer {}: call allocate_kv_cache first", op,
                 p.group == KvGroup::Full ? "full" : "sliding", p.layer_in_group);
@@ -404,6 +447,7 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   std::vector<std::unique_ptr<std::byte[]>> buffers_;
+  size_t weight_bytes_ = 0, workspace_bytes_ = 0, kv_bytes_ = 0;
   KvCacheShape kv_shape_;
   KvGroupStorage groups_[2];  // [0] full layers, [1] sliding layers
   StepPlan plan_;

@@ -25,8 +25,10 @@ constexpr int kMinPlanSeqs = 256;
 // Attention kernels are built for gpt-oss's 64 query heads (both models); the decode workspace is
 // sized for them.
 constexpr int kPlannedQueryHeads = 64;
-// Left free beyond the KV budget: CUDA graph executables, cuBLASLt's internal state, fragmentation.
-constexpr size_t kKvBudgetReserveBytes = size_t(512) << 20;
+// Left free beyond the KV budget: CUDA graph executables (one per decode bucket, captured after
+// the plan), cuBLASLt's internal state, kernels first loaded by decode steps, fragmentation. The
+// profiling step already counts everything a prefill-and-decode step allocates.
+constexpr size_t kGraphsAndLibrariesReserveBytes = size_t(512) << 20;
 }  // namespace
 
 bool CudaBackend::device_available() {
@@ -40,8 +42,6 @@ bool CudaBackend::device_available() {
 
 CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), device_(options.device_index) {
   OSSRT_CHECK(device_available(), "--backend cuda: no CUDA device is visible");
-  OSSRT_CHECK(options.gpu_memory_utilization > 0.0 && options.gpu_memory_utilization <= 1.0,
-              "--gpu-memory-utilization must be in (0, 1], got {}", options.gpu_memory_utilization);
   OSSRT_CHECK(options.max_step_tokens >= 1 && options.max_seqs >= 1, "CUDA backend: max_step_tokens {} / max_seqs {}",
               options.max_step_tokens, options.max_seqs);
   OSSRT_CUDA_CHECK(cudaSetDevice(device_));
@@ -156,14 +156,23 @@ size_t CudaBackend::kv_block_bytes(const KvCacheShape& s) const {
   return 2 * size_t(s.num_kv_heads) * size_t(s.block_size) * size_t(s.head_dim) * sizeof(uint16_t);
 }
 
+void CudaBackend::release_kv_storage() {
+  bind_device();
+  if (!kv_) return;
+  sync();
+  graphs_->clear();  // captured graphs hold the old storage's addresses
+  for (void* base : kv_->allocations) buffers_->release(base);
+  kv_.reset();
+}
+
 void CudaBackend::allocate_kv_cache(const KvCacheShape& shape) {
   bind_device();
-  OSSRT_CHECK(!kv_, "allocate_kv_cache: the KV cache is already allocated");
   OSSRT_CHECK(shape.head_dim == 64, "CUDA backend supports head_dim 64 only (got {})", shape.head_dim);
   OSSRT_CHECK(shape.block_size > 0 && shape.num_kv_heads > 0 && shape.num_full_blocks >= 0 &&
                   shape.num_window_blocks >= 0,
               "allocate_kv_cache: bad shape (block_size {}, kv heads {}, blocks {} / {})", shape.block_size,
               shape.num_kv_heads, shape.num_full_blocks, shape.num_window_blocks);
+  release_kv_storage();
   kv_ = std::make_unique<KvStorage>();
   kv_->shape = shape;
   // One extra block per pool, invisible to the engine: padded graph rows write and read it.
@@ -176,7 +185,8 @@ void CudaBackend::allocate_kv_cache(const KvCacheShape& shape) {
     g.scratch_block = blocks - 1;
     const size_t half = block_bytes / 2 * size_t(blocks);  // K or V of one layer
     if (layers == 0) return;
-    char* base = static_cast<char*>(device_alloc(half * 2 * size_t(layers), what));
+    char* base = static_cast<char*>(buffers_->allocate(half * 2 * size_t(layers), what, stream_, cuda::BufferKind::KvCache));
+    kv_->allocations.push_back(base);
     // Zeroed so never-written slots (the scratch block before first use) hold finite values.
     OSSRT_CUDA_CHECK(cudaMemsetAsync(base, 0, half * 2 * size_t(layers), stream_));
     for (int l = 0; l < layers; ++l) {
@@ -187,11 +197,11 @@ void CudaBackend::allocate_kv_cache(const KvCacheShape& shape) {
   allocate_group(kv_->full, shape.num_full_layers, kv_->internal.num_full_blocks, "KV cache (full layers)");
   allocate_group(kv_->window, shape.num_sliding_layers, kv_->internal.num_window_blocks, "KV cache (sliding layers)");
   sync();
-  spdlog::info("cuda: KV cache {} full blocks x {} layers, {} window blocks x {} layers ({:.1f} MiB)",
-               shape.num_full_blocks, shape.num_full_layers, shape.num_window_blocks, shape.num_sliding_layers,
-               (double(shape.num_full_blocks + 1) * shape.num_full_layers +
-                double(shape.num_window_blocks + 1) * shape.num_sliding_layers) *
-                   block_bytes / 1048576.0);
+  spdlog::debug("cuda: KV cache {} full blocks x {} layers, {} window blocks x {} layers ({:.1f} MiB)",
+                shape.num_full_blocks, shape.num_full_layers, shape.num_window_blocks, shape.num_sliding_layers,
+                (double(shape.num_full_blocks + 1) * shape.num_full_layers +
+                 double(shape.num_window_blocks + 1) * shape.num_sliding_layers) *
+                    block_bytes / 1048576.0);
 }
 
 const CudaBackend::KvStorage& CudaBackend::kv_storage(KvGroup) const {
@@ -199,14 +209,18 @@ const CudaBackend::KvStorage& CudaBackend::kv_storage(KvGroup) const {
   return *kv_;
 }
 
-size_t CudaBackend::kv_cache_budget_bytes() const {
+MemoryUse CudaBackend::memory_use() const {
   bind_device();
   size_t free_b = 0, total_b = 0;
   OSSRT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const double allowed = options_.gpu_memory_utilization * double(total_b);
-  const double used = double(total_b - free_b);
-  const double budget = allowed - used - double(kKvBudgetReserveBytes);
-  return budget > 0 ? size_t(budget) : 0;
+  MemoryUse m;
+  m.weights = buffers_->bytes(cuda::BufferKind::Weights);
+  m.workspaces = buffers_->bytes(cuda::BufferKind::Workspace);
+  m.kv_cache = buffers_->bytes(cuda::BufferKind::KvCache);
+  m.capacity = total_b;
+  m.in_use = total_b - free_b;
+  m.reserve = kGraphsAndLibrariesReserveBytes;
+  return m;
 }
 
 // ---- plan

@@ -66,7 +66,7 @@ class CudaBackend final : public Backend {
 
   void allocate_kv_cache(const KvCacheShape& shape) override;
   size_t kv_block_bytes(const KvCacheShape& shape) const override;
-  size_t kv_cache_budget_bytes() const override;
+  MemoryUse memory_use() const override;
 
   void begin_step(const StepPlan& plan) override;
   void embedding(const Tensor& table, Tensor& out) override;
@@ -113,6 +113,7 @@ class CudaBackend final : public Backend {
   // on this backend's pointers. The constructor sets it once, which binds a rank's thread.
   void bind_device() const;
   void* device_alloc(size_t bytes, const char* what);
+  void release_kv_storage();
   void copy_to_device(void* dst, const void* src, size_t bytes);
   const KvStorage& kv_storage(KvGroup group) const;
 

@@ -15,6 +15,7 @@ struct CudaBackend::KvStorage {
   KvCacheShape shape;     // as the engine asked
   KvCacheShape internal;  // with the scratch block added to each pool
   Group full, window;
+  std::vector<void*> allocations;  // one per group, released when the storage is replaced
   const Group& group(KvGroup g) const { return g == KvGroup::Full ? full : window; }
 };
 

@@ -55,6 +55,11 @@ DecodeGraphCache::~DecodeGraphCache() {
   for (auto& [key, e] : graphs_) cudaGraphExecDestroy(e.exec);
 }
 
+void DecodeGraphCache::clear() {
+  for (auto& [key, e] : graphs_) cudaGraphExecDestroy(e.exec);
+  graphs_.clear();
+}
+
 bool DecodeGraphCache::graphable(const StepPlan& plan) const {
   const int n = plan.num_seqs();
   if (n == 0 || !plan.is_decode_only() || decode_batch_bucket(n) == 0 || !backend_.kv_) return false;

@@ -40,6 +40,8 @@ class DecodeGraphCache {
   Tensor run(const StepPlan& plan, const Backend::StepFn& step);
   bool capturing() const { return capturing_; }
   int size() const { return int(graphs_.size()); }
+  // Destroys every captured graph (they hold the addresses of the KV storage being replaced).
+  void clear();
 
  private:
   struct Entry {

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_buffers.h"
 #include "backend/cuda/kernels/moe.cuh"
 #include "backend/cuda/mxfp4_dequant.h"
 
@@ -52,7 +53,7 @@ Tensor CudaBackend::upload(const HostTensor& src) {
   bind_device();
   check_float_dtype(src);
   Tensor t = make_tensor(nullptr, DType::BF16, src.shape);
-  t.data = device_alloc(t.bytes(), "weights");
+  t.data = buffers_->allocate(t.bytes(), "weights", stream_, cuda::BufferKind::Weights);
   if (src.dtype == DType::BF16) {
     copy_to_device(t.data, src.data, t.bytes());  // straight from the mapped file
   } else {
@@ -80,7 +81,7 @@ Tensor CudaBackend::upload_concat_rows(std::span<const HostTensor* const> parts)
   }
   shape[0] = rows;
   Tensor t = make_tensor(nullptr, DType::BF16, shape);
-  t.data = device_alloc(t.bytes(), "weights (concatenated)");
+  t.data = buffers_->allocate(t.bytes(), "weights (concatenated)", stream_, cuda::BufferKind::Weights);
   copy_to_device(t.data, host.data(), t.bytes());
   return t;
 }
@@ -164,7 +165,7 @@ ExpertWeights CudaBackend::upload_experts(const HostExperts& gate_up, const Host
   w.intermediate = down.in;
   auto upload_matrix = [&](const HostExperts& x, const char* what) {
     Tensor t(nullptr, DType::BF16, {x.experts, x.out, x.in}, Device::CUDA);
-    t.data = device_alloc(t.bytes(), what);
+    t.data = buffers_->allocate(t.bytes(), what, stream_, cuda::BufferKind::Weights);
     upload_expert_matrix(x, static_cast<uint16_t*>(t.data), stream_);
     return t;
   };
@@ -175,7 +176,7 @@ ExpertWeights CudaBackend::upload_experts(const HostExperts& gate_up, const Host
     std::vector<float> host(static_cast<size_t>(x.bias.numel()));
     x.bias.to_f32(0, x.bias.numel(), host.data());
     Tensor t(nullptr, DType::F32, {x.experts, x.out}, Device::CUDA);
-    t.data = device_alloc(t.bytes(), what);
+    t.data = buffers_->allocate(t.bytes(), what, stream_, cuda::BufferKind::Weights);
     copy_to_device(t.data, host.data(), t.bytes());
     return t;
   };

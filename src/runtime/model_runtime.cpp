@@ -1,0 +1,132 @@
+#include "runtime/model_runtime.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "backend/registry/registry.h"
+#include "core/error.h"
+#include "model/gpt_oss.h"
+#include "model/loader.h"
+#include "model/single_sequence.h"
+#include "parallel/parallel_model.h"
+#include "parallel/parallel_sequence_runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ossrt {
+
+namespace fs = std::filesystem;
+
+struct ModelRuntime::Owned {
+  // Declaration order = reverse destruction order: weights outlive the backend that may read them
+  // in place, the backend outlives the model.
+  HostModelWeights weights;
+  std::unique_ptr<Backend> backend;               // unsharded
+  std::unique_ptr<GptOssModel> model;             // unsharded
+  std::unique_ptr<ParallelModel> parallel_model;  // tensor / expert parallel
+};
+
+std::string resolve_tokenizer_path(const RuntimeOptions& options) {
+  if (!options.tokenizer.empty()) return options.tokenizer;
+  std::error_code ec;
+  if (fs::is_directory(options.model, ec)) {
+    fs::path in_dir = fs::path(options.model) / "tokenizer.json";
+    if (fs::exists(in_dir, ec)) return in_dir.string();
+  }
+  try {
+    return default_tokenizer_path();
+  } catch (const Error& e) {
+    spdlog::debug("no bundled tokenizer: {}", e.what());
+    return {};
+  }
+}
+
+std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, Parts parts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  given.validate();
+  const RuntimeOptions options = given.with_backend_defaults();
+  if (parts == Parts::ModelAndEngine) engine_parallel_check(options.parallel);  // before any load
+  std::unique_ptr<ModelRuntime> rt(new ModelRuntime());
+  rt->options_ = options;
+  rt->owned_ = std::make_unique<Owned>();
+  rt->tokenizer_path_ = resolve_tokenizer_path(options);
+  if (!rt->tokenizer_path_.empty()) rt->tokenizer_ = Tokenizer::load(rt->tokenizer_path_);
+
+  Owned& o = *rt->owned_;
+  o.weights = load_model_weights(ModelSource{options.model, options.load_format, options.weights_seed});
+  options.parallel.validate(o.weights.config);  // also for one rank: a size of 0 is an error
+  BackendOptions backend_options;
+  backend_options.threads = options.threads;
+  backend_options.max_step_tokens = options.max_num_batched_tokens;
+  backend_options.max_seqs = options.max_num_seqs;
+  const ModelLimits limits{options.max_num_batched_tokens, options.max_num_seqs};
+  if (options.parallel.is_single()) {
+    o.backend = make_backend(options.backend, backend_options);
+    o.model = std::make_unique<GptOssModel>(*o.backend, o.weights, limits);
+  } else {
+    o.parallel_model =
+        std::make_unique<ParallelModel>(o.weights, options.parallel, options.backend, backend_options, limits);
+  }
+
+  if (parts == Parts::ModelAndEngine) {
+    EngineConfig engine;
+    engine.max_num_seqs = options.max_num_seqs;
+    engine.max_num_batched_tokens = options.max_num_batched_tokens;
+    engine.max_queue = options.max_queue;
+    engine.block_size = options.block_size;
+    engine.kv_cache_bytes = options.kv_cache_bytes;
+    engine.gpu_memory_utilization = options.gpu_memory_utilization;
+    engine.enable_prefix_caching = options.enable_prefix_caching;
+    engine.max_model_len = options.max_model_len;
+    engine.seed = options.seed;
+    if (auto tok = rt->tokenizer_) engine.token_bytes = [tok](int32_t id) { return tok->token_bytes(id); };
+    rt->engine_ = o.model ? std::make_shared<Engine>(*o.model, engine) : std::make_shared<Engine>(*o.parallel_model, engine);
+  }
+  rt->load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rt;
+}
+
+ModelRuntime::~ModelRuntime() {
+  engine_.reset();  // the Engine joins its thread here, before the model and backend go
+  owned_.reset();
+}
+
+const GptOssConfig& ModelRuntime::config() const { return owned_->weights.config; }
+
+Engine& ModelRuntime::engine() {
+  OSSRT_CHECK(engine_ != nullptr, "this model runtime was built without an engine");
+  return *engine_;
+}
+
+std::shared_ptr<Engine> ModelRuntime::shared_engine() {
+  OSSRT_CHECK(engine_ != nullptr, "this model runtime was built without an engine");
+  return engine_;
+}
+
+std::string ModelRuntime::describe() const {
+  const std::string placement = engine_                 ? engine_->describe_model()
+                                : owned_->model          ? owned_->backend->name()
+                                                         : owned_->parallel_model->rank_backend(0).name() + ", " +
+                                                               options_.parallel.describe();
+  return fmt::format("model {} ({} weights) on {}", options_.model, options_.load_format, placement);
+}
+
+std::vector<float> ModelRuntime::sequence_logits(std::span<const int32_t> ids, int chunk) {
+  OSSRT_CHECK(chunk > 0, "--chunk must be positive");
+  const int n = int(ids.size());
+  const int step = std::min(chunk, std::max(n, 1));
+  if (owned_->model) {
+    SingleSequenceRunner runner(*owned_->model, n, options_.block_size);
+    return runner.run(ids, step, SingleSequenceRunner::Logits::EveryRow);
+  }
+  // One sequence: data parallelism has nothing to split (it runs different sequences per group).
+  OSSRT_CHECK(options_.parallel.data_parallel == 1,
+              "--data-parallel-size {}: one sequence cannot be split across data-parallel groups",
+              options_.parallel.data_parallel);
+  ParallelSequenceRunner runner(*owned_->parallel_model, n, options_.block_size);
+  return runner.run(ids, step, SingleSequenceRunner::Logits::EveryRow);
+}
+
+}  // namespace ossrt

@@ -1,0 +1,28 @@
+#include "runtime/runtime_options.h"
+
+#include "core/error.h"
+
+namespace ossrt {
+
+void RuntimeOptions::validate() const {
+  OSSRT_CHECK(load_format == "auto" || load_format == "safetensors" || load_format == "dummy",
+              "--load-format must be auto, safetensors or dummy, got '{}'", load_format);
+  OSSRT_CHECK(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0,
+              "--gpu-memory-utilization must be in (0, 1], got {}", gpu_memory_utilization);
+  OSSRT_CHECK(max_model_len >= 0, "--max-model-len must not be negative, got {}", max_model_len);
+  OSSRT_CHECK(block_size > 0, "--block-size must be positive, got {}", block_size);
+  OSSRT_CHECK(max_num_seqs >= 0, "--max-num-seqs must be positive, got {}", max_num_seqs);
+  OSSRT_CHECK(max_num_batched_tokens >= 0, "--max-num-batched-tokens must be positive, got {}", max_num_batched_tokens);
+  OSSRT_CHECK(max_queue >= 0, "--max-queue must not be negative, got {}", max_queue);
+  OSSRT_CHECK(threads >= 0, "--threads must not be negative, got {}", threads);
+}
+
+RuntimeOptions RuntimeOptions::with_backend_defaults() const {
+  RuntimeOptions o = *this;
+  const bool gpu = backend == "cuda";
+  if (o.max_num_seqs == 0) o.max_num_seqs = gpu ? 256 : 64;
+  if (o.max_num_batched_tokens == 0) o.max_num_batched_tokens = gpu ? 8192 : 2048;
+  return o;
+}
+
+}  // namespace ossrt

@@ -1,0 +1,81 @@
+#pragma once
+// The flags that build the model runtime (runtime/runtime_options.h), declared once for every
+// command so names, meanings and checks agree (vLLM's names where vLLM has one). A command picks
+// the groups it needs: `logits` runs the model alone (no memory plan, no scheduler), the engine
+// commands take them all. Per-command defaults are set on the options before the flags are added.
+#include <CLI/CLI.hpp>
+
+#include "parallel_flags.h"
+#include "runtime/runtime_options.h"
+
+namespace ossrt::tools {
+
+enum class RuntimeFlagGroups { ModelOnly, ModelAndEngine };
+
+inline void add_runtime_flags(CLI::App* cmd, RuntimeOptions& o, RuntimeFlagGroups groups) {
+  cmd->add_option("--model", o.model, "Checkpoint directory or preset (tiny, gpt-oss-20b, gpt-oss-120b)")
+      ->capture_default_str()
+      ->group("Model");
+  cmd->add_option("--load-format", o.load_format, "auto | safetensors | dummy (seeded random weights)")
+      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}))
+      ->capture_default_str()
+      ->group("Model");
+  cmd->add_option("--weights-seed", o.weights_seed, "Seed of dummy weights")->capture_default_str()->group("Model");
+  cmd->add_option("--tokenizer", o.tokenizer, "tokenizer.json (default: the model's, else the bundled one)")
+      ->group("Model");
+  cmd->add_option("--backend", o.backend, "cpu | cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str()
+      ->group("Model");
+  cmd->add_option("--threads", o.threads, "CPU backend threads (0 = all cores; shared by the ranks)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Model");
+  add_engine_parallel_flags(cmd, o.parallel);
+  if (groups == RuntimeFlagGroups::ModelOnly) return;
+
+  cmd->add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                  "Fraction of the GPU's memory (CPU: of available system memory) for weights, activations and "
+                  "the KV cache; the KV cache gets what a profiling step leaves")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str()
+      ->group("Memory");
+  cmd->add_option("--kv-cache-bytes", o.kv_cache_bytes, "KV cache size in bytes, instead of the profiled plan")
+      ->group("Memory");
+  cmd->add_option("--max-model-len", o.max_model_len,
+                  "Context length (default: the model's own, lowered with a warning to what the KV cache holds; "
+                  "given explicitly, the server refuses to start when it does not fit)")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Memory");
+  cmd->add_option("--block-size", o.block_size, "KV block size in tokens")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Memory");
+  const bool command_default = o.max_num_seqs > 0;  // generate/chat set theirs; others follow the backend
+  auto* seqs = cmd->add_option("--max-num-seqs", o.max_num_seqs,
+                               command_default ? "Most sequences in a running batch"
+                                               : "Most sequences in a running batch (default: 256 on cuda, 64 on cpu)")
+                   ->check(CLI::PositiveNumber)
+                   ->group("Scheduler");
+  auto* tokens = cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+                                 command_default ? "Token budget per step (chunked prefill); workspaces are sized for it"
+                                                 : "Token budget per step (chunked prefill); workspaces are sized for it "
+                                                   "(default: 8192 on cuda, 2048 on cpu)")
+                     ->check(CLI::PositiveNumber)
+                     ->group("Scheduler");
+  if (command_default) {
+    seqs->capture_default_str();
+    tokens->capture_default_str();
+  }
+  cmd->add_option("--max-queue", o.max_queue, "Most waiting requests; beyond it a request is refused (429)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Scheduler");
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
+                "Reuse KV blocks of shared prompt prefixes")
+      ->group("Scheduler");
+  cmd->add_option("--seed", o.seed, "Sampling seed of requests that bring none (reproducible sampling)")
+      ->group("Scheduler");
+}
+
+}  // namespace ossrt::tools
