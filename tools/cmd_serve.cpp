@@ -7,6 +7,7 @@
 #include "runtime_flags.h"
 #include "harmony/chat_request.h"
 #include "server/serve.h"
+#include "server/structured_request.h"
 
 namespace {
 
@@ -34,6 +35,11 @@ void setup_serve(CLI::App& app) {
   cmd->add_option("--reasoning-effort", *effort, "Default reasoning effort: low | medium | high")->capture_default_str();
   cmd->add_flag("--reasoning-content", config->reasoning_content_mirror,
                 "Also send reasoning as `reasoning_content` (llama.cpp / Vercel AI SDK style clients)");
+  auto thinking_budget = std::make_shared<int>(-1);
+  cmd->add_option("--thinking-token-budget", *thinking_budget,
+                  "Default reasoning budget: most analysis tokens per chat/Responses turn before the final answer "
+                  "is forced (-1 = none; a request's thinking_token_budget overrides it)")
+      ->check(CLI::Range(-1, 1 << 24))->capture_default_str();
   auto current_date = std::make_shared<std::string>();
   cmd->add_option("--current-date", *current_date, "Date in the system message (YYYY-MM-DD or none; default today)");
   cmd->add_option("--http-threads", config->http_threads, "Threads of the HTTP event loop")->capture_default_str();
@@ -77,6 +83,9 @@ void setup_serve(CLI::App& app) {
     config->default_effort = *parsed;
     config->max_model_len = runtime->max_model_len;
     if (!current_date->empty()) config->current_date = *current_date;
+    ossrt::server::StructuredSettings structured;
+    if (*thinking_budget >= 0) structured.default_thinking_token_budget = *thinking_budget;
+    ossrt::server::configure_structured_outputs(structured);
     int code = ossrt::server::run_server(*config, *served);
     if (code != 0) throw CLI::RuntimeError(code);
   });

@@ -286,6 +286,10 @@ std::string Engine::validate(const GenerationRequest& r) const {
     return invalid->message;
   if (!r.sampling.stop_strings.empty() && !config_.token_bytes)
     return "stop strings need a tokenizer, and this engine has none";
+  // A constraint built for another vocabulary is a bug at the edge, not a client error.
+  if (r.constraint && r.constraint->vocab_size() != model_.config().vocab_size)
+    return fmt::format("the token constraint covers {} tokens but the model has {}", r.constraint->vocab_size(),
+                       model_.config().vocab_size);
   return {};
 }
 
@@ -365,9 +369,24 @@ void Engine::run_until_idle() {
 
 void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   const StepPlan plan = build_step_plan(scheduled, kv_);
+  // Token masks of constrained rows depend only on tokens already accepted: they are computed on
+  // the masker's thread while the model runs the step.
+  std::vector<MaskJob> mask_jobs;
+  for (const ScheduledSequence& s : scheduled)
+    if (s.samples && s.seq->request.constraint) {
+      s.seq->mask_error.clear();
+      mask_jobs.push_back(MaskJob{s.seq->request.constraint.get(), &s.seq->allowed_mask, &s.seq->mask_active,
+                                  &s.seq->mask_error});
+    }
+  masker_.start(std::move(mask_jobs));
+  struct WaitMasks {  // also when run_step throws: the masker writes into the sequences
+    ConstraintMasker& m;
+    ~WaitMasks() { m.wait(); }
+  } wait_masks{masker_};
   // The model runs the step its own way (one CUDA backend: a captured graph for decode-only plans);
   // the logits stay on their device until the step sampler decides what must come back.
   const Tensor logits = model_.run_step(plan);
+  masker_.wait();
 
   std::vector<Sequence*> sampling_seqs;
   std::vector<SamplingRow> rows;
@@ -376,7 +395,9 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
     kv_.commit(s.seq->id, s.seq->tokens, s.seq->num_computed);
     if (!s.samples) continue;
     sampling_seqs.push_back(s.seq);
-    rows.push_back(SamplingRow{&s.seq->request.sampling, &s.seq->sampling, s.seq->filter.stop_ids()});
+    SamplingRow row{&s.seq->request.sampling, &s.seq->sampling, s.seq->filter.stop_ids(), {}};
+    if (s.seq->request.constraint && s.seq->mask_active) row.allowed = s.seq->allowed_mask;
+    rows.push_back(row);
   }
   if (rows.empty()) return;
   const int64_t vocab = model_.config().vocab_size;
@@ -386,6 +407,16 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   for (size_t i = 0; i < sampling_seqs.size(); ++i) {
     Sequence& seq = *sampling_seqs[i];
     const int32_t token = sampled[i].id;
+    if (TokenConstraint* c = seq.request.constraint.get()) {
+      std::string error = seq.mask_error;
+      if (error.empty() && !c->accept(token))
+        error = fmt::format("the token constraint did not allow the sampled token {}", token);
+      if (!error.empty()) {
+        spdlog::error("request {}: {}", seq.request.id, error);
+        finish(seq, FinishInfo{FinishReason::Error, {}, {}, "structured output failed: " + error});
+        continue;
+      }
+    }
     seq.sampling.observe(token);
     seq.tokens.push_back(token);
     if (seq.first_token == Clock::time_point{}) seq.first_token = now;

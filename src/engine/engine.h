@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/constraint_masker.h"
 #include "engine/memory_profile.h"
 #include "engine/output_filter.h"
 #include "engine/request.h"
@@ -129,6 +130,7 @@ class Engine : public Generator {
   KvCache kv_;
   Scheduler scheduler_;
   StepSampler step_sampler_;
+  ConstraintMasker masker_;           // token masks of constrained rows, beside the forward pass
   SequenceId next_sequence_id_ = 1;
   std::mt19937_64 seed_source_;  // seeds for requests without one
 
@@ -140,7 +142,6 @@ class Engine : public Generator {
   bool abort_all_ = false;
   bool stopping_ = false;
   bool accepting_ = true;
-  int queued_ = 0;                    // inbox + waiting, for the queue bound
   bool busy_ = false;                 // the engine thread holds work
   GeneratorStats stats_;
   std::thread thread_;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sampling/token_constraint.h"
 #include "sampling/sampling_params.h"  // SamplingParams, TokenLogprob
 
 namespace ossrt {
@@ -19,6 +20,9 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+  // Optional: restricts the tokens sampled (structured outputs, reasoning budget). One object per
+  // request: it holds the request's progress through its grammar.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 enum class FinishReason : uint8_t { None, Stop, Length, Abort, Error };

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/output_filter.h"
@@ -38,6 +39,10 @@ struct Sequence {
   OutputFilter filter;
   int num_preemptions = 0;
   Clock::time_point first_scheduled{}, first_token{};
+  // The step's token mask from request.constraint (filled by the ConstraintMasker).
+  std::vector<uint32_t> allowed_mask;
+  bool mask_active = false;
+  std::string mask_error;
 
   int num_output() const { return int(tokens.size()) - prompt_len; }
   int num_pending() const { return int(tokens.size()) - num_computed; }

@@ -10,7 +10,7 @@ std::optional<DeviceSamplingRow> device_sampling_row(const SamplingRow& row) {
   const SamplingParams& p = *row.params;
   const SamplingState& state = *row.state;
   // What changes the logits before the choice, or what the caller wants besides the id, is host-only.
-  if (p.logprobs >= 0 || !p.logit_bias.empty()) return std::nullopt;
+  if (p.logprobs >= 0 || !p.logit_bias.empty() || !row.allowed.empty()) return std::nullopt;
   if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) return std::nullopt;
   if (state.num_generated() < p.min_tokens && !row.suppressed_ids.empty()) return std::nullopt;
 

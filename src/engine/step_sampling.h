@@ -19,7 +19,7 @@
 namespace ossrt {
 
 // The device sampler's row for `row`, or nullopt when it needs what only the host sampler does:
-// logprobs, logit_bias, repetition/frequency/presence penalties, min_p, EOS/stop suppression
+// logprobs, logit_bias, a token constraint's mask, repetition/frequency/presence penalties, min_p, EOS/stop suppression
 // below min_tokens, or a non-finite temperature. Greedy rows (temperature below the sampler's
 // greedy threshold) map to temperature 0, whose argmax (lowest id on ties) equals the host's.
 std::optional<DeviceSamplingRow> device_sampling_row(const SamplingRow& row);

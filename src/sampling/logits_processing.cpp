@@ -32,6 +32,43 @@ void suppress_tokens(std::span<float> logits, std::span<const int32_t> ids) {
     if (in_row(logits, id)) logits[size_t(id)] = kMaskedLogit;
 }
 
+void apply_allowed_mask(std::span<float> logits, std::span<const uint32_t> allowed) {
+  const size_t n = logits.size();
+  for (size_t w = 0; w * 32 < n; ++w) {
+    const uint32_t bits = w < allowed.size() ? allowed[w] : 0u;
+    if (bits == 0xFFFFFFFFu) continue;
+    const size_t end = std::min(n, w * 32 + 32);
+    if (bits == 0) {  // most words of a grammar mask: nothing allowed
+      std::fill(logits.begin() + ptrdiff_t(w * 32), logits.begin() + ptrdiff_t(end), kMaskedLogit);
+      continue;
+    }
+    for (size_t i = w * 32; i < end; ++i)
+      if (!((bits >> (i - w * 32)) & 1u)) logits[i] = kMaskedLogit;
+  }
+}
+
+bool allows_other_than(std::span<const uint32_t> allowed, int64_t vocab, std::span<const int32_t> ids) {
+  for (size_t w = 0; w < allowed.size(); ++w)
+    for (uint32_t bits = allowed[w]; bits; bits &= bits - 1) {
+      const int64_t id = int64_t(w * 32) + __builtin_ctz(bits);
+      if (id >= vocab) return false;
+      if (std::find(ids.begin(), ids.end(), int32_t(id)) == ids.end()) return true;
+    }
+  return false;
+}
+
+int32_t argmax_allowed(std::span<const float> logits, std::span<const uint32_t> allowed) {
+  int32_t best = -1;
+  for (size_t w = 0; w < allowed.size(); ++w)
+    for (uint32_t bits = allowed[w]; bits; bits &= bits - 1) {
+      const size_t id = w * 32 + size_t(__builtin_ctz(bits));
+      if (id >= logits.size()) return best;
+      // NaN never wins; the first allowed id stands in when every allowed logit is NaN.
+      if (best < 0 || logits[id] > logits[size_t(best)] || std::isnan(logits[size_t(best)])) best = int32_t(id);
+    }
+  return best;
+}
+
 void apply_penalties(std::span<float> logits, const PenaltyParams& p,
                      const std::unordered_set<int32_t>& prompt_tokens,
                      const std::unordered_map<int32_t, int>& output_counts) {

@@ -20,6 +20,12 @@ inline constexpr float kMaskedLogit = -std::numeric_limits<float>::infinity();
 void apply_logit_bias(std::span<float> logits, const std::map<int32_t, float>& bias);
 // logits[id] = -inf for each id (EOS and stop ids before min_tokens is reached).
 void suppress_tokens(std::span<float> logits, std::span<const int32_t> ids);
+// logits[id] = -inf for every id whose bit is clear in `allowed` (bit i of word i / 32).
+void apply_allowed_mask(std::span<float> logits, std::span<const uint32_t> allowed);
+// True if some id is allowed by the mask and not in `ids`.
+bool allows_other_than(std::span<const uint32_t> allowed, int64_t vocab, std::span<const int32_t> ids);
+// argmax_lowest_id over the allowed ids only; -1 if none is allowed.
+int32_t argmax_allowed(std::span<const float> logits, std::span<const uint32_t> allowed);
 
 // vLLM's penalties: repetition (> 1 discourages) divides positive logits and multiplies negative
 // ones of every token seen in the prompt or the output; frequency subtracts penalty * count and

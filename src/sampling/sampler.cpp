@@ -70,7 +70,12 @@ SampledToken Sampler::sample_row(std::span<const float> raw, const SamplingRow& 
   std::span<float> logits(work_);
 
   apply_logit_bias(logits, p.logit_bias);
-  if (state.num_generated() < p.min_tokens) suppress_tokens(logits, row.suppressed_ids);
+  const bool constrained = !row.allowed.empty();
+  if (constrained) apply_allowed_mask(logits, row.allowed);
+  // min_tokens yields to a constraint that allows nothing but a stop token (a finished grammar).
+  if (state.num_generated() < p.min_tokens &&
+      (!constrained || allows_other_than(row.allowed, int64_t(raw.size()), row.suppressed_ids)))
+    suppress_tokens(logits, row.suppressed_ids);
   apply_penalties(logits, PenaltyParams{p.repetition_penalty, p.frequency_penalty, p.presence_penalty},
                   state.prompt_tokens(), state.output_counts());
 
@@ -101,7 +106,9 @@ SampledToken Sampler::sample_row(std::span<const float> raw, const SamplingRow& 
     }
   }
   // Everything masked (e.g. a -inf logit_bias on every token, or NaN logits from broken weights):
-  // fall back to the raw argmax, then to token 0, rather than failing the step.
+  // fall back to the raw argmax (within the constraint, if any), then to token 0, rather than
+  // failing the step.
+  if (token < 0 && constrained) token = argmax_allowed(raw, row.allowed);
   if (token < 0) token = argmax_lowest_id(raw);
   if (token < 0) token = 0;
 

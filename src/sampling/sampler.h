@@ -54,6 +54,9 @@ struct SamplingRow {
   const SamplingState* state = nullptr;
   // Ids masked while the request is below min_tokens (EOS and stop ids); empty otherwise.
   std::span<const int32_t> suppressed_ids;
+  // A request's token constraint for this step (bit i of word i / 32 = token i allowed); empty
+  // when unconstrained. It wins over min_tokens: suppression never empties the allowed set.
+  std::span<const uint32_t> allowed;
 };
 
 struct SampledToken {

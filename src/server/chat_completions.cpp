@@ -8,6 +8,7 @@
 #include "server/openai_format.h"
 #include "server/prompt_builder.h"
 #include "server/request_fields.h"
+#include "server/structured_request.h"
 
 namespace ossrt::server {
 namespace {
@@ -216,6 +217,7 @@ void handle_chat_completions(ServerContext& ctx, const std::shared_ptr<Exchange>
   read_metadata(body, ctx.config.limits);  // validated as OpenAI does; chat completions are not stored
   BuiltPrompt prompt = build_chat_prompt(ctx, body);
   resolve_max_tokens(sampling, int64_t(prompt.prompt_ids.size()), ctx.max_model_len());
+  const StructuredPlan structured = plan_chat_constraint(ctx, body, prompt);
 
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < sampling.n; ++i) {
@@ -223,6 +225,7 @@ void handle_chat_completions(ServerContext& ctx, const std::shared_ptr<Exchange>
     r.prompt_ids = prompt.prompt_ids;
     r.sampling = sampling.params;
     if (r.sampling.seed && i > 0) *r.sampling.seed += uint64_t(i);  // n choices must differ
+    r.constraint = structured.make(r.prompt_ids);  // one per choice: it holds the choice's progress
     validate_for_generator(r, limits, sampling, "messages");
     requests.push_back(std::move(r));
   }

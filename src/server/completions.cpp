@@ -5,6 +5,7 @@
 #include "server/openai_format.h"
 #include "server/prompt_builder.h"
 #include "server/request_fields.h"
+#include "server/structured_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ossrt::server {
@@ -232,6 +233,7 @@ void handle_completions(ServerContext& ctx, const std::shared_ptr<Exchange>& exc
   if (auto v = string_field(body, "suffix"); v && !v->empty()) throw bad_request("suffix: not supported", "suffix");
   std::vector<int32_t> prompt = read_prompt(ctx, body);
   resolve_max_tokens(sampling, int64_t(prompt.size()), ctx.max_model_len(), "prompt");
+  const StructuredPlan structured = plan_completion_constraint(ctx, body);
 
   std::vector<GenerationRequest> requests;
   std::vector<std::string> echoes;
@@ -240,6 +242,7 @@ void handle_completions(ServerContext& ctx, const std::shared_ptr<Exchange>& exc
     r.prompt_ids = prompt;
     r.sampling = sampling.params;
     if (r.sampling.seed && i > 0) *r.sampling.seed += uint64_t(i);
+    r.constraint = structured.make(r.prompt_ids);
     validate_for_generator(r, limits, sampling, "prompt");
     requests.push_back(std::move(r));
     echoes.push_back(options.echo ? ctx.tokenizer()->decode(prompt) : std::string());

@@ -5,6 +5,7 @@
 #include "server/api_error.h"
 #include "server/generation_job.h"
 #include "server/openai_format.h"
+#include "server/structured_request.h"
 #include "server/prompt_builder.h"
 #include "server/request_fields.h"
 #include "server/response_store.h"
@@ -105,6 +106,7 @@ ordered_json convert_tools(const ordered_json& tools) {
     ordered_json fn = {{"name", t["name"]}};
     if (t.contains("description")) fn["description"] = t["description"];
     if (t.contains("parameters")) fn["parameters"] = t["parameters"];
+    if (t.contains("strict")) fn["strict"] = t["strict"];
     out.push_back({{"type", "function"}, {"function", std::move(fn)}});
   }
   return out;
@@ -294,6 +296,8 @@ void handle_create_response(ServerContext& ctx, const std::shared_ptr<Exchange>&
   ordered_json chat_body = responses_to_chat_body(body, history, &input_messages);
   BuiltPrompt prompt = build_chat_prompt(ctx, chat_body, "input");
   resolve_max_tokens(sampling, int64_t(prompt.prompt_ids.size()), ctx.max_model_len(), "input");
+  if (auto budget = body.find("thinking_token_budget"); budget != body.end()) chat_body["thinking_token_budget"] = *budget;
+  const StructuredPlan structured = plan_chat_constraint(ctx, chat_body, prompt, StructuredApi::Responses);
 
   // The conversation to store: history + this input (instructions are per request, not stored).
   ordered_json conversation = history;
@@ -324,6 +328,7 @@ void handle_create_response(ServerContext& ctx, const std::shared_ptr<Exchange>&
   GenerationRequest r;
   r.prompt_ids = prompt.prompt_ids;
   r.sampling = sampling.params;
+  r.constraint = structured.make(r.prompt_ids);
   validate_for_generator(r, limits, sampling, "input");
   std::vector<GenerationRequest> requests;
   requests.push_back(std::move(r));

@@ -87,4 +87,17 @@ async function metrics(baseURL) {
   return { text, value };
 }
 
-module.exports = { startServer, rawPost, assertErrorShape, metrics, OpenAI, repoRoot };
+// Waits for a condition instead of a fixed time: polls `fn` (sync or async) until it returns a
+// truthy value, which it returns; throws with `what` after `timeoutMs`.
+async function waitFor(fn, { timeoutMs = 10000, intervalMs = 50, what = 'condition' } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    let value;
+    try { value = await fn(); } catch (_) { value = undefined; }
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+module.exports = { startServer, rawPost, assertErrorShape, metrics, waitFor, OpenAI, repoRoot };

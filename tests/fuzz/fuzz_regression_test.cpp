@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "../test_paths.h"
 #include "fuzz_targets.h"
 
 namespace fs = std::filesystem;
@@ -21,7 +22,7 @@ namespace {
 
 std::vector<fs::path> inputs_of(const std::string& target) {
   std::vector<fs::path> files;
-  fs::path dir = fs::path(OSSRT_SOURCE_DIR) / "tests" / "fuzz" / "corpus" / target;
+  fs::path dir = ossrt::testing::source_dir() / "tests" / "fuzz" / "corpus" / target;
   if (!fs::is_directory(dir)) return files;
   for (const auto& entry : fs::directory_iterator(dir))
     if (entry.is_regular_file()) files.push_back(entry.path());

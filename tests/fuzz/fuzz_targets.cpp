@@ -288,7 +288,7 @@ const std::vector<Target>& targets() {
   static const std::vector<Target> all = {
       {"http_request", http_request},     {"request_json", request_json}, {"harmony_parser", harmony_parser},
       {"tokenizer", tokenizer},           {"safetensors_header", safetensors_header},
-      {"config_json", config_json},
+      {"config_json", config_json},       {"structured_source", structured_source},
   };
   return all;
 }

@@ -28,6 +28,10 @@ void tokenizer(const uint8_t* data, size_t size);
 void safetensors_header(const uint8_t* data, size_t size);
 // A config.json; only ossrt::Error may come out.
 void config_json(const uint8_t* data, size_t size);
+// A structured-output source (byte 0: JSON Schema / regex / EBNF / choice list; byte 1: a seed)
+// through the grammar compiler and a matcher walk (fuzz_structured.cpp): only StructuredError may
+// come out, and the fast token masks must equal the brute-force ones.
+void structured_source(const uint8_t* data, size_t size);
 
 struct Target {
   const char* name;

@@ -110,3 +110,22 @@ write("safetensors_header", "truncated", valid[:20])
 for case in ("bf16_single", "mxfp4_sharded", "long_yarn"):
     with open(os.path.join(ROOT, "tests", "golden", case, "config.json"), "rb") as f:
         write("config_json", case, f.read())
+
+
+# structured_source: byte 0 = kind (0 JSON Schema, 1 regex, 2 EBNF, 3 choice list), byte 1 = seed.
+for name, (kind, text) in {
+    "schema_object": (0, '{"type":"object","properties":{"a":{"type":"integer","minimum":-5,"maximum":120},'
+                         '"b":{"type":"string","maxLength":3},"c":{"enum":["x",1,null]}},"required":["a"],'
+                         '"additionalProperties":false}'),
+    "schema_recursive": (0, '{"$defs":{"n":{"type":"object","properties":{"k":{"type":"array","items":{"$ref":"#/$defs/n"},'
+                            '"maxItems":2}}}},"$ref":"#/$defs/n"}'),
+    "schema_anyof": (0, '{"anyOf":[{"type":"number","exclusiveMinimum":0.5},{"type":"string","format":"date"},{"type":"null"}]}'),
+    "schema_pattern": (0, '{"type":"string","pattern":"^[a-z]+\\\\d?$","minLength":2}'),
+    "schema_json_any": (0, '{}'),
+    "regex_simple": (1, "[A-Z]{2}-\\d{3}( ok)?"),
+    "regex_unicode": (1, "(é|€)+.[^a-c]\\s*"),
+    "ebnf_expr": (2, 'root ::= "(" expr ")"\nexpr ::= num (op num)*\nop ::= [+*-]\nnum ::= [0-9]+ | root'),
+    "ebnf_json": (2, 'root ::= obj\nobj ::= "{" (kv ("," kv)*)? "}"\nkv ::= "\\"" [a-z]* "\\":" (obj | [0-9]+)'),
+    "choice": (3, "yes\nno\nmaybe"),
+}.items():
+    write("structured_source", name, bytes([kind, 7]) + text.encode("utf-8"))

@@ -7,6 +7,8 @@
 // flip an expert choice at a prompt position and the 2e-2 bar measures the backend, not a tie.
 #include <gtest/gtest.h>
 
+#include "../test_paths.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -27,7 +29,7 @@ namespace fs = std::filesystem;
 
 std::vector<fs::path> golden_cases() {
   std::vector<fs::path> cases;
-  const fs::path root = fs::path(OSSRT_SOURCE_DIR) / "tests" / "golden";
+  const fs::path root = ossrt::testing::golden_dir();
   if (!fs::exists(root)) return cases;
   for (const auto& e : fs::directory_iterator(root))
     if (e.is_directory() && fs::exists(e.path() / "case.json")) cases.push_back(e.path());
@@ -64,7 +66,8 @@ float top2_margin(const float* row, size_t v) {
 TEST(CudaGolden, LogitsAndGreedyContinuationMatchHf) {
   OSSRT_SKIP_WITHOUT_GPU();
   const auto cases = golden_cases();
-  if (cases.empty()) GTEST_SKIP() << "no fixtures under tests/golden/ yet";
+  // The fixtures are committed: none found is a broken checkout or a wrong OSSRT_SOURCE_DIR.
+  ASSERT_FALSE(cases.empty()) << "no fixtures under " << ossrt::testing::golden_dir();
   for (const fs::path& dir : cases) {
     SCOPED_TRACE(dir.filename().string());
     const GoldenCase gc = load_case(dir);
@@ -137,7 +140,8 @@ TEST(CudaGolden, LogitsAndGreedyContinuationMatchHf) {
 TEST(CudaGolden, LogitsWithinTheBf16FloorOfTheCpuOracle) {
   OSSRT_SKIP_WITHOUT_GPU();
   const auto cases = golden_cases();
-  if (cases.empty()) GTEST_SKIP() << "no fixtures under tests/golden/ yet";
+  // The fixtures are committed: none found is a broken checkout or a wrong OSSRT_SOURCE_DIR.
+  ASSERT_FALSE(cases.empty()) << "no fixtures under " << ossrt::testing::golden_dir();
   for (const fs::path& dir : cases) {
     SCOPED_TRACE(dir.filename().string());
     const GoldenCase gc = load_case(dir);

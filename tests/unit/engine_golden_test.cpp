@@ -2,6 +2,8 @@
 // record, the engine's greedy continuation (chunked prefill, batched beside other requests) equals
 // HF's. Skips with a message when no fixtures are present.
 #include <gtest/gtest.h>
+
+#include "../test_paths.h"
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -18,8 +20,7 @@ namespace fs = std::filesystem;
 using namespace testing_engine;
 
 fs::path golden_dir() {
-  const char* env = std::getenv("OSSRT_SOURCE_DIR");
-  return fs::path(env ? env : OSSRT_SOURCE_DIR) / "tests" / "golden";
+  return ossrt::testing::golden_dir();
 }
 
 std::vector<fs::path> greedy_cases() {
@@ -37,9 +38,8 @@ std::vector<fs::path> greedy_cases() {
 
 TEST(EngineGoldenTest, GreedyContinuationMatchesHf) {
   const auto cases = greedy_cases();
-  if (cases.empty())
-    GTEST_SKIP() << "no golden fixtures with a \"greedy\" record under " << golden_dir()
-                 << " (tests/golden/generate.py makes them on the GPU machine)";
+  ASSERT_FALSE(cases.empty()) << "no golden fixtures with a \"greedy\" record under " << golden_dir()
+                              << " (they are committed; see tests/golden/README.md)";
   for (const fs::path& dir : cases) {
     SCOPED_TRACE(dir.filename().string());
     std::ifstream f(dir / "case.json");

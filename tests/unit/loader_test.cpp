@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "../test_paths.h"
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -610,7 +612,7 @@ TEST(LoaderSource, UnknownModelAndFormat) {
 // Checkpoints written by HF transformers (tests/golden): every tensor the loader binds has the shape
 // that HF's safetensors reader recorded in case.json, and the expert format is the one HF wrote.
 TEST(LoaderGoldenFixtures, MatchHfTensorInventory) {
-  const fs::path golden = fs::path(OSSRT_SOURCE_DIR) / "tests" / "golden";
+  const fs::path golden = ossrt::testing::golden_dir();
   int cases = 0;
   for (const auto& entry : fs::directory_iterator(golden)) {
     if (!fs::exists(entry.path() / "case.json")) continue;

@@ -6,6 +6,8 @@
 // unevenly over the ranks (ranks with no rows at all) and DP groups that sit a step out. The HF golden
 // fixtures at EP 4 with dispatch must match HF (1e-4, the CPU bar).
 #include <gtest/gtest.h>
+
+#include "../test_paths.h"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -301,8 +303,7 @@ TEST(ParallelDispatchOps, SumRowsAddsInIndexOrderFromZero) {
 // ---- HF golden fixtures (tests/golden) at EP 4 with dispatch
 
 std::filesystem::path golden_dir() {
-  const char* env = std::getenv("OSSRT_SOURCE_DIR");
-  return std::filesystem::path(env ? env : OSSRT_SOURCE_DIR) / "tests" / "golden";
+  return ossrt::testing::golden_dir();
 }
 
 TEST(ParallelDispatchGolden, FixturesAtEp4MatchHf) {

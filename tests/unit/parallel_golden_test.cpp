@@ -3,6 +3,8 @@
 // rank), expert parallelism 2/4/8 and a mix, must match HF's logits at every prompt position with
 // max|diff| / max|ref| < 1e-4, the bar of golden_logits_test.cpp for the unsharded CPU backend.
 #include <gtest/gtest.h>
+
+#include "../test_paths.h"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -29,8 +31,7 @@ constexpr double kMaxRelDiff = 1e-4;
 constexpr int kChunk = 512;
 
 fs::path golden_dir() {
-  const char* env = std::getenv("OSSRT_SOURCE_DIR");
-  return fs::path(env ? env : OSSRT_SOURCE_DIR) / "tests" / "golden";
+  return ossrt::testing::golden_dir();
 }
 
 struct Case {
@@ -112,7 +113,7 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ParallelGoldenTest);
 TEST(ParallelGoldenFixtures, TensorParallelBeyondTheKvHeadsReplicatesThemOrRefuses) {
   // 1 KV head: tp 2/4/8 replicate it; tp 3 does not divide the 8 query heads and is refused.
   const fs::path dir = golden_dir() / "bf16_single";
-  if (!fs::exists(dir)) GTEST_SKIP() << "no bf16_single fixture";
+  ASSERT_TRUE(fs::exists(dir)) << "no bf16_single fixture under " << golden_dir();
   const GptOssConfig config = resolve_config(ModelSource{dir.string(), "auto", 0});
   ASSERT_EQ(config.num_key_value_heads, 1);
   EXPECT_NO_THROW(ParallelConfig{.tensor_parallel = 8}.validate(config));

@@ -19,6 +19,7 @@
 #include "server/scripted_generator.h"
 #include "server/server_context.h"
 #include "tokenizer/tokenizer.h"
+#include "wait_until.h"
 
 using namespace ossrt;
 using namespace ossrt::server;
@@ -269,8 +270,9 @@ TEST_F(ServerFixture, ClientDisconnectCancelsAndFreesBlocks) {
     EXPECT_EQ(generator_->stats().running, 0) << (stream ? "stream" : "non-stream");
     EXPECT_EQ(generator_->blocks_in_use(), 0);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(ctx_->metrics.value("vllm:request_success_total", {{"model_name", "gpt-oss"}, {"finished_reason", "abort"}}), 2);
+  // The abort events reach the HTTP side just after the generator lets go.
+  const MetricLabels aborted = {{"model_name", "gpt-oss"}, {"finished_reason", "abort"}};
+  EXPECT_TRUE(ossrt::testing::wait_until([&] { return ctx_->metrics.value("vllm:request_success_total", aborted) == 2; }));
 }
 
 TEST_F(ServerFixture, RequestIdHeaderEchoedWhenEnabled) {

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "server/scripted_generator.h"
+#include "wait_until.h"
 
 using namespace ossrt;
 using namespace ossrt::server;
@@ -92,8 +93,7 @@ TEST(ScriptedGenerator, CancelFreesBlocksAndDeliversAbort) {
   ScriptedGenerator gen(o, {});
   Collector c;
   ASSERT_TRUE(gen.submit(request("a", 100, 30), c.callback()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_GT(gen.blocks_in_use(), 0);
+  EXPECT_TRUE(ossrt::testing::wait_until([&] { return gen.blocks_in_use() > 0; }));
   gen.cancel("a");
   GenerationEvent fin = c.wait();
   EXPECT_EQ(fin.finish_reason, FinishReason::Abort);

@@ -91,7 +91,7 @@ TEST(TokenizerPreTokenizer, BadRegexIsAClearError) {
 
 TEST(TokenizerReal, SpecExampleTokens) {
   OSSRT_REQUIRE_REAL_TOKENIZER();
-  // SPEC.md section 4 (harmony docs/format.md): digits never attach to a preceding space.
+  // SPEC.md section 4 (openai/harmony's format.md): digits never attach to a preceding space.
   EXPECT_EQ(real_tokenizer()->encode("2 + 2 = 4."), (std::vector<int32_t>{17, 659, 220, 17, 314, 220, 19, 13}));
 }
 

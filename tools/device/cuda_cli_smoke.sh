@@ -13,7 +13,7 @@ CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.
 # NCCL (linked by the parallel module) from the machine or torch's nvidia-nccl wheel.
 NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
-if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$ROOT" /work/main; fi
+export OSSRT_SOURCE_DIR=$ROOT  # tests find fixtures through it (tests/test_paths.h)
 OSSRT=$PACK/bin/ossrt
 # The tokenizer travels in .carry/tok when node_modules (git-ignored) does not.
 [ -f "$ROOT/.carry/tok/tokenizer.json" ] && export OSSRT_TOKENIZER=$ROOT/.carry/tok/tokenizer.json

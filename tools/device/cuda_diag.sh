@@ -17,7 +17,7 @@ FINAL=${OUT:-/tmp/ossrt-out}
 WORK=/tmp/ossrt-diag
 mkdir -p "$FINAL" "$WORK"
 exec > >(tee -a "$FINAL/diag.log") 2>&1
-if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$ROOT" /work/main; fi
+export OSSRT_SOURCE_DIR=$ROOT  # tests find fixtures through it (tests/test_paths.h)
 CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:${LD_LIBRARY_PATH:-}
 CUDA_BIN=$(dirname "$(find /usr/local/cuda*/bin -name compute-sanitizer 2>/dev/null | head -1)")

@@ -8,12 +8,12 @@ set -euo pipefail
 BUILD=${1:-build-cudaA}
 PACK=.carry/cuda
 rm -rf "$PACK" && mkdir -p "$PACK/bin" "$PACK/lib"
-for t in "$BUILD"/tests/*_test "$BUILD"/ossrt ${EXTRA_BINARIES:-}; do
+# The GPU tests are whatever ctest labels `gpu` (tests/CMakeLists.txt), not a list kept here.
+GPU_TESTS=$(ctest --test-dir "$BUILD" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
+import json, sys
+print(" ".join(sorted({t["command"][0] for t in json.load(sys.stdin).get("tests", []) if t.get("command")})))')
+for t in $GPU_TESTS "$BUILD"/ossrt ${EXTRA_BINARIES:-}; do
   [ -f "$t" ] || continue
-  case "$(basename "$t")" in
-    ops_test|graph_test|sample_test|model_test|golden_cuda_test|attention_test|moe_test|engine_cuda_test|ossrt) ;;
-    *) continue ;;
-  esac
   # KEEP_SYMBOLS=1 keeps the symbol table (function names in a gdb backtrace), drops only debug info.
   if [ "${KEEP_SYMBOLS:-0}" = 1 ]; then strip --strip-debug -o "$PACK/bin/$(basename "$t")" "$t"
   else strip -o "$PACK/bin/$(basename "$t")" "$t"; fi

@@ -27,8 +27,7 @@ exec > >(tee -a "$FINAL/device.log") 2>&1
 
 echo "== device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)"
 echo "== commit: $(cat "$PACK/COMMIT" 2>/dev/null)"
-# The tests have OSSRT_SOURCE_DIR=/work/main compiled in (fixtures are found through it).
-if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$ROOT" /work/main; fi
+export OSSRT_SOURCE_DIR=$ROOT  # tests find fixtures through it (tests/test_paths.h)
 # cuBLASLt 13 from the machine's CUDA toolkit or torch's wheels; our other shared libraries travel.
 CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
 # NCCL (linked by the parallel module) from the machine or torch's nvidia-nccl wheel.
