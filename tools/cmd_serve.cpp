@@ -7,7 +7,6 @@
 #include "runtime_flags.h"
 #include "harmony/chat_request.h"
 #include "server/serve.h"
-#include "server/structured_request.h"
 
 namespace {
 
@@ -83,9 +82,7 @@ void setup_serve(CLI::App& app) {
     config->default_effort = *parsed;
     config->max_model_len = runtime->max_model_len;
     if (!current_date->empty()) config->current_date = *current_date;
-    ossrt::server::StructuredSettings structured;
-    if (*thinking_budget >= 0) structured.default_thinking_token_budget = *thinking_budget;
-    ossrt::server::configure_structured_outputs(structured);
+    if (*thinking_budget >= 0) config->default_thinking_token_budget = *thinking_budget;
     int code = ossrt::server::run_server(*config, *served);
     if (code != 0) throw CLI::RuntimeError(code);
   });

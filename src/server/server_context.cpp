@@ -7,6 +7,7 @@
 
 #include "server/random_id.h"
 #include "server/response_store.h"
+#include "server/structured_request.h"
 #include "server/work_pool.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,7 +22,8 @@ ServerContext::ServerContext(ServerConfig cfg, boost::asio::io_context& io_conte
       responses(std::make_unique<ResponseStore>(ResponseStoreLimits{size_t(std::max(0, config.responses_store_capacity)),
                                                                     config.responses_store_bytes,
                                                                     std::chrono::seconds(config.responses_ttl_s)})),
-      work(std::make_unique<WorkPool>(config.work_threads, size_t(std::max(0, config.work_queue)))) {
+      work(std::make_unique<WorkPool>(config.work_threads, size_t(std::max(0, config.work_queue)))),
+      structured(std::make_unique<StructuredOutputs>(config.grammar_cache_entries)) {
   declare_server_metrics(metrics);
 }
 

@@ -23,6 +23,7 @@ class Tokenizer;
 namespace ossrt::server {
 
 class ResponseStore;
+class StructuredOutputs;
 class WorkPool;
 
 struct ServerConfig {
@@ -40,6 +41,10 @@ struct ServerConfig {
   int work_threads = 4;
   int work_queue = 256;
   RequestLimits limits;
+  // Structured outputs (docs/structured_outputs.md): the analysis-token budget of requests that
+  // give none (--thinking-token-budget), and how many compiled grammars are kept.
+  std::optional<int> default_thinking_token_budget;
+  size_t grammar_cache_entries = 256;
   harmony::ReasoningEffort default_effort = harmony::ReasoningEffort::Medium;
   bool reasoning_content_mirror = false;  // also send reasoning as `reasoning_content`
   std::optional<std::string> current_date;  // fixed date for the system message; else today (UTC)
@@ -67,6 +72,7 @@ struct ServerContext {
   MetricsRegistry metrics;
   std::unique_ptr<ResponseStore> responses;
   std::unique_ptr<WorkPool> work;
+  std::unique_ptr<StructuredOutputs> structured;
 
   // Set once by the loader thread; read by request threads.
   void set_ready(std::shared_ptr<Generator> generator, std::shared_ptr<const Tokenizer> tokenizer);

@@ -17,30 +17,8 @@ namespace {
 using structured::CompiledGrammar;
 using structured::StructuredError;
 
-// The grammar compiler and vocabulary of the served tokenizer, built on the first structured
-// request (the vocabulary trie takes ~0.1 s) and shared by all later ones.
-struct Shared {
-  std::shared_ptr<const Tokenizer> tokenizer;
-  std::shared_ptr<const structured::Vocabulary> vocab;
-  structured::HarmonyTokens tokens;
-  std::unique_ptr<structured::GrammarCompiler> compiler;
-};
-
-std::mutex g_mu;
-StructuredSettings g_settings;
-std::shared_ptr<Shared> g_shared;
-
-std::shared_ptr<Shared> shared_for(const ServerContext& ctx) {
-  std::lock_guard lk(g_mu);
-  if (!g_shared || g_shared->tokenizer != ctx.tokenizer()) {
-    auto s = std::make_shared<Shared>();
-    s->tokenizer = ctx.tokenizer();
-    s->vocab = structured::Vocabulary::from_tokenizer(*s->tokenizer);
-    s->tokens = structured::HarmonyTokens::find(*s->vocab);
-    s->compiler = std::make_unique<structured::GrammarCompiler>(s->vocab, g_settings.grammar_cache_entries);
-    g_shared = std::move(s);
-  }
-  return g_shared;
+std::shared_ptr<StructuredOutputs::Shared> shared_for(const ServerContext& ctx) {
+  return ctx.structured->for_tokenizer(ctx.tokenizer());
 }
 
 // Grammars of typical schemas have a few hundred states; computing all their masks here (~10-25
@@ -147,7 +125,7 @@ std::optional<FormatSource> read_format(const Json& body, StructuredApi api) {
   return std::move(found[0]);
 }
 
-std::shared_ptr<const CompiledGrammar> compile(Shared& s, const FormatSource& f) {
+std::shared_ptr<const CompiledGrammar> compile(StructuredOutputs::Shared& s, const FormatSource& f) {
   try {
     switch (f.kind) {
       case Kind::JsonSchema: return warmed(s.compiler->json_schema(f.schema));
@@ -162,20 +140,26 @@ std::shared_ptr<const CompiledGrammar> compile(Shared& s, const FormatSource& f)
   return nullptr;
 }
 
-std::optional<int> thinking_budget(const Json& body, bool use_default) {
+std::optional<int> thinking_budget(const ServerContext& ctx, const Json& body, bool use_default) {
   if (auto v = int_field(body, "thinking_token_budget", 0, 1 << 24)) return int(*v);
-  return use_default ? g_settings.default_thinking_token_budget : std::nullopt;
+  return use_default ? ctx.config.default_thinking_token_budget : std::nullopt;
 }
 
 }  // namespace
 
-void configure_structured_outputs(const StructuredSettings& settings) {
-  std::lock_guard lk(g_mu);
-  g_settings = settings;
-  g_shared.reset();
+std::shared_ptr<StructuredOutputs::Shared> StructuredOutputs::for_tokenizer(
+    const std::shared_ptr<const Tokenizer>& tokenizer) {
+  std::lock_guard lk(mu_);
+  if (!shared_ || shared_->tokenizer != tokenizer) {
+    auto s = std::make_shared<Shared>();
+    s->tokenizer = tokenizer;
+    s->vocab = structured::Vocabulary::from_tokenizer(*s->tokenizer);
+    s->tokens = structured::HarmonyTokens::find(*s->vocab);
+    s->compiler = std::make_unique<structured::GrammarCompiler>(s->vocab, cache_entries_);
+    shared_ = std::move(s);
+  }
+  return shared_;
 }
-
-const StructuredSettings& structured_settings() { return g_settings; }
 
 std::shared_ptr<TokenConstraint> StructuredPlan::make(std::span<const int32_t> prompt) const {
   if (whole_output_) return std::make_shared<structured::GrammarConstraint>(whole_output_, end_tokens_);
@@ -193,7 +177,7 @@ StructuredPlan plan_chat_constraint(const ServerContext& ctx, const Json& body, 
                                     StructuredApi api) {
   StructuredPlan plan;
   const std::optional<FormatSource> format = read_format(body, api);
-  const std::optional<int> budget = thinking_budget(body, /*use_default=*/true);
+  const std::optional<int> budget = thinking_budget(ctx, body, /*use_default=*/true);
 
   // Tools a call may go to, and whether any asks for strict arguments.
   std::string choice = "auto";
@@ -258,7 +242,7 @@ StructuredPlan plan_completion_constraint(const ServerContext& ctx, const Json& 
   StructuredPlan plan;
   const std::optional<FormatSource> format = read_format(body, StructuredApi::Completions);
   // The server default is for chat turns; a raw completion gets a budget only when it asks.
-  const std::optional<int> budget = thinking_budget(body, /*use_default=*/false);
+  const std::optional<int> budget = thinking_budget(ctx, body, /*use_default=*/false);
   if (!format && !budget) return plan;
   if (format && budget)
     throw bad_request("thinking_token_budget: cannot be combined with a structured-output format on /v1/completions "

@@ -6,6 +6,7 @@
 // here, on the request's preparation thread; an invalid or unsupported one is a 400 whose `param`
 // names the field and whose message names the keyword or the position.
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -16,19 +17,30 @@
 #include "server/request_fields.h"
 #include "server/server_context.h"
 #include "structured/compiled_grammar.h"
+#include "structured/compiler.h"
 #include "structured/harmony_constraint.h"
 
 namespace ossrt::server {
 
-// Server-wide settings of structured outputs, set once by `ossrt serve` before it listens.
-// (Process-wide rather than in ServerConfig only to keep issue 18 out of the files reworked for
-// issue 19; moving it into ServerConfig is mechanical.)
-struct StructuredSettings {
-  std::optional<int> default_thinking_token_budget;  // --thinking-token-budget
-  size_t grammar_cache_entries = 256;
+// The server's structured-output state (ServerContext::structured): the grammar compiler, its
+// cache and the vocabulary of the served tokenizer, built on the first structured request (the
+// vocabulary trie takes ~0.1 s) and shared by all later ones.
+class StructuredOutputs {
+ public:
+  struct Shared {
+    std::shared_ptr<const Tokenizer> tokenizer;
+    std::shared_ptr<const structured::Vocabulary> vocab;
+    structured::HarmonyTokens tokens;
+    std::unique_ptr<structured::GrammarCompiler> compiler;
+  };
+  explicit StructuredOutputs(size_t grammar_cache_entries) : cache_entries_(grammar_cache_entries) {}
+  std::shared_ptr<Shared> for_tokenizer(const std::shared_ptr<const Tokenizer>& tokenizer);
+
+ private:
+  size_t cache_entries_;
+  std::mutex mu_;
+  std::shared_ptr<Shared> shared_;
 };
-void configure_structured_outputs(const StructuredSettings& settings);
-const StructuredSettings& structured_settings();
 
 // Which API's field names errors should use.
 enum class StructuredApi { Chat, Responses, Completions };
