@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test that can run on this machine: unit and golden
 # tests (ctest, label unit), end-to-end server tests (label e2e), and the GPU tests (label gpu) only
-# where a GPU is present. Then the sanitizer stage: the unit and end-to-end tests again in an
-# ASan+UBSan build made with clang (build-asan), and each libFuzzer target for a bounded time
-# (scripts/fuzz.sh; OSSRT_FUZZ_SECONDS per target, default 30). OSSRT_SKIP_SANITIZE=1 skips that
-# stage. The last line is "N passed, N failed", counting both stages (a fuzzer counts as a test).
+# where a GPU is present. Then the sanitizer stage, in an ASan+UBSan build made with clang
+# (build-asan): every unit test executable once (scripts/run_test_binaries.sh), the end-to-end tests
+# against the sanitized server, and each libFuzzer target for a bounded time (scripts/fuzz.sh;
+# OSSRT_FUZZ_SECONDS per target, default 30). OSSRT_SKIP_SANITIZE=1 skips that stage. The last line
+# is "N passed, N failed", counting both stages (a unit test executable and a fuzzer count as one
+# test each in the sanitizer stage).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
@@ -12,6 +14,7 @@ bash scripts/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 # and count the failed build as one more failure.
 build_failed=0
 OSSRT_KEEP_GOING=1 bash scripts/build.sh || build_failed=1
+echo "== build done after $SECONDS s"
 BUILD_DIR=${OSSRT_BUILD_DIR:-build}
 LABELS="-LE gpu"
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then LABELS=""; fi
@@ -29,6 +32,7 @@ if [ "$build_failed" -ne 0 ]; then
   failed=$((failed + 1))
 fi
 
+echo "== tests done after $SECONDS s"
 if [ "${OSSRT_SKIP_SANITIZE:-0}" != 1 ]; then
   SAN_DIR=${OSSRT_SANITIZE_BUILD_DIR:-build-asan}
   echo "== sanitizer stage: ASan + UBSan (clang-16) in $SAN_DIR"
@@ -39,17 +43,30 @@ if [ "${OSSRT_SKIP_SANITIZE:-0}" != 1 ]; then
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 -DOSSRT_CUDA=OFF \
     -DOSSRT_SANITIZE=address,undefined -DOSSRT_FUZZ=ON || san_build_failed=1
-  san_log=$(mktemp)
   # Leaks count; a report aborts the process it happened in, which fails that test.
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-  (cd "$SAN_DIR" && ctest -LE gpu --output-on-failure --timeout 1800 -j "${OSSRT_TEST_JOBS:-2}") 2>&1 | tee "$san_log"
-  san_total=$(grep -Eo 'tests passed, [0-9]+ tests failed out of [0-9]+' "$san_log" | grep -Eo '[0-9]+$' | tail -1)
-  san_failed=$(grep -Eo '[0-9]+ tests failed out of' "$san_log" | grep -Eo '^[0-9]+' | tail -1)
+  # Unit tests: each executable once, all its cases in one process (ctest's process per case would
+  # pay the sanitized start-up -- tokenizer, dummy weights -- hundreds of times). One executable
+  # counts as one test here.
+  echo "== sanitizer build done after $SECONDS s; unit test executables"
+  san_log=$(mktemp)
+  bash scripts/run_test_binaries.sh "$SAN_DIR" unit 2>&1 | tee "$san_log"
+  san_counts=$(tail -1 "$san_log")
+  if [[ "$san_counts" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+    passed=$((passed + BASH_REMATCH[1])); failed=$((failed + BASH_REMATCH[2]))
+  else
+    failed=$((failed + 1))
+  fi
+  echo "== after $SECONDS s: end-to-end tests against the sanitized server"
+  san_e2e_log=$(mktemp)
+  (cd "$SAN_DIR" && ctest -L e2e --output-on-failure --timeout 1800 -j "${OSSRT_TEST_JOBS:-2}") 2>&1 | tee "$san_e2e_log"
+  san_total=$(grep -Eo 'tests passed, [0-9]+ tests failed out of [0-9]+' "$san_e2e_log" | grep -Eo '[0-9]+$' | tail -1)
+  san_failed=$(grep -Eo '[0-9]+ tests failed out of' "$san_e2e_log" | grep -Eo '^[0-9]+' | tail -1)
   if [ -z "$san_total" ]; then san_total=1; san_failed=1; fi
   passed=$((passed + san_total - san_failed))
   failed=$((failed + san_failed + san_build_failed))
-  echo "== fuzzers (${OSSRT_FUZZ_SECONDS:-30} s each)"
+  echo "== after $SECONDS s: fuzzers (${OSSRT_FUZZ_SECONDS:-30} s each)"
   fuzz_log=$(mktemp)
   bash scripts/fuzz.sh "$SAN_DIR" "${OSSRT_FUZZ_SECONDS:-30}" | tee "$fuzz_log"
   fuzz_ok=$(grep -c ': ok,' "$fuzz_log")
@@ -58,5 +75,6 @@ if [ "${OSSRT_SKIP_SANITIZE:-0}" != 1 ]; then
   passed=$((passed + fuzz_ok))
   failed=$((failed + fuzz_bad))
 fi
+echo "== all done after $SECONDS s"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

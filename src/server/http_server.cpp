@@ -13,7 +13,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -62,6 +64,22 @@ std::optional<std::pair<int, std::string>> transfer_encoding_problem(const HttpR
 }
 
 namespace {
+class Session;
+}
+
+// Every open connection, so stop() can end the exchanges still in flight: each holds its session
+// and the session holds it until it is answered, and an io_context stopped mid-exchange never
+// runs the handler that would have broken that cycle.
+struct HttpServer::LiveSessions {
+  std::mutex mu;
+  std::unordered_map<const Session*, std::weak_ptr<Session>> open;
+  size_t size() {
+    std::lock_guard lk(mu);
+    return open.size();
+  }
+};
+
+namespace {
 
 class ExchangeImpl;
 
@@ -70,16 +88,23 @@ class ExchangeImpl;
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, const HttpServerOptions& options, const RequestHandler& handler,
-          const ResponseObserver& observer, std::shared_ptr<std::atomic<size_t>> counter)
+          const ResponseObserver& observer, std::shared_ptr<HttpServer::LiveSessions> sessions)
       : stream_(std::move(socket)), options_(options), handler_(handler), observer_(observer),
-        counter_(std::move(counter)) {
-    counter_->fetch_add(1);
+        sessions_(std::move(sessions)) {}
+  ~Session() {
+    std::lock_guard lk(sessions_->mu);
+    sessions_->open.erase(this);
   }
-  ~Session() { counter_->fetch_sub(1); }
 
   void run() {
+    {
+      std::lock_guard lk(sessions_->mu);
+      sessions_->open.emplace(this, weak_from_this());
+    }
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
   }
+  // After the io_context has stopped (no handler can run): drops the exchange in flight.
+  void abandon() { current_.reset(); }
   auto executor() { return stream_.get_executor(); }
 
   // ---- called by ExchangeImpl, on the strand
@@ -113,7 +138,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const HttpServerOptions& options_;
   const RequestHandler& handler_;
   const ResponseObserver& observer_;
-  std::shared_ptr<std::atomic<size_t>> counter_;
+  std::shared_ptr<HttpServer::LiveSessions> sessions_;
   std::shared_ptr<ExchangeImpl> current_;
   uint64_t monitor_generation_ = 0;
   bool closed_ = false;
@@ -436,7 +461,8 @@ void Session::close() {
 }  // namespace
 
 HttpServer::HttpServer(HttpServerOptions options, RequestHandler handler, ResponseObserver observer)
-    : options_(std::move(options)), handler_(std::move(handler)), observer_(std::move(observer)) {
+    : options_(std::move(options)), handler_(std::move(handler)), observer_(std::move(observer)),
+      sessions_(std::make_shared<LiveSessions>()) {
   if (!options_.too_large_body)
     options_.too_large_body = [] { return std::string(R"({"error":{"message":"request body too large","type":"invalid_request_error","param":null,"code":"request_too_large"}})"); };
   if (!options_.bad_http_body)
@@ -502,11 +528,11 @@ void HttpServer::accept_next() {
         spdlog::info("accepting connections again");
         accept_backoff_ms_ = 0;
       }
-      if (open_connections_->load() >= options_.max_connections) {
+      if (sessions_->size() >= options_.max_connections) {
         refuse_connection(socket, options_.too_many_connections_body());
       } else {
         socket.set_option(tcp::no_delay(true), ec);  // SSE tokens are tiny writes; do not batch them
-        std::make_shared<Session>(std::move(socket), options_, handler_, observer_, open_connections_)->run();
+        std::make_shared<Session>(std::move(socket), options_, handler_, observer_, sessions_)->run();
       }
     }
     accept_next();
@@ -518,7 +544,7 @@ void HttpServer::accept_next() {
 void HttpServer::back_off_accepting() {
   if (accept_backoff_ms_ == 0)
     spdlog::warn("cannot accept connections: out of file descriptors ({} open); backing off",
-                 open_connections_->load());
+                 sessions_->size());
   accept_backoff_ms_ = std::clamp(accept_backoff_ms_ * 2, 10, 1000);
   acceptor_->backoff.expires_after(std::chrono::milliseconds(accept_backoff_ms_));
   acceptor_->backoff.async_wait([this](beast::error_code ec) {
@@ -541,6 +567,15 @@ void HttpServer::stop() {
   io_.stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
+  std::vector<std::shared_ptr<Session>> open;
+  {
+    std::lock_guard lk(sessions_->mu);
+    for (auto& [_, weak] : sessions_->open)
+      if (auto s = weak.lock()) open.push_back(std::move(s));
+  }
+  for (auto& s : open) s->abandon();  // the sessions die here or with the io_context's handlers
 }
+
+size_t HttpServer::open_connections() const { return sessions_->size(); }
 
 }  // namespace ossrt::server

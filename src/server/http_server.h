@@ -116,10 +116,12 @@ class HttpServer {
   uint16_t port() const { return bound_port_; }
   // Stops accepting new connections; open connections keep being served.
   void stop_accepting();
-  // Stops the io_context and joins the threads.
+  // Stops the io_context, joins the threads, and lets go of every connection still open (an
+  // exchange in flight and its connection reference each other until it ends).
   void stop();
   boost::asio::io_context& io() { return io_; }
-  size_t open_connections() const { return open_connections_->load(); }
+  size_t open_connections() const;
+  struct LiveSessions;  // the open connections; opaque (http_server.cpp)
 
  private:
   void accept_next();
@@ -133,7 +135,7 @@ class HttpServer {
   std::unique_ptr<Acceptor> acceptor_;
   std::vector<std::thread> threads_;
   uint16_t bound_port_ = 0;
-  std::shared_ptr<std::atomic<size_t>> open_connections_ = std::make_shared<std::atomic<size_t>>(0);
+  std::shared_ptr<LiveSessions> sessions_;
   int accept_backoff_ms_ = 0;  // > 0 while out of descriptors (acceptor strand only)
 };
 

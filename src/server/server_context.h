@@ -39,7 +39,7 @@ struct ServerConfig {
   size_t max_connections = 4096;
   // Request preparation (parse, render, tokenize) off the I/O threads (server/work_pool.h).
   int work_threads = 4;
-  int work_queue = 256;
+  int work_queue = 4096;  // as many as --max-connections: a burst of streams waits, never 503s by default
   RequestLimits limits;
   // Structured outputs (docs/structured_outputs.md): the analysis-token budget of requests that
   // give none (--thinking-token-budget), and how many compiled grammars are kept.

@@ -100,4 +100,10 @@ async function waitFor(fn, { timeoutMs = 10000, intervalMs = 50, what = 'conditi
   }
 }
 
-module.exports = { startServer, rawPost, assertErrorShape, metrics, waitFor, OpenAI, repoRoot };
+// The sanitizer stage of scripts/test.sh runs these tests against an ASan+UBSan server (it exports
+// ASAN_OPTIONS), which is several times slower: bounds on latency scale by this factor there, and
+// the heaviest loads shrink.
+const underSanitizer = Boolean(process.env.ASAN_OPTIONS);
+const timeScale = underSanitizer ? 5 : 1;
+
+module.exports = { startServer, rawPost, assertErrorShape, metrics, waitFor, OpenAI, repoRoot, underSanitizer, timeScale };
