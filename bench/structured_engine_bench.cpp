@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/cpu_backend.h"
+#include "config/gpt_oss_config.h"
 #include "engine/engine.h"
-#include "model/config.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "structured/compiler.h"

@@ -11,11 +11,11 @@
 #include <optional>
 
 #include "command.h"
+#include "config/gpt_oss_config.h"
 #include "core/error.h"
 #include "core/token_ids_file.h"
 #include "engine/engine.h"
 #include "engine/memory_profile.h"
-#include "model/config.h"
 #include "runtime/model_runtime.h"
 #include "runtime_flags.h"
 #include "tokenizer/tokenizer.h"

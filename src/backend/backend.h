@@ -17,9 +17,8 @@
 #include <vector>
 
 #include "backend/step_plan.h"
+#include "core/host_tensor.h"
 #include "core/tensor.h"
-#include "model/config.h"
-#include "model/host_weights.h"
 
 namespace ossrt {
 
@@ -119,6 +118,16 @@ class Backend {
   virtual DType activation_dtype() const = 0;
   virtual DType residual_dtype() const = 0;
 
+  // Where this backend's work is queued, for a collective library that must enqueue behind it
+  // (NCCL, parallel/nccl): the device ordinal and the native stream (a cudaStream_t), type-erased so
+  // that code above the op interface never sees a backend's own types. A host backend has no device
+  // queue (device -1): its ranks meet in host memory (parallel/in_process_communicator.h).
+  struct DeviceQueue {
+    int device = -1;
+    void* native_stream = nullptr;
+  };
+  virtual DeviceQueue device_queue() const { return {}; }
+
   // ---- memory (start-up only; never on the step path)
   virtual Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) = 0;
   // Copies a tensor to host memory as float32 (any activation dtype) or raw bytes for I32.
@@ -206,7 +215,7 @@ class Backend {
   }
 };
 
-// Creates a backend by name: "cpu" (always), "cuda" (when built with CUDA). Throws on others.
+// What a backend is made with (backend/registry/registry.h: make_backend).
 struct BackendOptions {
   int threads = 0;                     // CPU: worker threads (0 = all cores)
   int device_index = 0;                // CUDA
@@ -215,7 +224,5 @@ struct BackendOptions {
   int max_step_tokens = 8192;
   int max_seqs = 256;
 };
-std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});
-std::vector<std::string> available_backends();
 
 }  // namespace ossrt

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/token_constraint.h"
+#include "sampling/token_constraint.h"
 
 namespace ossrt {
 

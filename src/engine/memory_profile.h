@@ -14,8 +14,8 @@
 
 #include "backend/backend.h"
 #include "backend/step_plan.h"
+#include "config/gpt_oss_config.h"
 #include "kvcache/memory_plan.h"
-#include "model/config.h"
 
 namespace ossrt {
 

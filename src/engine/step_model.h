@@ -12,7 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/step_plan.h"
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 #include "model/gpt_oss.h"
 
 namespace ossrt {

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 
 namespace ossrt {
 

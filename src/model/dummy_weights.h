@@ -3,7 +3,7 @@
 // (`--load-format dummy`). The public entry point is make_dummy_weights in model/loader.h.
 #include <cstdint>
 
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 #include "model/host_weights.h"
 
 namespace ossrt {

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/moe_block.h"
 #include "model/moe_dispatch.h"
 #include "model/weight_shard.h"
 
@@ -31,27 +32,19 @@ void expect_experts(const HostExperts& x, int64_t experts, int64_t out, int64_t 
 
 }  // namespace
 
-// Activation buffers planned once for ModelLimits; each step uses the first T (or R) rows.
-// Widths are this rank's (q heads, vocab); the *_all buffers exist only with data parallelism.
+// Activation buffers planned once for ModelLimits; each step uses the first T (or R) rows. Widths
+// are this rank's (q heads, vocab). The MoE block plans its own (model/moe_block.h).
 struct GptOssModel::Workspace {
   Tensor residual;   // [T, H] the residual stream x
   Tensor normed;     // [T, H] RMSNorm output feeding attention or the MoE
   Tensor qkv;        // [T, (Hq + 2 Hkv) D]
   Tensor attn;       // [T, Hq D]
   Tensor attn_out;   // [T, H] after o_proj
-  Tensor router_ids; // [T, k] I32
-  Tensor router_weights;  // [T, k] F32
-  Tensor moe_out;    // [T, H]
   Tensor logit_in;   // [R, H] residual rows whose logits are wanted
   Tensor final_norm; // [R, H]
   Tensor logits;     // [R, V] F32
-  Tensor logits_local;  // [R, V / tp] F32, tensor parallel only
-  // Data parallelism: the MoE runs on every DP group's tokens, each group padded to the largest.
-  Tensor dp_tokens;     // [dp] F32 token counts
-  Tensor moe_in_all;    // [dp * T, H]
-  Tensor moe_out_all;   // [dp * T, H]
-  Tensor ids_all;       // [dp * T, k] I32
-  Tensor weights_all;   // [dp * T, k] F32
+  // [R, V / tp] F32: this rank's vocab columns; the same view as `logits` when tp = 1.
+  Tensor lm_head_out;
 };
 
 GptOssModel::LocalDims GptOssModel::local_dims(const GptOssConfig& c, const ModelShard& s) {
@@ -116,7 +109,6 @@ GptOssModel::GptOssModel(Backend& backend, const HostModelWeights& host, const M
   rope_ = compute_rope_params(c);
 
   const int64_t T = limits.max_step_tokens, R = limits.max_logit_rows, D = c.head_dim;
-  const int64_t k = c.experts_per_token, dp = shard.dp_size;
   const DType act = backend.activation_dtype();
   ws_ = std::make_shared<Workspace>();
   ws_->residual = backend.alloc(backend.residual_dtype(), {T, H});
@@ -124,22 +116,14 @@ GptOssModel::GptOssModel(Backend& backend, const HostModelWeights& host, const M
   ws_->qkv = backend.alloc(act, {T, (local_.q_heads + 2 * local_.kv_heads) * D});
   ws_->attn = backend.alloc(act, {T, local_.q_heads * D});
   ws_->attn_out = backend.alloc(act, {T, H});
-  ws_->router_ids = backend.alloc(DType::I32, {T, k});
-  ws_->router_weights = backend.alloc(DType::F32, {T, k});
-  ws_->moe_out = backend.alloc(act, {T, H});
   ws_->logit_in = backend.alloc(backend.residual_dtype(), {R, H});
   ws_->final_norm = backend.alloc(act, {R, H});
   ws_->logits = backend.alloc(DType::F32, {R, V});
-  if (shard.tp_size > 1) ws_->logits_local = backend.alloc(DType::F32, {R, local_.vocab});
-  const bool all_to_all = shard.moe_dispatch == MoeDispatch::AllToAll;
-  if (all_to_all) dispatch_ = std::make_shared<MoeDispatcher>(backend, c, shard_, T);
-  if (dp > 1 && !all_to_all) {
-    ws_->dp_tokens = backend.alloc(DType::F32, {dp});
-    ws_->moe_in_all = backend.alloc(act, {dp * T, H});
-    ws_->moe_out_all = backend.alloc(act, {dp * T, H});
-    ws_->ids_all = backend.alloc(DType::I32, {dp * T, k});
-    ws_->weights_all = backend.alloc(DType::F32, {dp * T, k});
-  }
+  ws_->lm_head_out = shard.tp_size > 1 ? backend.alloc(DType::F32, {R, local_.vocab}) : ws_->logits;
+  if (shard.moe_dispatch == MoeDispatch::AllToAll)
+    moe_ = std::make_shared<MoeDispatcher>(backend, c, shard_, T);
+  else
+    moe_ = std::make_shared<ReplicatedMoe>(backend, c, shard_, T);
 }
 
 void GptOssModel::upload_layer(const HostLayerWeights& h, const std::string& at,
@@ -177,7 +161,7 @@ void GptOssModel::upload_layer(const HostLayerWeights& h, const std::string& at,
   w.qkv_b = backend_.upload_concat_rows(qkv_b);
   // o_proj is row-parallel: this rank's input columns; the partial outputs are summed by all-reduce.
   w.o_w = backend_.upload(whole_heads ? h.o_w : slice_columns(h.o_w, q_rows, keep));
-  w.o_b = backend_.upload(h.o_b);
+  if (shard_.tp_rank == 0) w.o_b = backend_.upload(h.o_b);  // the sum of the ranks' outputs gets it once
   w.sinks = backend_.upload(slice_rows(h.sinks, {local_.first_q_head, local_.q_heads}));
   w.mlp_norm = backend_.upload(h.mlp_norm);
   w.router_w = backend_.upload(h.router_w);  // replicated: every rank routes every token
@@ -200,15 +184,6 @@ void GptOssModel::upload_layer(const HostLayerWeights& h, const std::string& at,
   weights_.layers.push_back(std::move(w));
 }
 
-int64_t GptOssModel::dp_max_tokens(int64_t tokens) {
-  Tensor counts = ws_->dp_tokens, mine = counts.rows(shard_.dp_rank, 1);
-  const float t = float(tokens);
-  backend_.from_host(mine, &t);
-  shard_.dp->all_gather(mine, counts);
-  const std::vector<float> all = backend_.to_host_f32(counts);
-  return int64_t(*std::max_element(all.begin(), all.end()));
-}
-
 Tensor GptOssModel::forward(const StepPlan& plan) {
   const GptOssConfig& c = config_;
   const int64_t T = plan.num_tokens(), R = int64_t(plan.logit_rows.size());
@@ -223,28 +198,14 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
     backend_.sync();
     observer_(name, t);
   };
-  const ModelShard& s = shard_;
-  const bool sharded_moe = s.expert_size > 1 || s.expert_tp_size > 1;
-  // All-to-all dispatch: each rank routes its own rows and exchanges (token, expert) pairs, so no
-  // DP token gather and no padding of the groups to the largest (MoeDispatcher).
-  const bool gather_dp = s.dp_size > 1 && !dispatch_;
 
   Workspace& ws = *ws_;
   Tensor x = ws.residual.rows(0, T), normed = ws.normed.rows(0, T), qkv = ws.qkv.rows(0, T);
-  Tensor attn = ws.attn.rows(0, T), attn_out = ws.attn_out.rows(0, T), moe_out = ws.moe_out.rows(0, T);
-  Tensor ids = ws.router_ids.rows(0, T), weights = ws.router_weights.rows(0, T);
+  Tensor attn = ws.attn.rows(0, T), attn_out = ws.attn_out.rows(0, T);
+  Tensor moe_out;  // the previous layer's MoE output, which the next layer adds to the residual
 
   backend_.begin_step(plan);
-  // Data parallelism: the MoE sees every DP group's tokens, each group's rows padded to the largest
-  // group's count (padding rows are computed and dropped).
-  const int64_t dp_rows = gather_dp ? dp_max_tokens(T) : T;
-  Tensor moe_in = normed, moe_result = moe_out;
-  if (gather_dp) {
-    moe_in = ws.moe_in_all.rows(0, s.dp_size * dp_rows), moe_result = ws.moe_out_all.rows(0, s.dp_size * dp_rows);
-    ids = ws.ids_all.rows(0, s.dp_size * dp_rows), weights = ws.weights_all.rows(0, s.dp_size * dp_rows);
-  }
-  Tensor moe_delta = moe_out;  // this rank's tokens' MoE output, what the next layer adds
-
+  moe_->begin_step(T);
   backend_.embedding(weights_.embed, x);
   observe("embed", x);
 
@@ -265,7 +226,7 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
     if (l == 0)
       backend_.rmsnorm(x, w.attn_norm, eps, normed);
     else
-      backend_.add_rmsnorm(x, moe_delta, w.attn_norm, eps, normed);
+      backend_.add_rmsnorm(x, moe_out, w.attn_norm, eps, normed);
     observe(name + ".attn_in", normed);
     backend_.linear(normed, w.qkv_w, &w.qkv_b, qkv);
     observe(name + ".qkv", qkv);
@@ -273,48 +234,28 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
     observe(name + ".qkv_rope", qkv);
     backend_.attention(qkv, w.sinks, ap, attn);
     observe(name + ".attn", attn);
-    // Row-parallel o_proj: the bias joins the sum once, on tensor-parallel rank 0.
-    backend_.linear(attn, w.o_w, s.tp_rank == 0 ? &w.o_b : nullptr, attn_out);
-    if (s.tp_size > 1) s.tp->all_reduce_sum(attn_out);
+    // o_proj is row-parallel over the heads: each rank's output is its heads' share of the sum.
+    backend_.linear(attn, w.o_w, w.o_b.empty() ? nullptr : &w.o_b, attn_out);
+    all_reduce_sum(shard_.tp, attn_out);
     observe(name + ".attn_out", attn_out);
 
     backend_.add_rmsnorm(x, attn_out, w.mlp_norm, eps, normed);
     observe(name + ".mlp_in", normed);
-    if (dispatch_) {
-      moe_delta = dispatch_->run(normed, w.router_w, w.router_b, w.experts, swiglu);
-      observe(name + ".moe_out", moe_delta);
-      continue;
-    }
-    if (gather_dp) s.dp->all_gather(ws.normed.rows(0, dp_rows), moe_in);
-    backend_.router_topk(moe_in, w.router_w, w.router_b, c.experts_per_token, ids, weights);
-    observe(name + ".router_ids", ids);
-    observe(name + ".router_weights", weights);
-    backend_.moe(moe_in, w.experts, ids, weights, swiglu, moe_result);
-    if (s.dp_size > 1 && s.tp_size == 1) {
-      // The MoE ranks are exactly the DP ranks, in order: each keeps the sum of its own rows.
-      Tensor own_rows = ws.moe_out.rows(0, dp_rows);
-      s.moe->reduce_scatter_sum(moe_result, own_rows);
-    } else {
-      if (sharded_moe) s.moe->all_reduce_sum(moe_result);
-      if (s.dp_size > 1) moe_delta = moe_result.rows(s.dp_rank * dp_rows, T);
-    }
-    observe(name + ".moe_out", moe_delta);
+    moe_out = moe_->run(normed, w.router_w, w.router_b, w.experts, swiglu,
+                        [&](const std::string& what, const Tensor& t) { observe(name + "." + what, t); });
+    observe(name + ".moe_out", moe_out);
   }
-  backend_.add(x, moe_delta);
+  backend_.add(x, moe_out);
   observe("residual", x);
 
   Tensor logit_in = ws.logit_in.rows(0, R), final_norm = ws.final_norm.rows(0, R), logits = ws.logits.rows(0, R);
+  Tensor lm_head_out = ws.lm_head_out.rows(0, R);
   backend_.gather_logit_rows(x, logit_in);
   backend_.rmsnorm(logit_in, weights_.final_norm, eps, final_norm);
   observe("final_norm", final_norm);
-  if (s.tp_size > 1) {
-    // Vocab-parallel unembedding: this rank's vocab rows, then the columns of every rank side by side.
-    Tensor local = ws.logits_local.rows(0, R);
-    backend_.linear(final_norm, weights_.lm_head, nullptr, local);
-    s.tp->all_gather_columns(local, logits);
-  } else {
-    backend_.linear(final_norm, weights_.lm_head, nullptr, logits);
-  }
+  // Vocab-parallel unembedding: this rank's vocab rows, then every rank's columns side by side.
+  backend_.linear(final_norm, weights_.lm_head, nullptr, lm_head_out);
+  all_gather_columns(shard_.tp, lm_head_out, logits);
   observe("logits", logits);
   return logits;
 }

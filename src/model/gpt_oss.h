@@ -10,17 +10,17 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/config.h"
+#include "backend/communicator.h"
+#include "config/gpt_oss_config.h"
 #include "model/host_weights.h"
 #include "model/rope.h"
-#include "parallel/communicator.h"
 
 namespace ossrt {
 
 struct LayerWeights {
   Tensor attn_norm;
   Tensor qkv_w, qkv_b;  // fused q|k|v: [(Hq + 2 Hkv) D, H], [(Hq + 2 Hkv) D]
-  Tensor o_w, o_b;
+  Tensor o_w, o_b;  // o_b only on tensor-parallel rank 0 (empty elsewhere): it joins the all-reduce once
   Tensor sinks;
   Tensor mlp_norm;
   Tensor router_w, router_b;
@@ -49,7 +49,8 @@ enum class MoeDispatch : uint8_t {
 
 // Which part of the model one rank holds, and the communicators it reduces through
 // (docs/parallel.md; src/parallel/parallel_config.h derives these from the CLI flags). The default
-// is the whole model on one rank, which runs exactly the unsharded forward.
+// is the whole model on one rank, which runs exactly the unsharded forward: null communicators are
+// groups of one (backend/communicator.h), where every collective is the identity.
 struct ModelShard {
   int tp_rank = 0, tp_size = 1;                // attention heads by KV-head group, lm_head vocab rows
   int expert_rank = 0, expert_size = 1;        // a contiguous range of num_experts / expert_size experts
@@ -67,7 +68,7 @@ struct ModelShard {
   bool is_whole() const { return tp_size == 1 && expert_size == 1 && expert_tp_size == 1 && dp_size == 1; }
 };
 
-class MoeDispatcher;  // model/moe_dispatch.h
+class MoeBlock;  // model/moe_block.h
 
 class GptOssModel {
  public:
@@ -84,7 +85,9 @@ class GptOssModel {
   int local_kv_heads() const { return local_.kv_heads; }
 
   // Runs one step for `plan` (which the caller has made consistent with the KV cache) and returns
-  // the logits of plan.logit_rows: [R, vocab] in float32 on the backend's device.
+  // the logits of plan.logit_rows: [R, vocab] in float32 on the backend's device. This rank's step
+  // only: a sharded model's ranks each call it on their own thread, with the same plan (or their DP
+  // group's), and meet in the collectives it makes.
   Tensor forward(const StepPlan& plan);
 
   void set_observer(ActivationObserver observer) { observer_ = std::move(observer); }
@@ -99,8 +102,6 @@ class GptOssModel {
   };
   static LocalDims local_dims(const GptOssConfig& c, const ModelShard& s);
   void upload_layer(const HostLayerWeights& h, const std::string& at, std::vector<std::shared_ptr<void>>& keep);
-  // Tokens of the largest DP group this step (the others' rows are padded to it for the MoE gather).
-  int64_t dp_max_tokens(int64_t tokens);
 
   Backend& backend_;
   GptOssConfig config_;
@@ -112,7 +113,7 @@ class GptOssModel {
   ActivationObserver observer_;
   struct Workspace;
   std::shared_ptr<Workspace> ws_;
-  std::shared_ptr<MoeDispatcher> dispatch_;  // MoeDispatch::AllToAll only
+  std::shared_ptr<MoeBlock> moe_;  // ReplicatedMoe, or MoeDispatcher for MoeDispatch::AllToAll
 };
 
 }  // namespace ossrt

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 #include "model/host_weights.h"
 
 namespace ossrt {

@@ -145,7 +145,7 @@ void MoeDispatcher::run_local_experts(int64_t chunk, const ExpertWeights& expert
 }
 
 Tensor MoeDispatcher::run(const Tensor& normed, const Tensor& router_w, const Tensor& router_b,
-                          const ExpertWeights& experts, const SwigluParams& swiglu) {
+                          const ExpertWeights& experts, const SwigluParams& swiglu, const Observe& /*observe*/) {
   const int64_t T = normed.dim(0);
   const OwnRows own = own_rows(T);
   OSSRT_CHECK(own.slice <= combined_.dim(0), "all-to-all dispatch: step of {} rows, planned for {} per rank", T,

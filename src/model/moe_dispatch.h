@@ -19,21 +19,24 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/config.h"
-#include "parallel/communicator.h"
+#include "backend/communicator.h"
+#include "config/gpt_oss_config.h"
+#include "model/moe_block.h"
 
 namespace ossrt {
 
 struct ModelShard;
 
-class MoeDispatcher {
+class MoeDispatcher final : public MoeBlock {
  public:
   // Plans the exchange buffers for steps of up to `max_step_tokens` rows.
   MoeDispatcher(Backend& backend, const GptOssConfig& config, const ModelShard& shard, int64_t max_step_tokens);
 
-  // MoE output of all T rows of `normed` ([T, H]); the view stays valid until the next call.
+  void begin_step(int64_t /*tokens*/) override {}  // each layer's exchange agrees on its own sizes
+  // MoE output of all T rows of `normed` ([T, H]); the view stays valid until the next call. The
+  // routing is per own rows and never whole, so nothing is observed.
   Tensor run(const Tensor& normed, const Tensor& router_w, const Tensor& router_b, const ExpertWeights& experts,
-             const SwigluParams& swiglu);
+             const SwigluParams& swiglu, const Observe& observe) override;
 
  private:
   // Rows [begin, begin + count) of a T-row step are this rank's; slice = ceil(T / n) rows per rank.

@@ -1,7 +1,7 @@
 #pragma once
 // RoPE frequencies (SPEC.md 2.5) as the reference makes them: docs/cpu_backend.md, "RoPE".
 #include "backend/backend.h"
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 
 namespace ossrt {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "backend/communicator.h"
 
 namespace ossrt {
 

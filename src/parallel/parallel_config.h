@@ -13,7 +13,7 @@
 // own rows and exchanges (token, expert) pairs; model/moe_dispatch.h). docs/parallel.md compares them.
 #include <string>
 
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 #include "model/gpt_oss.h"
 
 namespace ossrt {

@@ -1,19 +1,19 @@
 // ParallelModel: ranks as threads, one backend and one sharded GptOssModel each. The communicators
 // follow the rank layout of ParallelConfig (parallel_config.h): tp groups of consecutive ranks, dp
-// groups of ranks with the same tp rank, and the MoE over the whole world.
+// groups of ranks with the same tp rank, and the MoE over the whole world. Each rank's work runs on
+// its own long-lived thread (RankThreads), which its backend binds to the rank's device.
 #include "parallel/parallel_model.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <exception>
-#include <mutex>
 #include <thread>
 
+#include "backend/registry/registry.h"
 #include "core/error.h"
 #include "parallel/in_process_communicator.h"
+#include "parallel/rank_threads.h"
 #ifdef OSSRT_WITH_NCCL
-#include "backend/cuda/cuda_backend.h"
 #include "parallel/nccl/nccl_communicator.h"
 #endif
 
@@ -49,7 +49,7 @@ std::vector<std::vector<int>> dp_groups(const ParallelConfig& p) {
 
 ParallelModel::ParallelModel(const HostModelWeights& host, const ParallelConfig& parallel,
                              const std::string& backend_name, const BackendOptions& options, const ModelLimits& limits)
-    : config_(host.config), limits_(limits), parallel_(parallel), device_base_(options.device_index) {
+    : config_(host.config), limits_(limits), parallel_(parallel) {
   parallel.validate(host.config);
   const int world = parallel.world_size();
 #ifdef OSSRT_WITH_NCCL
@@ -62,18 +62,23 @@ ParallelModel::ParallelModel(const HostModelWeights& host, const ParallelConfig&
               parallel.describe(), backend_name);
 #endif
   for (int r = 0; r < world; ++r) {
+    ranks_.push_back(std::make_unique<Rank>());
+    ranks_.back()->shard = parallel.shard_of(r);
+  }
+  // One rank runs on the caller's thread; more get a thread each for the life of the model.
+  if (world > 1) threads_ = std::make_unique<RankThreads>(world);
+  // Each rank's backend is made on the rank's own thread: a CUDA backend's constructor makes its
+  // device (rank r: options.device_index + r) current there, which binds the thread to it.
+  run_on_ranks([&](int r) {
     BackendOptions o = options;
     o.device_index = options.device_index + r;
     if (backend_name == "cpu") {
       const int cores = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
       o.threads = std::max(1, cores / world);
     }
-    auto rank = std::make_unique<Rank>();
-    rank->backend = make_backend(backend_name, o);
-    rank->shard = parallel.shard_of(r);
-    ranks_.push_back(std::move(rank));
-  }
-  if (world > 1) make_communicators(backend_name);
+    ranks_[size_t(r)]->backend = make_backend(backend_name, o);
+  });
+  if (world > 1) make_communicators();
   // Uploads in parallel: each rank converts its own slice.
   run_on_ranks([&](int r) {
     Rank& rank = *ranks_[size_t(r)];
@@ -86,10 +91,12 @@ ParallelModel::ParallelModel(const HostModelWeights& host, const ParallelConfig&
 
 ParallelModel::~ParallelModel() = default;
 
-void ParallelModel::make_communicators(const std::string& backend_name) {
+void ParallelModel::make_communicators() {
   const int world = parallel_.world_size();
   const bool need_dp = parallel_.data_parallel > 1;
-  if (backend_name == "cpu") {
+  // Host backends' ranks share memory and meet in it; device backends' ranks meet through NCCL on
+  // their devices' queues.
+  if (ranks_[0]->backend->device_queue().device < 0) {
     auto world_group = InProcessGroup::create(world);
     groups_.push_back(world_group);
     for (int r = 0; r < world; ++r) ranks_[size_t(r)]->moe = world_group->communicator(r);
@@ -107,17 +114,11 @@ void ParallelModel::make_communicators(const std::string& backend_name) {
     return;
   }
 #ifdef OSSRT_WITH_NCCL
-  // One NCCL clique per group, over the group's devices, each on its rank's backend stream.
+  // One NCCL clique per group, over the group's devices, each on its rank's backend queue.
   auto make_group = [&](const std::vector<int>& members, size_t gather_bytes, auto slot) {
-    std::vector<int> devices;
-    std::vector<CUstream_st*> streams;
-    for (int r : members) {
-      auto* cuda = dynamic_cast<CudaBackend*>(ranks_[size_t(r)]->backend.get());
-      OSSRT_CHECK(cuda, "NCCL communicators need the CUDA backend");
-      devices.push_back(device_base_ + r);
-      streams.push_back(cuda->stream());
-    }
-    auto comms = make_nccl_communicators(devices, streams, gather_bytes);
+    std::vector<Backend::DeviceQueue> queues;
+    for (int r : members) queues.push_back(ranks_[size_t(r)]->backend->device_queue());
+    auto comms = make_nccl_communicators(queues, gather_bytes);
     for (size_t i = 0; i < members.size(); ++i) (ranks_[size_t(members[i])].get()->*slot) = std::move(comms[i]);
   };
   std::vector<int> all(static_cast<size_t>(world));
@@ -128,7 +129,8 @@ void ParallelModel::make_communicators(const std::string& backend_name) {
   if (need_dp)
     for (const auto& members : dp_groups(parallel_)) make_group(members, 0, &Rank::dp);
 #else
-  fail("parallel: no communicator for backend '{}' in this build", backend_name);
+  fail("parallel: no communicator for backend '{}' in this build (device ranks need NCCL)",
+       ranks_[0]->backend->name());
 #endif
 }
 
@@ -146,11 +148,12 @@ void ParallelModel::allocate_kv_cache(const KvCacheShape& shape) {
   OSSRT_CHECK(shape.num_kv_heads == config_.num_key_value_heads,
               "parallel: KV cache shape for {} KV heads, the model has {}", shape.num_kv_heads,
               config_.num_key_value_heads);
-  for (auto& rank : ranks_) {
+  run_on_ranks([&](int r) {
+    Rank& rank = *ranks_[size_t(r)];
     KvCacheShape local = shape;
-    local.num_kv_heads = rank->model->local_kv_heads();
-    rank->backend->allocate_kv_cache(local);
-  }
+    local.num_kv_heads = rank.model->local_kv_heads();
+    rank.backend->allocate_kv_cache(local);
+  });
 }
 
 int ParallelModel::local_kv_heads() const { return ranks_[0]->model->local_kv_heads(); }
@@ -182,28 +185,15 @@ std::vector<std::vector<float>> ParallelModel::forward_dp(std::span<const StepPl
 }
 
 void ParallelModel::run_on_ranks(const std::function<void(int rank)>& fn) {
-  const int world = int(ranks_.size());
-  if (world == 1) return fn(0);
-  std::mutex mu;
-  std::exception_ptr first_error;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (const std::exception& e) {
-        {
-          std::lock_guard lock(mu);
-          if (!first_error) first_error = std::current_exception();
-        }
-        // Peers may be waiting for this rank inside a collective: wake them (they throw too).
-        for (auto& g : groups_) g->abort(fmt::format("rank {} failed: {}", r, e.what()));
-      }
+  if (!threads_) return fn(0);
+  try {
+    // Peers may be waiting inside a collective for a rank that failed: wake them (they throw too).
+    threads_->run(fn, [this](int rank, const std::string& what) {
+      for (auto& g : groups_) g->abort(fmt::format("rank {} failed: {}", rank, what));
     });
-  for (auto& t : threads) t.join();
-  if (first_error) {
-    for (auto& g : groups_) g->reset();
-    std::rethrow_exception(first_error);
+  } catch (...) {
+    for (auto& g : groups_) g->reset();  // every rank has returned: the groups are usable again
+    throw;
   }
 }
 

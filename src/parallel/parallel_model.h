@@ -1,7 +1,8 @@
 #pragma once
 // A gpt-oss model sharded over ParallelConfig::world_size() ranks in one process: one backend and
-// one GptOssModel (with its ModelShard) per rank, each rank's step on its own thread, collectives
-// through in-process communicators (CPU backend) or NCCL (CUDA backend, one GPU per rank). What
+// one GptOssModel (with its ModelShard) per rank, each rank's work on its own thread for the life of
+// the model (RankThreads, bound to the rank's device), collectives through in-process communicators
+// (CPU backend) or NCCL (CUDA backend, one GPU per rank). What
 // `ossrt logits` calls for --tensor/expert/data-parallel-size, and what the engine steps through
 // (engine/step_model.h) for serve / generate / chat.
 #include <functional>
@@ -11,18 +12,20 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
 #include "model/gpt_oss.h"
-#include "parallel/communicator.h"
 #include "parallel/parallel_config.h"
 
 namespace ossrt {
 
 class InProcessGroup;
+class RankThreads;
 
 class ParallelModel {
  public:
-  // Creates the ranks' backends (`backend_name`; CUDA: rank r on device r; CPU: options.threads
-  // is the total, split among ranks, 0 = all cores) and uploads each rank's part of `host`.
+  // Creates the ranks' threads and, on them, their backends (`backend_name`; CUDA: rank r on device
+  // options.device_index + r; CPU: options.threads is the total, split among ranks, 0 = all cores)
+  // and uploads each rank's part of `host`.
   ParallelModel(const HostModelWeights& host, const ParallelConfig& parallel, const std::string& backend_name,
                 const BackendOptions& options, const ModelLimits& limits);
   ~ParallelModel();
@@ -53,17 +56,17 @@ class ParallelModel {
 
  private:
   struct Rank;
-  // Runs fn(rank) on one thread per rank. When one throws, the others are woken out of their
-  // collectives, and the first error is rethrown here once all have returned.
+  // Runs fn(rank) on every rank's thread (one rank: on the caller's). When one throws, the others
+  // are woken out of their collectives, and the first error is rethrown here once all have returned.
   void run_on_ranks(const std::function<void(int rank)>& fn);
-  void make_communicators(const std::string& backend_name);
+  void make_communicators();
 
   GptOssConfig config_;
   ModelLimits limits_;
   ParallelConfig parallel_;
-  int device_base_ = 0;  // CUDA: rank r runs on device device_base_ + r
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::shared_ptr<InProcessGroup>> groups_;  // empty with NCCL
+  std::unique_ptr<RankThreads> threads_;  // world > 1; declared last, so joined before the ranks go
 };
 
 }  // namespace ossrt

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <filesystem>
 
-#include "backend/backend.h"
+#include "backend/registry/registry.h"
 #include "core/error.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"

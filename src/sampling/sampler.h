@@ -19,7 +19,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/request.h"  // SamplingParams, TokenLogprob (plain data, no engine code)
+#include "sampling/sampling_params.h"
 
 namespace ossrt {
 

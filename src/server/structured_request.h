@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/token_constraint.h"
+#include "sampling/token_constraint.h"
 #include "server/prompt_builder.h"
 #include "server/request_fields.h"
 #include "server/server_context.h"

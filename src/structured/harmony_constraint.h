@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/token_constraint.h"
+#include "sampling/token_constraint.h"
 #include "structured/compiled_grammar.h"
 #include "structured/matcher.h"
 #include "structured/vocabulary.h"

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "harmony/special_tokens.h"
 #include "model/checkpoint.h"
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 #include "server/api_error.h"
 #include "server/chat_completions.h"
 #include "server/chat_output.h"

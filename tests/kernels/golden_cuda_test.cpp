@@ -17,6 +17,7 @@
 
 #include "core/npy.h"
 #include "cuda_test_util.h"
+#include "backend/registry/registry.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"

@@ -12,6 +12,7 @@
 
 #include "cuda_test_util.h"
 #include "router_robust_prompt.h"
+#include "backend/registry/registry.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"

@@ -5,11 +5,15 @@
 // relative L2 (< 1e-2 for bf16) and must be finite.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <numeric>
+#include <thread>
 
 #include "cuda_test_util.h"
-#include "model/config.h"
+#include "backend/registry/registry.h"
+#include "config/gpt_oss_config.h"
 #include "model/gpt_oss.h"
 
 namespace ossrt {
@@ -527,6 +531,35 @@ TEST(CudaOps, AttentionDecodeBatch1And256) {
   AttentionScenario sc{"batch 256 decode", {}, {}};
   for (int i = 0; i < 256; ++i) sc.history.push_back(len(rng)), sc.step.push_back(1);
   run_attention_scenario(sc, 18);
+}
+
+// ---------------------------------------------------------------- device binding
+
+// One backend is called from several threads (its rank's thread, the engine thread that samples rank
+// 0's logits, a test's thread), whichever device they have current: every call must still run on
+// the backend's own device and leave it current. A fresh thread starts on device 0, so the check
+// needs a backend on device 1.
+TEST(CudaBackendDevice, EveryCallRunsOnTheBackendsDeviceWhateverTheThreadHadCurrent) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
+  if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " visible";
+  auto backend = make_backend("cuda", BackendOptions{.device_index = 1, .max_step_tokens = 16, .max_seqs = 4});
+  ASSERT_EQ(backend->device_queue().device, 1);
+  std::thread([&] {
+    int current = -1;
+    ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+    ASSERT_EQ(current, 0);
+    Tensor t = backend->alloc(DType::F32, {4});
+    cudaPointerAttributes where{};
+    ASSERT_EQ(cudaPointerGetAttributes(&where, t.data), cudaSuccess);
+    EXPECT_EQ(where.device, 1);
+    const std::vector<float> values = {1.f, -2.f, 3.5f, 4.f};
+    backend->from_host(t, values.data());
+    EXPECT_EQ(backend->to_host_f32(t), values);
+    ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+    EXPECT_EQ(current, 1);
+  }).join();
 }
 
 }  // namespace

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
+#include "backend/registry/registry.h"
 #include "model/gpt_oss.h"
 #include "model/single_sequence.h"
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 
 namespace ossrt {
 namespace {

@@ -11,7 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 #include "model/gpt_oss.h"
 
 namespace ossrt {

@@ -13,7 +13,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "kvcache/memory_plan.h"
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 
 namespace ossrt {
 namespace {

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -116,6 +119,34 @@ TEST_F(ParallelModelTest, ShardingActuallyChangesTheWork) {
   EXPECT_EQ(model.world_size(), 4);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(model.rank_model(r).local_kv_heads(), 2);
   EXPECT_EQ(model.rank_model(3).shard().tp_rank, 3);
+}
+
+TEST_F(ParallelModelTest, EachRankRunsOnItsOwnThreadForTheModelsLife) {
+  // Rank threads start once with the model: every step of rank r runs on one thread, a different one
+  // per rank and never the caller's. (Threads started per step would each begin on CUDA device 0.)
+  constexpr int kWorld = 4;
+  ParallelModel model(*weights_, ParallelConfig{.tensor_parallel = 2, .expert_parallel = kWorld}, "cpu",
+                      BackendOptions{.threads = 2}, limits());
+  ASSERT_EQ(model.world_size(), kWorld);
+  std::mutex mu;
+  std::vector<std::vector<std::thread::id>> step_threads(kWorld);
+  for (int r = 0; r < kWorld; ++r)
+    model.rank_model(r).set_observer([&, r](const std::string& name, const Tensor&) {
+      if (name != "embed") return;  // once per step
+      std::lock_guard lock(mu);
+      step_threads[size_t(r)].push_back(std::this_thread::get_id());
+    });
+  ParallelSequenceRunner runner(model, kTokens);
+  runner.run(prompt(kTokens, 0), kChunk, SingleSequenceRunner::Logits::LastRow);  // 3 steps of 16, 16, 13
+  std::set<std::thread::id> distinct;
+  for (int r = 0; r < kWorld; ++r) {
+    const auto& ids = step_threads[size_t(r)];
+    ASSERT_EQ(ids.size(), 3u) << "rank " << r;
+    for (const auto& id : ids) EXPECT_EQ(id, ids[0]) << "rank " << r << " changed threads between steps";
+    EXPECT_NE(ids[0], std::this_thread::get_id()) << "rank " << r << " ran on the caller's thread";
+    distinct.insert(ids[0]);
+  }
+  EXPECT_EQ(distinct.size(), size_t(kWorld));
 }
 
 TEST_F(ParallelModelTest, DataParallelAttentionWithShardedMoEMatchesUnsharded) {

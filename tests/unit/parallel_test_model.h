@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 
 namespace ossrt::testing_parallel {
 

@@ -78,6 +78,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
 }
 
 CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);  // bind_device() may throw; a destructor must not
   if (stream_) cudaStreamSynchronize(stream_);
   graphs_.reset();
   blas_.reset();
@@ -86,11 +87,19 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+// cudaGetDevice reads a thread-local: cheap enough for every entry point, ops included.
+void CudaBackend::bind_device() const {
+  int current = -1;
+  OSSRT_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device_) OSSRT_CUDA_CHECK(cudaSetDevice(device_));
+}
+
 void* CudaBackend::device_alloc(size_t bytes, const char* what) { return buffers_->allocate(bytes, what, stream_); }
 
 size_t CudaBackend::device_bytes_allocated() const { return buffers_->device_bytes(); }
 
 Tensor CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
+  bind_device();
   Tensor t(nullptr, dtype, shape, Device::CUDA);
   for (int i = 0; i < t.ndim; ++i) OSSRT_CHECK(t.shape[i] >= 0, "alloc: negative dimension in {}", t.shape_str());
   t.data = device_alloc(t.bytes(), "activation workspace");
@@ -105,6 +114,7 @@ void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
 }
 
 void CudaBackend::to_host(const Tensor& t, void* dst) {
+  bind_device();
   OSSRT_CHECK(t.device == Device::CUDA, "to_host: tensor {} is not on the CUDA device", t.shape_str());
   if (t.bytes() == 0) return;
   OSSRT_CUDA_CHECK(cudaMemcpyAsync(dst, t.data, t.bytes(), cudaMemcpyDeviceToHost, stream_));
@@ -133,11 +143,15 @@ std::vector<float> CudaBackend::to_host_f32(const Tensor& t) {
 }
 
 void CudaBackend::from_host(Tensor& t, const void* src) {
+  bind_device();
   OSSRT_CHECK(t.device == Device::CUDA, "from_host: tensor {} is not on the CUDA device", t.shape_str());
   copy_to_device(t.data, src, t.bytes());
 }
 
-void CudaBackend::sync() { OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::sync() {
+  bind_device();
+  OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 // ---- KV cache
 
@@ -146,6 +160,7 @@ size_t CudaBackend::kv_block_bytes(const KvCacheShape& s) const {
 }
 
 void CudaBackend::release_kv_storage() {
+  bind_device();
   if (!kv_) return;
   sync();
   graphs_->clear();  // captured graphs hold the old storage's addresses
@@ -154,6 +169,7 @@ void CudaBackend::release_kv_storage() {
 }
 
 void CudaBackend::allocate_kv_cache(const KvCacheShape& shape) {
+  bind_device();
   OSSRT_CHECK(shape.head_dim == 64, "CUDA backend supports head_dim 64 only (got {})", shape.head_dim);
   OSSRT_CHECK(shape.block_size > 0 && shape.num_kv_heads > 0 && shape.num_full_blocks >= 0 &&
                   shape.num_window_blocks >= 0,
@@ -197,6 +213,7 @@ const CudaBackend::KvStorage& CudaBackend::kv_storage(KvGroup) const {
 }
 
 MemoryUse CudaBackend::memory_use() const {
+  bind_device();
   size_t free_b = 0, total_b = 0;
   OSSRT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   MemoryUse m;
@@ -212,6 +229,7 @@ MemoryUse CudaBackend::memory_use() const {
 // ---- plan
 
 void CudaBackend::begin_step(const StepPlan& plan) {
+  bind_device();
   cuda::validate_step_plan(plan, plan_->capacity(), kv_ ? &kv_->internal : nullptr);
   plan_->upload(plan, stream_, /*copy=*/!graphs_->capturing());
 }
@@ -225,6 +243,7 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
 namespace ossrt {
 
 Tensor CudaBackend::run_step(const StepPlan& plan, const StepFn& step) {
+  bind_device();
   if (!graphs_enabled_ || !graphs_->graphable(plan)) return step(plan);
   // A graph runs the plan padded to its batch bucket; the caller's model was sized for at most
   // max_seqs rows and max_step_tokens tokens (the server passes the same numbers to both), so a

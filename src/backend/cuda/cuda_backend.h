@@ -53,6 +53,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::CUDA; }
   DType activation_dtype() const override { return DType::BF16; }
   DType residual_dtype() const override { return DType::F32; }
+  DeviceQueue device_queue() const override { return {device_, stream_}; }
 
   Tensor alloc(DType dtype, std::initializer_list<int64_t> shape) override;
   std::vector<float> to_host_f32(const Tensor& t) override;
@@ -106,6 +107,12 @@ class CudaBackend final : public Backend {
  private:
   friend class cuda::DecodeGraphCache;
   struct KvStorage;
+  // Makes this backend's device current on the calling thread (cudaSetDevice when another is).
+  // Every public entry point that touches the device calls it first: one backend is called from
+  // the thread that made it, from its rank's thread, from the engine thread (sampling rank 0's
+  // logits) and from tests, and a launch or copy made with another device current would run there,
+  // on this backend's pointers. The constructor sets it once, which binds a rank's thread.
+  void bind_device() const;
   void* device_alloc(size_t bytes, const char* what);
   void release_kv_storage();
   void copy_to_device(void* dst, const void* src, size_t bytes);

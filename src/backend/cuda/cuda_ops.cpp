@@ -42,6 +42,7 @@ int64_t step_rows(const Tensor& t, int expected, const char* op, const char* wha
 }  // namespace
 
 void CudaBackend::embedding(const Tensor& table, Tensor& out) {
+  bind_device();
   check_on_device(table, "embedding", "table");
   check_float(out, "embedding", "out");
   OSSRT_CHECK(table.dtype == DType::BF16 && table.ndim == 2, "embedding: table must be bf16 [V, H], got {} {}",
@@ -58,6 +59,7 @@ void CudaBackend::embedding(const Tensor& table, Tensor& out) {
 }
 
 void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  bind_device();
   check_float(x, "rmsnorm", "x");
   check_float(w, "rmsnorm", "w");
   check_float(out, "rmsnorm", "out");
@@ -70,6 +72,7 @@ void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& o
 }
 
 void CudaBackend::add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) {
+  bind_device();
   check_on_device(residual, "add_rmsnorm", "residual");
   OSSRT_CHECK(residual.dtype == DType::F32, "add_rmsnorm: the residual stream must be f32");
   check_float(delta, "add_rmsnorm", "delta");
@@ -87,6 +90,7 @@ void CudaBackend::add_rmsnorm(Tensor& residual, const Tensor& delta, const Tenso
 }
 
 void CudaBackend::add(Tensor& residual, const Tensor& delta) {
+  bind_device();
   check_on_device(residual, "add", "residual");
   OSSRT_CHECK(residual.dtype == DType::F32, "add: the residual stream must be f32");
   check_float(delta, "add", "delta");
@@ -98,6 +102,7 @@ void CudaBackend::add(Tensor& residual, const Tensor& delta) {
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  bind_device();
   check_on_device(x, "linear", "x");
   check_on_device(w, "linear", "w");
   check_float(out, "linear", "out");
@@ -115,6 +120,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
 }
 
 void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& p) {
+  bind_device();
   check_on_device(qkv, "rope_and_cache_write", "qkv");
   const StepPlan& plan = plan_->host_plan();
   const int t = plan.num_tokens();
@@ -149,6 +155,7 @@ void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, cons
 }
 
 void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& p, Tensor& out) {
+  bind_device();
   check_on_device(qkv, "attention", "qkv");
   check_on_device(sinks, "attention", "sinks");
   check_on_device(out, "attention", "out");
@@ -191,6 +198,7 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
 }
 
 void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) {
+  bind_device();
   check_on_device(x, "router_topk", "x");
   check_on_device(w, "router_topk", "w");
   check_float(b, "router_topk", "b");
@@ -217,6 +225,7 @@ void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b,
 
 void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& ids, const Tensor& weights,
                       const SwigluParams& swiglu, Tensor& out) {
+  bind_device();
   check_on_device(x, "moe", "x");
   check_on_device(ids, "moe", "ids");
   check_on_device(weights, "moe", "weights");
@@ -264,6 +273,7 @@ void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& id
 }
 
 void CudaBackend::gather_logit_rows(const Tensor& x, Tensor& out) {
+  bind_device();
   check_float(x, "gather_logit_rows", "x");
   check_float(out, "gather_logit_rows", "out");
   const StepPlan& plan = plan_->host_plan();

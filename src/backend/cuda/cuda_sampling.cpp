@@ -14,6 +14,7 @@ namespace ossrt {
 static_assert(sizeof(SamplingRowParams) == sizeof(cuda::SampleRowParams), "sampling params layout");
 
 std::vector<int32_t> CudaBackend::sample(const Tensor& logits, std::span<const SamplingRowParams> params) {
+  bind_device();
   OSSRT_CHECK(logits.device == Device::CUDA && logits.dtype == DType::F32 && logits.ndim == 2,
               "sample: logits must be an F32 [R, V] CUDA tensor, got {} {}", dtype_name(logits.dtype),
               logits.shape_str());
@@ -38,6 +39,7 @@ std::vector<int32_t> CudaBackend::sample(const Tensor& logits, std::span<const S
 
 bool CudaBackend::sample_on_device(const Tensor& logits, std::span<const DeviceSamplingRow> rows,
                                    std::span<int32_t> out) {
+  bind_device();
   OSSRT_CHECK(out.size() == rows.size(), "sample_on_device: {} output slots for {} rows", out.size(), rows.size());
   std::vector<SamplingRowParams> params(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {

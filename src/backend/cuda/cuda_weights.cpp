@@ -50,6 +50,7 @@ Tensor make_tensor(void* data, DType dtype, const std::vector<int64_t>& shape) {
 }  // namespace
 
 Tensor CudaBackend::upload(const HostTensor& src) {
+  bind_device();
   check_float_dtype(src);
   Tensor t = make_tensor(nullptr, DType::BF16, src.shape);
   t.data = buffers_->allocate(t.bytes(), "weights", stream_, cuda::BufferKind::Weights);
@@ -65,6 +66,7 @@ Tensor CudaBackend::upload(const HostTensor& src) {
 }
 
 Tensor CudaBackend::upload_concat_rows(std::span<const HostTensor* const> parts) {
+  bind_device();
   OSSRT_CHECK(!parts.empty(), "upload_concat_rows: no parts");
   std::vector<int64_t> shape = parts[0]->shape;
   OSSRT_CHECK(!shape.empty(), "upload_concat_rows: {} is a scalar", parts[0]->name);
@@ -151,6 +153,7 @@ void upload_expert_matrix(const HostExperts& x, uint16_t* dst, cudaStream_t stre
 }  // namespace
 
 ExpertWeights CudaBackend::upload_experts(const HostExperts& gate_up, const HostExperts& down) {
+  bind_device();
   OSSRT_CHECK(gate_up.experts == down.experts && gate_up.out == 2 * down.in && gate_up.in == down.out,
               "upload_experts: gate_up [{}, {}, {}] and down [{}, {}, {}] do not fit together", gate_up.experts,
               gate_up.out, gate_up.in, down.experts, down.out, down.in);

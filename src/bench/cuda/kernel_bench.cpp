@@ -21,7 +21,7 @@
 #include "core/build_info.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 #include "model/host_weights.h"
 #include "model/rope.h"
 #include "model/single_sequence.h"

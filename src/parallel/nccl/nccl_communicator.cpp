@@ -30,17 +30,33 @@ ncclDataType_t nccl_type(const Tensor& t, const char* op) {
   }
 }
 
+// Makes `device` current for a scope and restores the caller's device after: communicators are made
+// and destroyed on the thread that owns the ParallelModel, whose own device must not move.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    cuda_check(cudaGetDevice(&previous_), "cudaGetDevice");
+    cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() { cudaSetDevice(previous_); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size, int device, cudaStream_t stream, size_t gather_bytes)
       : comm_(comm), rank_(rank), size_(size), device_(device), stream_(stream), gather_bytes_(gather_bytes) {
-    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    DeviceScope on(device_);
     cuda_check(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc (barrier word)");
     if (gather_bytes_ > 0)
       cuda_check(cudaMalloc(&gather_staging_, gather_bytes_), "cudaMalloc (all_gather_columns staging)");
   }
   ~NcclCommunicator() override {
-    cudaSetDevice(device_);
+    DeviceScope on(device_);
     if (gather_staging_) cudaFree(gather_staging_);
     cudaFree(barrier_word_);
     ncclCommDestroy(comm_);
@@ -50,11 +66,13 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   void all_reduce_sum(Tensor& t) override {
+    use_device();
     const ncclDataType_t type = nccl_type(t, "all_reduce_sum");
     nccl_check(ncclAllReduce(t.data, t.data, size_t(t.numel()), type, ncclSum, comm_, stream_), "all_reduce");
   }
 
   void all_gather(const Tensor& in, Tensor& out) override {
+    use_device();
     const ncclDataType_t type = nccl_type(in, "all_gather");
     OSSRT_CHECK(out.dtype == in.dtype && out.numel() == in.numel() * size_,
                 "all_gather: out {} for {} ranks x in {}", out.shape_str(), size_, in.shape_str());
@@ -62,6 +80,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_gather_columns(const Tensor& in, Tensor& out) override {
+    use_device();
     nccl_type(in, "all_gather_columns");
     OSSRT_CHECK(in.ndim == 2 && out.ndim == 2 && out.dtype == in.dtype && out.dim(0) == in.dim(0) &&
                     out.dim(1) == in.dim(1) * size_,
@@ -82,6 +101,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void reduce_scatter_sum(const Tensor& in, Tensor& out) override {
+    use_device();
     const ncclDataType_t type = nccl_type(in, "reduce_scatter_sum");
     OSSRT_CHECK(out.dtype == in.dtype && in.numel() == out.numel() * size_,
                 "reduce_scatter_sum: in {} for {} ranks x out {}", in.shape_str(), size_, out.shape_str());
@@ -90,6 +110,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_to_all(const Tensor& in, Tensor& out) override {
+    use_device();
     const ncclDataType_t type = nccl_type(in, "all_to_all");
     OSSRT_CHECK(out.dtype == in.dtype && in.numel() == out.numel() && in.numel() % size_ == 0,
                 "all_to_all: in {} and out {} must hold the same multiple of {} elements", in.shape_str(),
@@ -105,12 +126,22 @@ class NcclCommunicator final : public Communicator {
   }
 
   void barrier() override {
+    use_device();
     // A one-word all-reduce orders the ranks' streams; the host then waits for its own stream.
     nccl_check(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier");
     cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (barrier)");
   }
 
  private:
+  // Collectives come from the rank's thread, bound to this device when ParallelModel made the rank;
+  // checked on every call (cheap: a thread-local read) so a call from another thread still enqueues
+  // with the right device current.
+  void use_device() const {
+    int current = -1;
+    cuda_check(cudaGetDevice(&current), "cudaGetDevice");
+    if (current != device_) cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  }
+
   ncclComm_t comm_;
   int rank_, size_, device_;
   cudaStream_t stream_;
@@ -126,11 +157,14 @@ int cuda_device_count() {
   return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
-std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<const int> devices,
-                                                                   std::span<CUstream_st* const> streams,
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<const Backend::DeviceQueue> queues,
                                                                    size_t max_gather_bytes) {
-  OSSRT_CHECK(!devices.empty() && devices.size() == streams.size(), "NCCL: {} devices and {} streams", devices.size(),
-              streams.size());
+  OSSRT_CHECK(!queues.empty(), "NCCL: a communicator group needs at least one rank");
+  std::vector<int> devices;
+  for (const Backend::DeviceQueue& q : queues) {
+    OSSRT_CHECK(q.device >= 0 && q.native_stream, "NCCL communicators need device backends (device {})", q.device);
+    devices.push_back(q.device);
+  }
   // Before the first communicator exists: NCCL reads its environment at initialization.
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   const int n = int(devices.size());
@@ -140,7 +174,7 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<con
   std::vector<std::unique_ptr<Communicator>> out;
   for (int i = 0; i < n; ++i)
     out.push_back(std::make_unique<NcclCommunicator>(comms[size_t(i)], i, n, devices[size_t(i)],
-                                                     reinterpret_cast<cudaStream_t>(streams[size_t(i)]),
+                                                     static_cast<cudaStream_t>(queues[size_t(i)].native_stream),
                                                      max_gather_bytes));
   return out;
 }

@@ -1,6 +1,7 @@
+#include "backend/registry/registry.h"
+
 #include <fmt/ranges.h>
 
-#include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #ifdef OSSRT_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"

@@ -3,6 +3,8 @@
 // regex, grammar), forced Harmony headers, the reasoning budget. The engine knows only this
 // interface; the edge builds an implementation (src/structured) and hands it over in
 // GenerationRequest::constraint, so the engine depends on neither the server nor the grammar code.
+// It lives in sampling (it restricts what the sampler may pick), below both the engine and
+// src/structured, which implements it.
 //
 // Per sampling step of its request the engine calls fill_mask() (on a helper thread, while the
 // model runs the step: the mask depends only on tokens already accepted), then samples the row on

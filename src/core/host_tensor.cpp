@@ -1,6 +1,6 @@
 // Element access for host weight views. Checkpoint data sits at whatever byte offset the
 // safetensors header chose, so every read goes through memcpy (no aligned-load assumptions).
-#include "model/host_weights.h"
+#include "core/host_tensor.h"
 
 #include <cstring>
 

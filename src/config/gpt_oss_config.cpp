@@ -1,6 +1,6 @@
 // Parsing of Hugging Face gpt-oss config.json files (SPEC.md 1.1), the OpenAI original/config.json
 // key names (SPEC.md 1.2), and the named presets.
-#include "model/config.h"
+#include "config/gpt_oss_config.h"
 
 #include <cmath>
 #include <filesystem>
