@@ -104,6 +104,13 @@ struct DeviceSamplingRow {
   float top_p = 1.0f;        // in (0, 1]
   uint64_t seed = 0;
   uint32_t draw_index = 0;   // which draw of the seed's stream (the request's tokens generated so far)
+  // A token constraint's mask, empty = every token allowed. The host Sampler's layout
+  // (SamplingRow::allowed): bit i % 32 of word i / 32 set = token i allowed; words past the span's
+  // end allow nothing and bits past the vocabulary are ignored. Disallowed tokens count as -inf
+  // logits before greedy, top-k and top-p. A mask that allows no token of the vocabulary is ignored
+  // and the row takes the raw argmax, as the host Sampler's fallback does. Borrowed: valid for the
+  // sample_on_device call only.
+  std::span<const uint32_t> allowed;
 };
 
 class Backend {

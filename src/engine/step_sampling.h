@@ -19,9 +19,11 @@
 namespace ossrt {
 
 // The device sampler's row for `row`, or nullopt when it needs what only the host sampler does:
-// logprobs, logit_bias, a token constraint's mask, repetition/frequency/presence penalties, min_p, EOS/stop suppression
+// logprobs, logit_bias, repetition/frequency/presence penalties, min_p, EOS/stop suppression
 // below min_tokens, or a non-finite temperature. Greedy rows (temperature below the sampler's
 // greedy threshold) map to temperature 0, whose argmax (lowest id on ties) equals the host's.
+// A token constraint's mask goes along (DeviceSamplingRow::allowed views row.allowed): whether a
+// row is masked is its own property too, so the per-row rule above still holds.
 std::optional<DeviceSamplingRow> device_sampling_row(const SamplingRow& row);
 
 struct StepSamplingCounters {

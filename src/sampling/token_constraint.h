@@ -7,8 +7,9 @@
 // src/structured, which implements it.
 //
 // Per sampling step of its request the engine calls fill_mask() (on a helper thread, while the
-// model runs the step: the mask depends only on tokens already accepted), then samples the row on
-// the host with the mask applied, then calls accept() with the sampled token. Calls for one
+// model runs the step: the mask depends only on tokens already accepted), then samples the row with
+// the mask applied (on the backend's device sampler when the row needs nothing only the host
+// sampler does, else on the host), then calls accept() with the sampled token. Calls for one
 // request never overlap.
 #include <cstdint>
 #include <span>

@@ -26,6 +26,7 @@
 #include "backend/cuda/kernels/sample_philox.cuh"
 #include "cuda_test_util.h"
 #include "sample_reference.h"
+#include "sampling/token_constraint.h"
 
 namespace ossrt {
 namespace {
@@ -390,6 +391,84 @@ TEST_F(EngineCuda, SeededSamplingOnTheGpuIsTheSameAloneAndInABatchOfSixteen) {
   EXPECT_GT(engine.sampling_counters().host_rows, 0u);
   EXPECT_GT(cuda(*m).graph_replays(), 0);
   expect_all_blocks_back(engine, "seeded batch");
+}
+
+// Allows the ids that are multiples of `step` (never the EOS, 511, for the steps used here).
+class EveryNth final : public TokenConstraint {
+ public:
+  explicit EveryNth(int step) : step_(step) {}
+  int32_t vocab_size() const override { return 512; }
+  bool fill_mask(std::span<uint32_t> mask) override {
+    for (int32_t id = 0; id < 512; id += step_) mask[size_t(id) / 32] |= 1u << (id % 32);
+    return true;
+  }
+  bool accept(int32_t token) override { return token % step_ == 0; }
+  void rollback(int) override {}
+
+ private:
+  int step_;
+};
+
+// Constrained requests (greedy and seeded) beside unconstrained ones: every row stays on the GPU
+// sampler (no logits copied), every token is allowed, and constrained greedy re-scores as the
+// argmax over the allowed ids of the reference (within the near-tie margin), teacher-forced.
+TEST_F(EngineCuda, ConstrainedRowsAreSampledOnTheGpuWithTheirMasks) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  auto m = cuda_small_model();
+  Engine engine(m->model, engine_config(/*budget=*/29));
+  EventLog log;
+  const auto cases = mixed_cases();
+  auto step_of = [](size_t i) { return 2 + int(i % 3) * 3; };  // 2, 5, 8
+  int total = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    GenerationRequest r = i % 4 == 3 ? seeded_request(c.id, c.prompt, 900 + i, c.max_tokens)
+                                     : greedy_request(c.id, c.prompt, c.max_tokens);
+    if (i % 4 != 1) r.constraint = std::make_shared<EveryNth>(step_of(i));
+    ASSERT_TRUE(engine.submit(r, log.callback(c.id)));
+    total += c.max_tokens;
+  }
+  engine.run_until_idle();
+  Agreement plain, constrained;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const auto s = log.get(c.id);
+    ASSERT_TRUE(s.finished) << c.id;
+    EXPECT_EQ(s.final_event.finish_reason, FinishReason::Length) << c.id << ": " << s.final_event.error;
+    ASSERT_EQ(int(s.tokens.size()), c.max_tokens) << c.id;
+    if (i % 4 == 1) {
+      expect_reference_agrees(c, s.tokens, true, c.id + " (unconstrained beside constrained)", plain);
+      continue;
+    }
+    for (int32_t t : s.tokens) EXPECT_EQ(t % step_of(i), 0) << c.id << ": disallowed token " << t;
+    if (i % 4 == 3) continue;  // seeded: allowed is what can be checked without the draw's logits
+    SingleSequenceRunner& runner = reference_runner();
+    runner.reset();
+    std::vector<float> logits = runner.run(c.prompt, 0, SingleSequenceRunner::Logits::LastRow);
+    ++constrained.sequences;
+    for (size_t k = 0; k < s.tokens.size(); ++k) {
+      int32_t best = 0;
+      for (int32_t id = 0; id < int32_t(logits.size()); id += step_of(i))
+        if (logits[size_t(id)] > logits[size_t(best)]) best = id;
+      const float deficit = logits[size_t(best)] - logits[size_t(s.tokens[k])];
+      ++constrained.tokens;
+      if (best == s.tokens[k]) {
+        ++constrained.exact;
+      } else {
+        ++constrained.within_near_tie;
+        ASSERT_LT(deficit, kNearTieMargin) << c.id << ": token " << k << " is " << s.tokens[k]
+                                           << ", the allowed argmax is " << best;
+      }
+      constrained.worst_deficit = std::max(constrained.worst_deficit, deficit);
+      if (k + 1 < s.tokens.size())
+        logits = runner.run(std::span<const int32_t>(&s.tokens[k], 1), 1, SingleSequenceRunner::Logits::LastRow);
+    }
+  }
+  expect_mostly_exact(plain, "unconstrained greedy beside constrained rows");
+  expect_mostly_exact(constrained, "constrained greedy on the GPU sampler");
+  EXPECT_EQ(engine.sampling_counters().host_rows, 0u) << "masked rows stay on the device sampler";
+  EXPECT_EQ(engine.sampling_counters().device_rows, uint64_t(total));
+  expect_all_blocks_back(engine, "constrained batch");
 }
 
 }  // namespace

@@ -161,15 +161,19 @@ TEST(EngineConstraint, TheMaskDecidesAndErrorsEndOnlyTheirRequest) {
   EXPECT_EQ(log.get("plain").final_event.finish_reason, FinishReason::Length);
 }
 
-TEST(EngineConstraint, MaskedRowsNeverGoToTheDeviceSampler) {
+TEST(EngineConstraint, MaskedRowsGoToTheDeviceSamplerWithTheirMask) {
   SamplingParams p;
   p.temperature = 0.0f;
   SamplingState st(1, {}, p);
   std::vector<uint32_t> mask(16, 0xFFFFFFFFu);
   SamplingRow row{&p, &st, {}, {}};
-  EXPECT_TRUE(device_sampling_row(row).has_value());
+  ASSERT_TRUE(device_sampling_row(row).has_value());
+  EXPECT_TRUE(device_sampling_row(row)->allowed.empty());
   row.allowed = mask;
-  EXPECT_FALSE(device_sampling_row(row).has_value());
+  const auto d = device_sampling_row(row);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->allowed.data(), mask.data());
+  EXPECT_EQ(d->allowed.size(), mask.size());
 }
 
 TEST(SamplerConstraint, MaskWinsOverMinTokensAndOverEverythingMasked) {

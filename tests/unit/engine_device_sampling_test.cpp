@@ -1,17 +1,20 @@
 // Which sampler serves a row (engine/step_sampling.h), checked on the CPU with a backend that wraps
 // the CPU oracle and adds a recording "device sampler": the row mapping for every sampling option,
 // that only host-served rows cross to the host, that the host rows get exactly the host sampler's
-// result, and through the engine: greedy equals the independent reference with zero logits copies,
-// and a seeded request draws indices 0, 1, 2, ... of its own stream alone, in a mixed batch and
-// through preemption.
+// result, that token-constrained rows reach the device sampler with their masks, and through the
+// engine: greedy equals the independent reference with zero logits copies, constrained greedy on
+// the device equals the host sampler's, and a seeded request draws indices 0, 1, 2, ... of its own
+// stream alone, in a mixed batch and through preemption.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "engine/step_sampling.h"
 #include "engine_test_model.h"
 #include "sampling/logits_processing.h"
+#include "sampling/token_constraint.h"
 
 namespace ossrt {
 namespace {
@@ -20,6 +23,8 @@ using namespace testing_engine;
 
 // The CPU backend plus a fake device sampler. Its draws are a Gumbel-max sample of
 // softmax(logits / T) keyed by (seed, draw_index), so a wrong row, seed or index shows in the ids.
+// It applies a row's mask as DeviceSamplingRow documents it (written here from that comment, not
+// from the host sampler's helpers).
 class RecordingDeviceSamplerBackend final : public Backend {
  public:
   explicit RecordingDeviceSamplerBackend(std::unique_ptr<Backend> inner, bool has_device_sampler = true)
@@ -34,7 +39,17 @@ class RecordingDeviceSamplerBackend final : public Backend {
   int64_t rows_to_host = 0;
   bool return_out_of_range = false;
 
-  static int32_t fake_draw(std::span<const float> logits, const DeviceSamplingRow& r) {
+  static int32_t fake_draw(std::span<const float> raw, const DeviceSamplingRow& r) {
+    std::vector<float> logits(raw.begin(), raw.end());
+    if (!r.allowed.empty()) {
+      bool any = false;
+      for (size_t i = 0; i < logits.size(); ++i) {
+        const bool ok = i / 32 < r.allowed.size() && ((r.allowed[i / 32] >> (i % 32)) & 1u);
+        if (!ok) logits[i] = -INFINITY;
+        any = any || ok;
+      }
+      if (!any) return argmax_lowest_id(raw);  // a mask that allows nothing is ignored: raw argmax
+    }
     if (r.temperature <= 0.0f) return argmax_lowest_id(logits);
     int32_t best = 0;
     double best_key = -INFINITY;
@@ -127,13 +142,14 @@ std::unique_ptr<RecordingDeviceSamplerBackend> recording_backend(bool has_device
 struct RowFixture {
   SamplingParams params;
   std::vector<int32_t> suppressed;
+  std::vector<uint32_t> allowed;
   int generated = 0;
   uint64_t seed = 0x1234'5678'9abc'def0ull;
 
   std::optional<DeviceSamplingRow> map() const {
     SamplingState state(seed, std::vector<int32_t>{1, 2, 3}, params);
     for (int i = 0; i < generated; ++i) state.observe(7);
-    return device_sampling_row(SamplingRow{&params, &state, suppressed});
+    return device_sampling_row(SamplingRow{&params, &state, suppressed, allowed});
   }
 };
 
@@ -199,6 +215,36 @@ TEST(DeviceSamplingRow, RowsNeedingTheHostSamplerAreRefused) {
   EXPECT_FALSE(inf_t.map().has_value()) << "non-finite temperature";
 }
 
+TEST(DeviceSamplingRow, AMaskedRowCarriesItsMaskToTheDevice) {
+  for (float temperature : {0.0f, 0.8f}) {
+    RowFixture f;
+    f.params.temperature = temperature;
+    f.params.top_k = 7;
+    f.generated = 3;
+    f.allowed = {0x1u, 0x0u, 0x80000000u, 0x5u};
+    const auto d = f.map();
+    ASSERT_TRUE(d.has_value()) << "temperature " << temperature;
+    EXPECT_EQ(d->allowed.data(), f.allowed.data()) << "a view of the row's own mask, not a copy";
+    EXPECT_EQ(d->allowed.size(), f.allowed.size());
+    EXPECT_EQ(d->draw_index, 3u);
+    EXPECT_EQ(d->top_k, temperature > 0 ? 7 : 0);
+    f.allowed.clear();
+    ASSERT_TRUE(f.map().has_value());
+    EXPECT_TRUE(f.map()->allowed.empty()) << "unconstrained rows stay unmasked";
+  }
+  // A mask does not make the host-only reasons go away.
+  RowFixture f;
+  f.allowed = {0xFFu};
+  f.params.logprobs = 2;
+  EXPECT_FALSE(f.map().has_value()) << "masked + logprobs";
+  f.params.logprobs = -1;
+  f.params.logit_bias[1] = 2.0f;
+  EXPECT_FALSE(f.map().has_value()) << "masked + logit_bias";
+  f.params.logit_bias.clear();
+  f.params.min_tokens = 2, f.suppressed = {9};
+  EXPECT_FALSE(f.map().has_value()) << "masked + below min_tokens";
+}
+
 TEST(DeviceSamplingRow, MinTokensOnlyMattersWhileStopIdsAreSuppressed) {
   RowFixture f;
   f.params.min_tokens = 3;
@@ -243,7 +289,7 @@ struct StepFixture {
   }
   std::vector<SamplingRow> rows() const {
     std::vector<SamplingRow> r;
-    for (size_t i = 0; i < params.size(); ++i) r.push_back(SamplingRow{&params[i], &states[i], suppressed[i]});
+    for (size_t i = 0; i < params.size(); ++i) r.push_back(SamplingRow{&params[i], &states[i], suppressed[i], {}});
     return r;
   }
   std::span<const float> row_logits(size_t i) const {
@@ -285,6 +331,51 @@ TEST(StepSampler, DeviceServedStepsCopyNoLogitsAndGreedyIsTheLowestIdArgmax) {
   EXPECT_EQ(sampler.counters().device_rows, 3u);
   EXPECT_EQ(sampler.counters().host_rows, 0u);
   EXPECT_EQ(sampler.counters().device_calls, 1u);
+}
+
+std::vector<uint32_t> mask_of(std::initializer_list<int32_t> ids, int64_t vocab) {
+  std::vector<uint32_t> m(size_t((vocab + 31) / 32), 0u);
+  for (int32_t id : ids) m[size_t(id) / 32] |= 1u << (id % 32);
+  return m;
+}
+
+TEST(StepSampler, MaskedRowsAreSampledOnTheDeviceWithTheirMasks) {
+  // Row 0: the tie at the top (12 and 40) with 12 disallowed; row 1 unmasked; row 2 sampled over a
+  // few scattered ids, one in the last partial word (96 of vocab 97); row 3 a mask allowing
+  // nothing; row 4 masked and asking for logprobs: still the host's.
+  SamplingParams with_logprobs = greedy();
+  with_logprobs.logprobs = 1;
+  StepFixture f({greedy(), greedy(), sampled(0.8f, 20, 0.9f), greedy(), with_logprobs});
+  const int64_t v = StepFixture::kVocab;
+  const std::vector<std::vector<uint32_t>> masks = {mask_of({3, 40, 70}, v), {}, mask_of({7, 64, 96}, v),
+                                                    mask_of({}, v), mask_of({5, 6}, v)};
+  auto rows = f.rows();
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].allowed = masks[i];
+  StepSampler sampler;
+  const auto out = sampler.sample(*f.backend, f.logits, v, rows);
+
+  ASSERT_EQ(f.backend->calls.size(), 1u);
+  EXPECT_EQ(f.backend->to_host_calls, 1) << "only the logprobs row crosses to the host";
+  const auto& device_rows = f.backend->calls[0].rows;
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(device_rows[i].allowed.data(), masks[i].data()) << "row " << i;
+    EXPECT_EQ(device_rows[i].allowed.size(), masks[i].size()) << "row " << i;
+  }
+  EXPECT_TRUE(device_rows[4].allowed.empty()) << "a host row rides along unmasked";
+  EXPECT_EQ(out[0].id, 40);
+  // Greedy is the same function on both samplers, masked or not: the host Sampler is the oracle.
+  Sampler host;
+  for (size_t i : {size_t(0), size_t(1), size_t(3), size_t(4)})
+    EXPECT_EQ(out[i].id, host.sample_row(f.row_logits(i), rows[i]).id) << "row " << i;
+  const auto row3 = f.row_logits(3);
+  EXPECT_EQ(out[3].id, int32_t(std::max_element(row3.begin(), row3.end()) - row3.begin()))
+      << "nothing allowed: the raw argmax, as on the host";
+  EXPECT_TRUE(out[2].id == 7 || out[2].id == 64 || out[2].id == 96) << out[2].id;
+  EXPECT_EQ(out[2].id, RecordingDeviceSamplerBackend::fake_draw(f.row_logits(2), device_rows[2]));
+  EXPECT_TRUE(out[4].id == 5 || out[4].id == 6) << out[4].id;
+  ASSERT_TRUE(out[4].logprob.has_value());
+  EXPECT_EQ(sampler.counters().device_rows, 4u);
+  EXPECT_EQ(sampler.counters().host_rows, 1u);
 }
 
 TEST(StepSampler, HostOnlyRowsCopyTheirOwnRowAndGetTheHostSamplersResult) {
@@ -389,6 +480,61 @@ TEST(EngineDeviceSampling, GreedyBatchMatchesTheReferenceWithoutCopyingLogits) {
   EXPECT_EQ(engine.sampling_counters().device_rows, uint64_t(total_tokens));
   EXPECT_EQ(engine.sampling_counters().host_rows, 0u);
   EXPECT_EQ(engine.kv_cache().full_pool().num_free(), engine.kv_cache().full_pool().num_blocks());
+}
+
+// Allows the ids that are multiples of `step` (the EOS, 511, only when step divides it): a mask in
+// every word, set bits scattered.
+class EveryNth final : public TokenConstraint {
+ public:
+  explicit EveryNth(int step) : step_(step) {}
+  int32_t vocab_size() const override { return 512; }
+  bool fill_mask(std::span<uint32_t> mask) override {
+    for (int32_t id = 0; id < 512; id += step_) mask[size_t(id) / 32] |= 1u << (id % 32);
+    return true;
+  }
+  bool accept(int32_t token) override { return token % step_ == 0; }
+  void rollback(int) override {}
+
+ private:
+  int step_;
+};
+
+TEST(EngineDeviceSampling, ConstrainedGreedyRowsStayOnTheDeviceAndEqualTheHostSampler) {
+  // The same batch (constrained and unconstrained greedy requests, chunked) through the recording
+  // device sampler and through a backend without one (every row on the host Sampler).
+  std::map<std::string, std::vector<int32_t>> tokens[2];
+  for (bool has_device_sampler : {true, false}) {
+    SmallModel m(recording_backend(has_device_sampler));
+    auto& backend = static_cast<RecordingDeviceSamplerBackend&>(*m.backend);
+    Engine engine(m.model, engine_config(/*budget=*/21));
+    EventLog log;
+    for (int i = 0; i < 8; ++i) {
+      GenerationRequest r = greedy_request("c" + std::to_string(i), random_prompt(2 + (i * 13) % 30, 500 + uint32_t(i)), 7);
+      if (i % 4 != 3) r.constraint = std::make_shared<EveryNth>(2 + i % 4 * 3);
+      ASSERT_TRUE(engine.submit(r, log.callback(r.id)));
+    }
+    engine.run_until_idle();
+    for (int i = 0; i < 8; ++i) {
+      const auto s = log.get("c" + std::to_string(i));
+      ASSERT_TRUE(s.finished);
+      EXPECT_NE(s.final_event.finish_reason, FinishReason::Error) << s.final_event.error;
+      EXPECT_EQ(s.tokens.size(), 7u) << "c" << i;
+      if (i % 4 != 3) {
+        for (int32_t t : s.tokens) EXPECT_EQ(t % (2 + i % 4 * 3), 0) << "c" << i << " sampled a disallowed " << t;
+      }
+      tokens[has_device_sampler ? 0 : 1]["c" + std::to_string(i)] = s.tokens;
+    }
+    if (has_device_sampler) {
+      EXPECT_EQ(backend.to_host_calls, 0) << "masked rows no longer copy their logits";
+      EXPECT_EQ(engine.sampling_counters().host_rows, 0u);
+      EXPECT_EQ(engine.sampling_counters().device_rows, 8u * 7u);
+      int masked_rows = 0;
+      for (const auto& call : backend.calls)
+        for (const auto& row : call.rows) masked_rows += row.allowed.empty() ? 0 : 1;
+      EXPECT_EQ(masked_rows, 6 * 7);
+    }
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
 }
 
 GenerationRequest seeded_request(std::string id, std::vector<int32_t> prompt, uint64_t seed, int max_tokens) {

@@ -26,6 +26,8 @@ constexpr int kMinPlanSeqs = 256;
 // Attention kernels are built for gpt-oss's 64 query heads (both models); the decode workspace is
 // sized for them.
 constexpr int kPlannedQueryHeads = 64;
+// The sampler's mask room is planned for gpt-oss's vocabulary (both models): 6,284 words, 25 KB, a row.
+constexpr size_t kPlannedVocab = 201088;
 // Left free beyond the KV budget: CUDA graph executables (one per decode bucket, captured after
 // the plan), cuBLASLt's internal state, kernels first loaded by decode steps, fragmentation. The
 // profiling step already counts everything a prefill-and-decode step allocates.
@@ -71,7 +73,14 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
       cuda::attention_decode_workspace_bytes(cap.max_seqs, kPlannedQueryHeads, cuda::kAttnMaxDecodeSplits);
   attn_workspace_ = device_alloc(attn_workspace_bytes_, "attention decode workspace");
   max_sample_rows_ = std::max(cap.max_tokens, cap.max_seqs);
-  sample_params_ = device_alloc(size_t(max_sample_rows_) * sizeof(SamplingRowParams), "sampling parameters");
+  // Masks are planned for max_seqs rows, not max_sample_rows_: the engine samples at most one row
+  // per running sequence (max_logit_rows = max_num_seqs), and max_step_tokens rows of 25 KB would
+  // hold 50-200 MB of device and pinned memory for rows that never come. Smaller vocabularies
+  // (tests) fit proportionally more rows.
+  sample_mask_words_ = size_t(cap.max_seqs) * ((kPlannedVocab + 31) / 32);
+  const size_t upload_bytes = size_t(max_sample_rows_) * sizeof(SamplingRowParams) + sample_mask_words_ * sizeof(uint32_t);
+  sample_upload_ = device_alloc(upload_bytes, "sampling parameters and token masks");
+  sample_staging_ = static_cast<char*>(buffers_->allocate_pinned(upload_bytes, "sampling upload staging"));
   sample_ids_ = device_alloc(size_t(max_sample_rows_) * sizeof(int32_t), "sampled ids");
   spdlog::info("cuda: {} ({} SMs), workspaces {:.1f} MiB planned for {} tokens / {} sequences per step", prop.name,
                num_sms_, buffers_->device_bytes() / 1048576.0, cap.max_tokens, cap.max_seqs);

@@ -22,6 +22,9 @@ namespace ossrt {
 
 // Per-row sampling parameters for CudaBackend::sample (the GPU sampler; SPEC-independent policy
 // documented in docs/cuda_backend.md):
+//   a row with an allowed-token mask (sample's `allowed`) sees every disallowed token as -inf
+//   first; a mask that allows no token of the vocabulary is ignored and the row is greedy (the host
+//   Sampler's fallback);
 //   temperature <= 0 -> greedy argmax (ties -> lowest id);
 //   otherwise p = softmax(logits / temperature) restricted to the tokens whose logit is >= the
 //   top_k-th largest (top_k <= 0 or >= vocab: all), then to the smallest set of most probable
@@ -33,7 +36,7 @@ struct SamplingRowParams {
   float top_p = 1.0f;
   uint32_t seed_lo = 0, seed_hi = 0;  // the request's seed
   uint32_t offset = 0;                // draw index (e.g. tokens generated so far)
-  uint32_t pad_ = 0;
+  int32_t mask_slot = -1;             // set by sample() from its `allowed` argument; callers leave it
 };
 
 namespace cuda {
@@ -88,13 +91,18 @@ class CudaBackend final : public Backend {
   Tensor run_step(const StepPlan& plan, const StepFn& step) override;
 
   // The engine's GPU sampler hook: maps each row to SamplingRowParams (seed split in two words,
-  // offset = draw_index) and runs sample().
+  // offset = draw_index) and runs sample() with the rows' masks.
   bool sample_on_device(const Tensor& logits, std::span<const DeviceSamplingRow> rows,
                         std::span<int32_t> out) override;
 
   // ---- CUDA-only API (tests, the engine's GPU sampler)
   // Samples one token per row of logits (F32 [R, V] on this device); only the ids come back.
-  std::vector<int32_t> sample(const Tensor& logits, std::span<const SamplingRowParams> params);
+  // `allowed`: empty (no row masked) or one span per row, each empty (unmasked) or that row's
+  // allowed-token mask (DeviceSamplingRow::allowed's layout; words past its end allow nothing).
+  // The parameters and the masks go up in one copy from pinned staging; the only synchronization
+  // is the one that waits for the ids.
+  std::vector<int32_t> sample(const Tensor& logits, std::span<const SamplingRowParams> params,
+                              std::span<const std::span<const uint32_t>> allowed = {});
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
   bool graphs_enabled() const { return graphs_enabled_; }
   int graph_count() const;
@@ -136,8 +144,12 @@ class CudaBackend final : public Backend {
   size_t attn_workspace_bytes_ = 0;
   void* moe_workspace_ = nullptr;
   size_t moe_workspace_bytes_ = 0;
-  void* sample_params_ = nullptr;  // device SamplingRowParams [max_logit_rows]
-  void* sample_ids_ = nullptr;     // device int32 [max_logit_rows]
+  // One step's sampler upload: SamplingRowParams [rows], then the masked rows' masks [n, words],
+  // packed back to back (device buffer and pinned host staging of the same planned size).
+  void* sample_upload_ = nullptr;
+  char* sample_staging_ = nullptr;
+  size_t sample_mask_words_ = 0;  // mask words the upload has room for beside max_sample_rows_ rows
+  void* sample_ids_ = nullptr;    // device int32 [max_sample_rows_]
   int max_sample_rows_ = 0;
 
   bool graphs_enabled_ = true;

@@ -1,9 +1,11 @@
-// CudaBackend::sample: the GPU sampler entry point. Parameters go up, one kernel samples every row,
-// only the ids come back.
+// CudaBackend::sample: the GPU sampler entry point. Parameters and token masks go up in one copy,
+// one kernel samples every row, only the ids come back.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -12,25 +14,65 @@
 namespace ossrt {
 
 static_assert(sizeof(SamplingRowParams) == sizeof(cuda::SampleRowParams), "sampling params layout");
+static_assert(offsetof(SamplingRowParams, mask_slot) == offsetof(cuda::SampleRowParams, mask_slot),
+              "sampling params layout");
+// The masks follow the row parameters in the upload: each row's 32 bytes keep them word-aligned.
+static_assert(sizeof(SamplingRowParams) % sizeof(uint32_t) == 0, "sampling upload alignment");
 
-std::vector<int32_t> CudaBackend::sample(const Tensor& logits, std::span<const SamplingRowParams> params) {
+std::vector<int32_t> CudaBackend::sample(const Tensor& logits, std::span<const SamplingRowParams> params,
+                                         std::span<const std::span<const uint32_t>> allowed) {
   bind_device();
   OSSRT_CHECK(logits.device == Device::CUDA && logits.dtype == DType::F32 && logits.ndim == 2,
               "sample: logits must be an F32 [R, V] CUDA tensor, got {} {}", dtype_name(logits.dtype),
               logits.shape_str());
   const int64_t rows = logits.dim(0);
   OSSRT_CHECK(int64_t(params.size()) == rows, "sample: {} parameter rows for {} logit rows", params.size(), rows);
+  OSSRT_CHECK(allowed.empty() || allowed.size() == params.size(), "sample: {} masks for {} rows", allowed.size(),
+              params.size());
   OSSRT_CHECK(rows <= max_sample_rows_, "sample: {} rows exceed the planned {}", rows, max_sample_rows_);
-  OSSRT_CHECK(logits.dim(1) >= 1 && logits.dim(1) < (int64_t(1) << 31), "sample: vocab {}", logits.dim(1));
+  const int64_t vocab = logits.dim(1);
+  OSSRT_CHECK(vocab >= 1 && vocab < (int64_t(1) << 31), "sample: vocab {}", vocab);
   for (const auto& p : params) {
     OSSRT_CHECK(std::isfinite(p.temperature) && p.top_k >= 0 && p.top_p > 0.f && p.top_p <= 1.f,
                 "sample: invalid parameters (temperature {}, top_k {}, top_p {})", p.temperature, p.top_k, p.top_p);
   }
+  const size_t words = size_t(vocab + 31) / 32;
+  size_t masked = 0;
+  for (const auto& m : allowed) masked += m.empty() ? 0 : 1;
+  OSSRT_CHECK(masked * words <= sample_mask_words_,
+              "sample: {} masked rows of vocab {} exceed the planned mask room ({} words)", masked, vocab,
+              sample_mask_words_);
   std::vector<int32_t> ids(static_cast<size_t>(rows));
   if (rows == 0) return ids;
-  OSSRT_CUDA_CHECK(cudaMemcpyAsync(sample_params_, params.data(), params.size_bytes(), cudaMemcpyHostToDevice, stream_));
-  cuda::SampleArgs a{logits.ptr<float>(), static_cast<const cuda::SampleRowParams*>(sample_params_),
-                     static_cast<int32_t*>(sample_ids_), int(rows), int(logits.dim(1))};
+
+  // Stage [params | masks] in pinned memory. Reusing the staging is safe: the previous call's copy
+  // finished before its final synchronize.
+  const size_t params_bytes = params.size_bytes();
+  auto* staged = reinterpret_cast<SamplingRowParams*>(sample_staging_);
+  std::memcpy(staged, params.data(), params_bytes);
+  auto* staged_masks = reinterpret_cast<uint32_t*>(sample_staging_ + params_bytes);
+  int32_t slot = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    staged[i].mask_slot = -1;
+    if (allowed.empty() || allowed[i].empty()) continue;
+    // Exactly `words` words: a shorter mask allows nothing past its end (the host Sampler's rule),
+    // a longer one only adds bits past the vocabulary, which nothing reads.
+    uint32_t* dst = staged_masks + size_t(slot) * words;
+    const size_t n = std::min(words, allowed[i].size());
+    std::memcpy(dst, allowed[i].data(), n * sizeof(uint32_t));
+    std::fill(dst + n, dst + words, 0u);
+    staged[i].mask_slot = slot++;
+  }
+  const size_t upload_bytes = params_bytes + size_t(slot) * words * sizeof(uint32_t);
+  OSSRT_CUDA_CHECK(cudaMemcpyAsync(sample_upload_, sample_staging_, upload_bytes, cudaMemcpyHostToDevice, stream_));
+  const char* device_upload = static_cast<const char*>(sample_upload_);
+  cuda::SampleArgs a{logits.ptr<float>(),
+                     reinterpret_cast<const cuda::SampleRowParams*>(device_upload),
+                     reinterpret_cast<const uint32_t*>(device_upload + params_bytes),
+                     static_cast<int32_t*>(sample_ids_),
+                     int(rows),
+                     int(vocab),
+                     int(words)};
   OSSRT_CUDA_CHECK(cuda::launch_f32_sample_topk_topp(a, stream_));
   OSSRT_CUDA_CHECK(cudaMemcpyAsync(ids.data(), sample_ids_, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -42,6 +84,7 @@ bool CudaBackend::sample_on_device(const Tensor& logits, std::span<const DeviceS
   bind_device();
   OSSRT_CHECK(out.size() == rows.size(), "sample_on_device: {} output slots for {} rows", out.size(), rows.size());
   std::vector<SamplingRowParams> params(rows.size());
+  std::vector<std::span<const uint32_t>> allowed(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     const DeviceSamplingRow& r = rows[i];
     SamplingRowParams& p = params[i];
@@ -51,8 +94,9 @@ bool CudaBackend::sample_on_device(const Tensor& logits, std::span<const DeviceS
     p.seed_lo = uint32_t(r.seed);
     p.seed_hi = uint32_t(r.seed >> 32);
     p.offset = r.draw_index;
+    allowed[i] = r.allowed;
   }
-  const std::vector<int32_t> ids = sample(logits, params);
+  const std::vector<int32_t> ids = sample(logits, params, allowed);
   std::copy(ids.begin(), ids.end(), out.begin());
   return true;
 }

@@ -18,11 +18,20 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// NaN logits are treated as -inf: they can never be sampled, and never poison the sums.
-__device__ __forceinline__ float logit_at(const float* row, int i) {
-  const float v = row[i];
-  return v != v ? -INFINITY : v;
-}
+// One row of logits and its allowed-token mask (nullptr: every token allowed; else bit i % 32 of
+// word i / 32 = token i allowed, the host Sampler's layout). The 32 threads of a warp read one mask
+// word (a broadcast), and the row's 25 KB mask stays in L1/L2 across the passes below.
+struct Row {
+  const float* logits;
+  const uint32_t* mask;
+
+  __device__ __forceinline__ bool allowed(int i) const { return mask == nullptr || ((mask[i >> 5] >> (i & 31)) & 1u); }
+  // Disallowed and NaN logits are -inf: they can never be sampled, and never poison the sums.
+  __device__ __forceinline__ float at(int i) const {
+    const float v = logits[i];
+    return (v != v || !allowed(i)) ? -INFINITY : v;
+  }
+};
 
 struct ArgMax {
   float value;
@@ -38,7 +47,7 @@ struct ArgMaxOp {
 
 // Exact key of the k-th largest logit: 4 rounds of an 8-bit radix histogram, each narrowing the
 // candidates to those sharing the already-decided high bytes.
-__device__ uint32_t kth_largest_key(const float* row, int vocab, int k, uint32_t* hist) {
+__device__ uint32_t kth_largest_key(const Row& row, int vocab, int k, uint32_t* hist) {
   uint32_t prefix = 0, mask = 0;
   __shared__ uint32_t s_digit, s_remaining;
   uint32_t remaining = uint32_t(k);
@@ -46,7 +55,7 @@ __device__ uint32_t kth_largest_key(const float* row, int vocab, int k, uint32_t
     for (int b = threadIdx.x; b < kRadixBins; b += kThreads) hist[b] = 0;
     __syncthreads();
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const uint32_t key = order_key(logit_at(row, i));
+      const uint32_t key = order_key(row.at(i));
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
     }
     __syncthreads();
@@ -73,7 +82,7 @@ __device__ uint32_t kth_largest_key(const float* row, int vocab, int k, uint32_t
 
 // Key tau of the smallest set {key >= tau} (within keys >= floor_key) whose unnormalized mass
 // reaches `target`: mass(key > tau) < target <= mass(key >= tau).
-__device__ uint32_t top_p_key(const float* row, int vocab, uint32_t floor_key, float target, float max_logit,
+__device__ uint32_t top_p_key(const Row& row, int vocab, uint32_t floor_key, float target, float max_logit,
                               float inv_t, float* hist) {
   uint32_t prefix = 0, mask = 0;
   __shared__ uint32_t s_digit;
@@ -82,7 +91,7 @@ __device__ uint32_t top_p_key(const float* row, int vocab, uint32_t floor_key, f
     for (int b = threadIdx.x; b < kRadixBins; b += kThreads) hist[b] = 0.f;
     __syncthreads();
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float l = logit_at(row, i);
+      const float l = row.at(i);
       const uint32_t key = order_key(l);
       if (key >= floor_key && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], __expf((l - max_logit) * inv_t));
     }
@@ -129,16 +138,28 @@ __global__ void __launch_bounds__(kThreads) f32_sample_topk_topp(SampleArgs a) {
   __shared__ int s_choice;
 
   const int r = blockIdx.x;
-  const float* row = a.logits + int64_t(r) * a.vocab;
   const SampleRowParams p = a.params[r];
   const int vocab = a.vocab;
+  Row row{a.logits + int64_t(r) * vocab, p.mask_slot >= 0 ? a.masks + int64_t(p.mask_slot) * a.mask_words : nullptr};
 
+  // Only allowed tokens compete, so a disallowed id never wins a tie at -inf either.
   ArgMax local{-INFINITY, INT32_MAX};
-  for (int i = threadIdx.x; i < vocab; i += kThreads) local = ArgMaxOp()(local, ArgMax{logit_at(row, i), i});
+  for (int i = threadIdx.x; i < vocab; i += kThreads)
+    if (row.allowed(i)) local = ArgMaxOp()(local, ArgMax{row.at(i), i});
   const ArgMax best = Reduce(smem.reduce).Reduce(local, ArgMaxOp());
   if (threadIdx.x == 0) s_best = best;
   __syncthreads();
-  const int greedy = s_best.index < vocab ? s_best.index : 0;
+  if (s_best.index >= vocab) {
+    // The mask allows no token of the vocabulary (block-uniform branch). The host Sampler then falls
+    // back to the raw argmax whatever the temperature (sampler.cpp); so does this.
+    row.mask = nullptr;
+    ArgMax raw{-INFINITY, INT32_MAX};
+    for (int i = threadIdx.x; i < vocab; i += kThreads) raw = ArgMaxOp()(raw, ArgMax{row.at(i), i});
+    const ArgMax raw_best = Reduce(smem.reduce).Reduce(raw, ArgMaxOp());
+    if (threadIdx.x == 0) a.out_ids[r] = raw_best.index < vocab ? raw_best.index : 0;
+    return;
+  }
+  const int greedy = s_best.index;
   if (!(p.temperature > 0.f) || !isfinite(s_best.value)) {
     if (threadIdx.x == 0) a.out_ids[r] = greedy;
     return;
@@ -151,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) f32_sample_topk_topp(SampleArgs a) {
   if (p.top_p > 0.f && p.top_p < 1.f) {
     float mass = 0.f;
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
-      const float l = logit_at(row, i);
+      const float l = row.at(i);
       if (order_key(l) >= floor_key) mass += __expf((l - max_logit) * inv_t);
     }
     const float total = SumReduce(smem.sum).Sum(mass);
@@ -167,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) f32_sample_topk_topp(SampleArgs a) {
   const int begin = min(vocab, int(threadIdx.x) * chunk), end = min(vocab, begin + chunk);
   float chunk_mass = 0.f;
   for (int i = begin; i < end; ++i) {
-    const float l = logit_at(row, i);
+    const float l = row.at(i);
     if (order_key(l) >= floor_key) chunk_mass += __expf((l - max_logit) * inv_t);
   }
   float before = 0.f, total = 0.f;
@@ -180,10 +201,13 @@ __global__ void __launch_bounds__(kThreads) f32_sample_topk_topp(SampleArgs a) {
     float acc = before;
     int last_kept = -1, choice = -1;
     for (int i = begin; i < end && choice < 0; ++i) {
-      const float l = logit_at(row, i);
+      const float l = row.at(i);
       if (order_key(l) < floor_key) continue;
+      const float w = __expf((l - max_logit) * inv_t);
+      // -inf (disallowed) or underflowed: outside the support, so never the edge fallback either.
+      if (!(w > 0.f)) continue;
       last_kept = i;
-      acc += __expf((l - max_logit) * inv_t);
+      acc += w;
       if (target < acc) choice = i;
     }
     s_choice = choice >= 0 ? choice : last_kept;  // float re-association can leave target at the edge

@@ -1,8 +1,9 @@
 #pragma once
-// GPU sampling over f32 logits [R, V] with per-row parameters (greedy, temperature, top-k, top-p),
-// so only token ids cross to the host. Policy (exact definitions in cuda_backend.h,
-// SamplingRowParams): top-k keeps logits >= the k-th largest, top-p keeps the most probable tokens
-// until their mass reaches p (ties at either edge kept), one inverse-CDF draw in token-id order.
+// GPU sampling over f32 logits [R, V] with per-row parameters (greedy, temperature, top-k, top-p)
+// and an optional per-row allowed-token mask, so only token ids cross to the host. Policy (exact
+// definitions in cuda_backend.h, SamplingRowParams): disallowed tokens count as -inf, top-k keeps
+// logits >= the k-th largest, top-p keeps the most probable tokens until their mass reaches p (ties
+// at either edge kept), one inverse-CDF draw in token-id order.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -15,15 +16,17 @@ struct SampleRowParams {  // mirrors ossrt::SamplingRowParams (same layout, stat
   float top_p;
   uint32_t seed_lo, seed_hi;
   uint32_t offset;
-  uint32_t pad_;
+  int32_t mask_slot;  // < 0: no mask; else the row's mask is masks[mask_slot * mask_words, +mask_words)
 };
 
 struct SampleArgs {
   const float* logits;             // [rows, vocab]
   const SampleRowParams* params;   // [rows]
+  const uint32_t* masks;           // [masked rows, mask_words]: bit i % 32 of word i / 32 = token i allowed
   int32_t* out_ids;                // [rows]
   int rows;
   int vocab;
+  int mask_words;                  // (vocab + 31) / 32
 };
 
 cudaError_t launch_f32_sample_topk_topp(const SampleArgs& args, cudaStream_t stream);
