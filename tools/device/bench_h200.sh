@@ -8,6 +8,8 @@
 #            127.0.0.1: random 1k in / 1k out at concurrency 1, 8, 64, 256, and 8k in / 1k out at 64
 #   kernels  `bench kernels` for every op at gpt-oss-20b and -120b shapes against its floor
 #   cost     `bench cost` prefill (1k .. 127k where it fits) and decode at contexts 1k and 8k
+#   structured  64 concurrent chat streams of 256 tokens, JSON-Schema constrained (tools/device/schemas)
+#            against unconstrained, on one server (issue 18's target: within 5%)
 #   cost32k  `bench cost` decode at context 32k (its prefill of up to 128 x 32k tokens needs a call
 #            of its own); merge the two on the CPU machine:
 #            ossrt bench cost --from-json <run>/cost_a/cost.json,<run>/cost_b/cost.json --result-dir <run>/cost
@@ -110,6 +112,26 @@ part_serve() {
   stop_server
 }
 
+part_structured() {  # issue 18: 64 concurrent chat streams, JSON-Schema constrained vs unconstrained
+  start_server "$(budget 300)" || return 1
+  local out="$RESULTS/$RUN/structured" load="$ROOT/tools/device/serve_load.py" schemas="$ROOT/tools/device/schemas"
+  mkdir -p "$out"
+  # warm-up: compiles and caches both grammars, fills the CUDA graphs of these batch sizes
+  run_step "structured warm-up" 60 python3 "$load" $PORT chat 64 16 "$schemas/person.json" > /dev/null
+  run_step "structured warm-up" 60 python3 "$load" $PORT chat 64 16 "$schemas/notes.json" > /dev/null
+  for round in 1 2; do  # alternating, so drift (clocks, heat) falls on both sides
+    for schema in none person notes; do
+      local file=; [ $schema = none ] || file="$schemas/$schema.json"
+      run_step "structured 64 x ${STRUCTURED_TOKENS:-256} ($schema, round $round)" 90 \
+        python3 "$load" $PORT chat 64 "${STRUCTURED_TOKENS:-256}" $file > /tmp/structured_step.out
+      grep -v '^{' /tmp/structured_step.out
+      grep '^{' /tmp/structured_step.out | sed "s/^{/{\"schema\": \"$schema\", /" | tee -a "$out/structured.jsonl"
+    done
+  done
+  curl -s 127.0.0.1:$PORT/metrics > "$out/serve_metrics.txt"
+  stop_server
+}
+
 part_kernels() {
   run_step "bench kernels" 300 "$OSSRT" bench kernels --models "${KERNEL_MODELS:-gpt-oss-20b,gpt-oss-120b}" \
     --decode-tokens 1,8,64,256 --prefill-tokens 1024,8192 --result-dir "$RESULTS/$RUN/kernels"
@@ -134,7 +156,8 @@ for part in "${PARTS[@]}"; do
     kernels) part_kernels ;;
     cost) part_cost ;;
     cost32k) part_cost32k ;;
-    *) echo "!! unknown part '$part' (serve, kernels, cost, cost32k)" ;;
+    structured) part_structured ;;
+    *) echo "!! unknown part '$part' (serve, kernels, cost, cost32k, structured)" ;;
   esac
 done
 

@@ -4,6 +4,11 @@ prompts, ignore_eos so output lengths hold) and prints one JSON line per measure
 
   serve_load.py PORT prompts 1024,8192,32768,100000      one request per prompt length, alone
   serve_load.py PORT streams 256 1024 1024                N concurrent streams of IN tokens in, OUT out
+  serve_load.py PORT chat 64 256 [SCHEMA_FILE]            N concurrent streamed chat completions of OUT
+                                                          tokens (temperature 1, seed i, no reasoning:
+                                                          thinking_token_budget 0), constrained by the JSON
+                                                          Schema in SCHEMA_FILE when given (issue 18's
+                                                          64 constrained vs unconstrained)
 
 Standard library only (the GPU machine has no package registry)."""
 import http.client
@@ -14,13 +19,15 @@ import threading
 import time
 
 
-def stream_completion(port, prompt_ids, max_tokens, timeout=1800):
+def stream_completion(port, prompt_ids, max_tokens, timeout=1800, path="/v1/completions", body=None):
     """One streamed completion; returns status, ttft, e2e, output tokens (from usage), error text."""
-    body = json.dumps({"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-                       "stream": True, "stream_options": {"include_usage": True}})
+    if body is None:
+        body = {"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+                "stream": True, "stream_options": {"include_usage": True}}
+    body = json.dumps(body)
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    conn.request("POST", path, body, {"Content-Type": "application/json"})
     res = conn.getresponse()
     if res.status != 200:
         return {"status": res.status, "error": res.read()[:500].decode("utf-8", "replace")}
@@ -55,12 +62,27 @@ def main():
             r = stream_completion(port, random_ids(n, n), 16)
             r.update(mode="prompt", input_tokens=n)
             print(json.dumps(r), flush=True)
-    elif mode == "streams":
-        count, n_in, n_out = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    elif mode in ("streams", "chat"):
+        schema = None
+        if mode == "streams":
+            count, n_in, n_out = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+        else:  # chat N OUT [SCHEMA_FILE]: the prompt is a short user message
+            count, n_in, n_out = int(sys.argv[3]), 0, int(sys.argv[4])
+            schema = json.load(open(sys.argv[5])) if len(sys.argv) > 5 else None
         results = [None] * count
+        def request(i):
+            if mode == "streams":
+                return stream_completion(port, random_ids(n_in, 10_000 + i), n_out)
+            body = {"messages": [{"role": "user", "content": f"Describe person {i} as JSON."}],
+                    "max_tokens": n_out, "temperature": 1.0, "seed": i, "ignore_eos": True,
+                    "thinking_token_budget": 0, "stream": True, "stream_options": {"include_usage": True}}
+            if schema is not None:
+                body["response_format"] = {"type": "json_schema",
+                                           "json_schema": {"name": "person", "schema": schema, "strict": True}}
+            return stream_completion(port, None, n_out, path="/v1/chat/completions", body=body)
         def worker(i):
             try:
-                results[i] = stream_completion(port, random_ids(n_in, 10_000 + i), n_out)
+                results[i] = request(i)
             except Exception as e:  # a dropped connection is a result too
                 results[i] = {"status": -1, "error": repr(e)}
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
@@ -75,7 +97,7 @@ def main():
         ttfts = sorted(r["ttft"] for r in ok if r["ttft"] is not None)
         tpots = sorted((r["e2e"] - r["ttft"]) / (r["tokens"] - 1) for r in ok if r["tokens"] > 1)
         pct = lambda xs, p: xs[min(len(xs) - 1, int(p * len(xs)))] if xs else None
-        print(json.dumps({"mode": "streams", "streams": count, "input_tokens": n_in, "output_tokens": n_out,
+        print(json.dumps({"mode": mode, "constrained": schema is not None, "streams": count, "input_tokens": n_in, "output_tokens": n_out,
                           "ok": len(ok), "full_length": len(full), "wall_s": wall,
                           "output_tok_per_s": sum(r["tokens"] for r in ok) / wall,
                           "ttft_p50": pct(ttfts, 0.5), "ttft_p99": pct(ttfts, 0.99),

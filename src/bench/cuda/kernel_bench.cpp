@@ -273,8 +273,10 @@ class ModelBench {
     final_ = random_activation(DType::BF16, {R, H()}, 1.0f);
     logits_ = random_activation(DType::F32, {R, V()}, 4.0f);
     sample_params_ = backend_->alloc(DType::I32, {R, int64_t(sizeof(::ossrt::cuda::SampleRowParams) / 4)});
-    std::vector<int32_t> zeros(size_t(sample_params_.numel()), 0);  // temperature 0: greedy rows
-    backend_->from_host(sample_params_, zeros.data());
+    ::ossrt::cuda::SampleRowParams greedy{};  // temperature 0: greedy, unmasked
+    greedy.mask_slot = -1;
+    std::vector<::ossrt::cuda::SampleRowParams> params(size_t(R), greedy);
+    backend_->from_host(sample_params_, params.data());
     sample_ids_ = backend_->alloc(DType::I32, {R});
   }
 
@@ -441,7 +443,7 @@ class ModelBench {
         [&] { b.linear(final, lm_head_, nullptr, logits); });
     add("sample_greedy", "f32_sample_topk_topp", sample_cost(R, V()), [&] {
       ::ossrt::cuda::SampleArgs a{logits.ptr<float>(), static_cast<const ::ossrt::cuda::SampleRowParams*>(sample_params_.data),
-                         sample_ids_.ptr<int32_t>(), int(R), int(V())};
+                         /*masks=*/nullptr, sample_ids_.ptr<int32_t>(), int(R), int(V()), /*mask_words=*/0};
       OSSRT_CUDA_CHECK(::ossrt::cuda::launch_f32_sample_topk_topp(a, b.stream()));
     });
   }
