@@ -103,11 +103,11 @@ part_serve() {
   # 1k in / 1k out: the TensorRT-LLM / SemiAnalysis shape; prompts per point make ~2 waves at each cap.
   run_step "bench serve 1k/1k" 330 "$OSSRT" bench serve --base-url http://127.0.0.1:$PORT --dataset random \
     --input-len 1024 --output-len 1024 --ignore-eos --max-concurrency "${SERVE_CONCURRENCY:-1,8,64,256}" \
-    --num-prompts "${SERVE_PROMPTS:-4,16,128,512}" --warmup 2 --seed 0 --slo ttft=2000,tpot=50 \
+    --num-prompts "${SERVE_PROMPTS:-4,16,128,512}" --warmup 2 --seed 0 --slo ttft=2000,tpot=50 --no-itl \
     --result-dir "$RESULTS/$RUN/serve_1k_1k"
   run_step "bench serve 8k/1k" 200 "$OSSRT" bench serve --base-url http://127.0.0.1:$PORT --dataset random \
     --input-len 8192 --output-len 1024 --ignore-eos --max-concurrency 64 --num-prompts "${SERVE_PROMPTS_8K:-128}" \
-    --warmup 2 --seed 1 --slo ttft=10000,tpot=50 --result-dir "$RESULTS/$RUN/serve_8k_1k"
+    --warmup 2 --seed 1 --slo ttft=10000,tpot=50 --no-itl --result-dir "$RESULTS/$RUN/serve_8k_1k"
   curl -s 127.0.0.1:$PORT/metrics > "$RESULTS/$RUN/serve_metrics.txt"
   stop_server
 }
