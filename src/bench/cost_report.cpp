@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
+#include <tuple>
+#include <utility>
 
 #include "bench/table.h"
 #include "core/error.h"
@@ -238,6 +241,24 @@ CostBenchResult merge_cost_results(const std::vector<CostBenchResult>& runs, con
     out.decode.insert(out.decode.end(), r.decode.begin(), r.decode.end());
   }
   if (runs.size() > 1) out.settings["merged_runs"] = merged;
+  // A sweep split over calls interleaves (batches 1, 4, 16 in one, 2, 8 in another): the tables and
+  // the plots' curves need each quantization's points in order. Stable: a run's own order is kept
+  // where the keys tie.
+  std::vector<std::string> quant_order;
+  auto quant_rank = [&](const std::string& q) {
+    auto it = std::find(quant_order.begin(), quant_order.end(), q);
+    if (it == quant_order.end()) it = quant_order.insert(quant_order.end(), q);
+    return size_t(it - quant_order.begin());
+  };
+  for (const auto& p : out.prefill) quant_rank(p.quantization);
+  for (const auto& p : out.decode) quant_rank(p.quantization);
+  std::stable_sort(out.prefill.begin(), out.prefill.end(), [&](const PrefillPoint& a, const PrefillPoint& b) {
+    return std::pair(quant_rank(a.quantization), a.input_len) < std::pair(quant_rank(b.quantization), b.input_len);
+  });
+  std::stable_sort(out.decode.begin(), out.decode.end(), [&](const DecodePoint& a, const DecodePoint& b) {
+    return std::tuple(quant_rank(a.quantization), a.context, a.batch) <
+           std::tuple(quant_rank(b.quantization), b.context, b.batch);
+  });
   return out;
 }
 

@@ -360,7 +360,13 @@ test('bench cost on tiny: tables, CSV and SVG plots that parse and render', { ti
   assert.equal(m.code, 0, m.stderr + m.stdout);
   const all = JSON.parse(fs.readFileSync(path.join(merged, 'cost.json'), 'utf8'));
   assert.equal(all.decode.length, 6 + 2);
-  assert.deepEqual(all.decode.slice(0, 6), out.decode, 'points carried over unchanged');
+  // Every point carried over unchanged, in (quantization, context, batch) order: the second run's
+  // context 32 falls between the first run's 16 and 64.
+  const key = (p) => [p.quantization, p.context, p.batch];
+  const expected = [...out.decode, ...second.decode].sort((a, b) =>
+    a.quantization.localeCompare(b.quantization) || a.context - b.context || a.batch - b.batch);
+  assert.deepEqual(all.decode, expected, 'points carried over unchanged, sorted');
+  assert.deepEqual(all.decode.map(key).map((k) => k[1]), [16, 16, 16, 32, 32, 64, 64, 64]);
   assert.equal(all.settings.merged_runs.length, 2);
   renders(path.join(merged, 'cost_decode.svg'));
   assert.ok(fs.readFileSync(path.join(merged, 'cost_decode.svg'), 'utf8').includes('32 ctx, f32'));

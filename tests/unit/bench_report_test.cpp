@@ -206,6 +206,16 @@ TEST(BenchCostReport, JsonRoundTripMergeAndPlots) {
   const std::string table = format_decode_table(m);
   EXPECT_NE(table.find("does not fit"), std::string::npos);
   EXPECT_NE(table.find("1 preemptions"), std::string::npos);
+  // A context's batches split over two calls come out in batch order, whatever order the files came in.
+  CostBenchResult c = cost_run(32768);
+  c.prefill.clear();
+  c.decode.resize(1);
+  c.decode[0].batch = 4;
+  const CostBenchResult n = merge_cost_results({b, c, a}, {"b.json", "c.json", "a.json"});
+  std::vector<std::pair<int, int>> order;
+  for (const DecodePoint& d : n.decode) order.emplace_back(d.context, d.batch);
+  EXPECT_EQ(order, (std::vector<std::pair<int, int>>{{1024, 1}, {1024, 8}, {1024, 512}, {32768, 1}, {32768, 4},
+                                                     {32768, 8}, {32768, 512}}));
   // Another device, commit or price is not merged.
   CostBenchResult other = cost_run(8192);
   other.device = "NVIDIA H100";
