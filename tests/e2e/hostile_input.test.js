@@ -269,7 +269,7 @@ test('7b. beyond --max-queue, 429 with Retry-After; every request answered', { t
   }
 });
 
-test('7c. the real engine bounds its queue under a burst (1,500 concurrent, --max-queue 1024)', { timeout: 300000 }, async () => {
+test('7c. the real engine bounds its queue under a burst (1,500 concurrent, --max-queue 1024)', { timeout: 300000 * timeScale }, async () => {
   const s = await startServer(['--max-model-len', '512', '--max-num-seqs', '64', '--max-queue', '1024', '--threads', '2'], { timeoutMs: 180000 });
   const controller = new AbortController();
   try {
