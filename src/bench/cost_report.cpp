@@ -87,22 +87,32 @@ nlohmann::json cost_result_json(const CostBenchResult& r) {
           {"prefill", prefill}, {"decode", decode}};
 }
 
+namespace {
+// One curve per (quantization, context) through the measured decode points, batch sizes on the points.
+template <typename X, typename Y>
+void add_decode_curves(const CostBenchResult& r, X x_of, Y y_of, PlotSpec& spec) {
+  std::map<std::pair<std::string, int>, PlotSeries> curves;
+  for (const auto& p : r.decode) {
+    if (p.steps == 0) continue;
+    auto& s = curves[{p.quantization, p.context}];
+    s.name = fmt::format("{} ctx, {}", tokens_label(p.context), p.quantization);
+    s.x.push_back(x_of(p));
+    s.y.push_back(y_of(p));
+    s.labels.push_back(fmt::format("B={}", p.batch));
+  }
+  for (auto& [k, s] : curves) spec.series.push_back(std::move(s));
+}
+}  // namespace
+
 PlotSpec decode_cost_plot(const CostBenchResult& r) {
   PlotSpec spec;
   spec.title = "Decode: speed per user vs cost per million output tokens";
   spec.subtitle = subtitle(r);
   spec.x = {"$ per million output tokens", true};
   spec.y = {"output tokens/s per user", false};
-  std::map<std::pair<std::string, int>, PlotSeries> curves;
-  for (const auto& p : r.decode) {
-    if (p.steps == 0) continue;
-    auto& s = curves[{p.quantization, p.context}];
-    s.name = fmt::format("{} ctx, {}", tokens_label(p.context), p.quantization);
-    s.x.push_back(p.usd_per_m_output);
-    s.y.push_back(p.tok_s_user);
-    s.labels.push_back(fmt::format("B={}", p.batch));
-  }
-  for (auto& [k, s] : curves) spec.series.push_back(std::move(s));
+  add_decode_curves(
+      r, [](const DecodePoint& p) { return p.usd_per_m_output; }, [](const DecodePoint& p) { return p.tok_s_user; },
+      spec);
   return spec;
 }
 
@@ -112,16 +122,8 @@ PlotSpec decode_throughput_plot(const CostBenchResult& r) {
   spec.subtitle = subtitle(r);
   spec.x = {"output tokens/s per user", false};
   spec.y = {"output tokens/s per GPU", true};
-  std::map<std::pair<std::string, int>, PlotSeries> curves;
-  for (const auto& p : r.decode) {
-    if (p.steps == 0) continue;
-    auto& s = curves[{p.quantization, p.context}];
-    s.name = fmt::format("{} ctx, {}", tokens_label(p.context), p.quantization);
-    s.x.push_back(p.tok_s_user);
-    s.y.push_back(p.tok_s_gpu);
-    s.labels.push_back(fmt::format("B={}", p.batch));
-  }
-  for (auto& [k, s] : curves) spec.series.push_back(std::move(s));
+  add_decode_curves(
+      r, [](const DecodePoint& p) { return p.tok_s_user; }, [](const DecodePoint& p) { return p.tok_s_gpu; }, spec);
   return spec;
 }
 
