@@ -3,7 +3,7 @@
 // must move between HBM and the chip (every input read once, every output written once, weights
 // read once per step) and the FLOPs of its arithmetic. Its floor is the larger of bytes / copy
 // bandwidth and FLOPs / tensor-core rate, both measured on the device in the same run
-// (PERFORMANCE.md, "How to measure"). Dtypes are the CUDA backend's
+// (docs/reference/PERFORMANCE.md, "How to measure"). Dtypes are the CUDA backend's
 // (docs/cuda_backend.md): bf16 activations and weights, f32 residual stream, router weights and
 // logits, bf16 KV cache. Pure arithmetic, so it is tested on the CPU.
 #include <cstdint>
@@ -46,7 +46,7 @@ OpCost router_cost(int64_t T, int64_t experts, int64_t H, int64_t k);
 // (token, slot).
 OpCost moe_cost(int64_t T, int64_t k, double distinct_experts, int64_t H, int64_t I);
 // The expected number of distinct experts T tokens touch when each picks k of E uniformly:
-// E (1 - (1 - k/E)^T). Random weights route nearly uniformly (PERFORMANCE.md says so).
+// E (1 - (1 - k/E)^T). Random weights route nearly uniformly (docs/reference/PERFORMANCE.md says so).
 double expected_distinct_experts(int64_t T, int64_t experts, int64_t k);
 // gather_logit_rows: R f32 rows of the residual copied.
 OpCost gather_rows_cost(int64_t R, int64_t H);

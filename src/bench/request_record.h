@@ -1,6 +1,6 @@
 #pragma once
 // What one benchmark request measured, and how a streamed OpenAI answer is turned into it
-// (SERVING.md 8, `vllm bench serve`'s request functions):
+// (docs/reference/SERVING.md 8, `vllm bench serve`'s request functions):
 //   - TTFT: from sending to the first `data:` event whose `choices` is non-empty;
 //   - ITL: the gap between consecutive such events (an event carrying k tokens is one gap);
 //   - E2EL: from sending to the last `data:` event (the usage chunk included, [DONE] not);

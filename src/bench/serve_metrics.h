@@ -1,6 +1,6 @@
 #pragma once
 // The figures of one benchmark run, computed from its request records exactly as `vllm bench
-// serve` computes them (SERVING.md 8): over completed requests only; throughput is
+// serve` computes them (docs/reference/SERVING.md 8): over completed requests only; throughput is
 // per second of the run's wall time; TPOT statistics over requests with more than one output
 // token; goodput counts requests meeting every given SLO (TPOT 0 for one-token answers).
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
 #pragma once
 // Summary statistics of latency samples, defined as `vllm bench serve` reports them
-// (SERVING.md 8): mean, median, standard deviation and percentiles with numpy's
+// (docs/reference/SERVING.md 8): mean, median, standard deviation and percentiles with numpy's
 // default linear interpolation, so figures compare one to one with vLLM's.
 #include <span>
 #include <vector>

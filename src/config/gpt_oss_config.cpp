@@ -1,5 +1,5 @@
-// Parsing of Hugging Face gpt-oss config.json files (SPEC.md 1.1), the OpenAI original/config.json
-// key names (SPEC.md 1.2), and the named presets.
+// Parsing of Hugging Face gpt-oss config.json files (docs/reference/SPEC.md 1.1), the OpenAI original/config.json
+// key names (docs/reference/SPEC.md 1.2), and the named presets.
 #include "config/gpt_oss_config.h"
 
 #include <cmath>
@@ -151,7 +151,7 @@ void parse_layer_types(const json& j, const std::string& source, GptOssConfig& c
   }
 }
 
-// gpt-oss alternates, starting with a sliding layer (SPEC.md 2.4 "Which layers slide").
+// gpt-oss alternates, starting with a sliding layer (docs/reference/SPEC.md 2.4 "Which layers slide").
 std::vector<LayerKind> default_layer_types(int num_layers) {
   std::vector<LayerKind> kinds;
   for (int layer = 0; layer < std::max(num_layers, 0); ++layer) {
@@ -187,7 +187,7 @@ json read_json_file(const std::string& path) {
 }
 
 GptOssConfig gpt_oss_20b() {
-  GptOssConfig c;  // the struct defaults are the 20b values of SPEC.md 1.1
+  GptOssConfig c;  // the struct defaults are the 20b values of docs/reference/SPEC.md 1.1
   c.num_layers = 24;
   c.num_experts = 32;
   c.layer_types = default_layer_types(c.num_layers);
@@ -227,7 +227,7 @@ void GptOssConfig::validate() const {
   if (num_attention_heads % num_key_value_heads != 0)
     fail("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", src,
          num_attention_heads, num_key_value_heads);
-  // RoPE rotates the two halves of each head (SPEC.md 2.5).
+  // RoPE rotates the two halves of each head (docs/reference/SPEC.md 2.5).
   if (head_dim % 2 != 0) fail("{}: head_dim ({}) must be even for RoPE", src, head_dim);
   if (layer_types.size() != size_t(num_layers))
     fail("{}: layer_types has {} entries but num_hidden_layers is {}", src, layer_types.size(),
@@ -280,7 +280,7 @@ GptOssConfig parse_config(const nlohmann::json& j, const std::string& source) {
   if (auto v = opt_number(j, "swiglu_alpha", source)) c.swiglu_alpha = *v;
 
   if (original) {
-    // SPEC.md 1.2: rope_ntk_beta -> beta_fast, rope_ntk_alpha -> beta_slow; the converter
+    // docs/reference/SPEC.md 1.2: rope_ntk_beta -> beta_fast, rope_ntk_alpha -> beta_slow; the converter
     // hard-codes yarn, truncate false and the 4096 original context.
     if (auto v = opt_number(j, "rope_theta", source)) c.rope.theta = *v;
     if (auto v = opt_number(j, "rope_scaling_factor", source)) c.rope.factor = *v;
@@ -318,7 +318,7 @@ GptOssConfig load_config_file(const std::string& path) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) fail("{}: config file not found", path);
   GptOssConfig c = parse_config(read_json_file(path), path);
-  // generation_config.json holds the full stop set ([return, endoftext, call], SPEC.md 1.3);
+  // generation_config.json holds the full stop set ([return, endoftext, call], docs/reference/SPEC.md 1.3);
   // config.json only names <|return|>.
   fs::path gen = fs::path(path).parent_path() / "generation_config.json";
   if (fs::exists(gen)) {

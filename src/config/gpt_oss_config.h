@@ -1,5 +1,5 @@
 #pragma once
-// gpt-oss model configuration (SPEC.md section 1), parsed from a Hugging Face config.json or taken
+// gpt-oss model configuration (docs/reference/SPEC.md section 1), parsed from a Hugging Face config.json or taken
 // from a named preset. The same struct describes gpt-oss-20b, gpt-oss-120b and the tiny test shapes.
 #include <cstdint>
 #include <string>
@@ -13,7 +13,7 @@ enum class LayerKind : uint8_t { SlidingAttention, FullAttention };
 
 struct RopeConfig {
   double theta = 150000.0;
-  // YaRN (NTK-by-parts), SPEC.md 2.5. Untruncated correction range: truncate=false in gpt-oss.
+  // YaRN (NTK-by-parts), docs/reference/SPEC.md 2.5. Untruncated correction range: truncate=false in gpt-oss.
   // false: plain RoPE (no scaling block, or rope_type "default"), made as HF's default RoPE is.
   bool yarn = true;
   double factor = 32.0;

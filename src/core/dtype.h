@@ -44,7 +44,7 @@ inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 float f16_to_f32(uint16_t h);
 
 // MXFP4 (OCP microscaling): E2M1 elements, 32 per block sharing one E8M0 scale.
-// Code c in 0..15, bit 3 = sign (SPEC.md section 3.3).
+// Code c in 0..15, bit 3 = sign (docs/reference/SPEC.md section 3.3).
 inline constexpr float kFp4E2M1Values[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
                                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 inline constexpr int kMxfp4BlockElems = 32;

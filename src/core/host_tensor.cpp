@@ -72,7 +72,7 @@ void HostExperts::row_f32(int64_t e, int64_t r, float* dst) const {
          e, r, experts, out);
   switch (format) {
     case Format::Mxfp4: {
-      // SPEC.md 3.3: 32 elements per block share one E8M0 scale; byte j of a block holds element 2j
+      // docs/reference/SPEC.md 3.3: 32 elements per block share one E8M0 scale; byte j of a block holds element 2j
       // in its low nibble and 2j+1 in its high nibble. fp4 x 2^k is exact in f32.
       const int64_t blocks_per_row = in / kMxfp4BlockElems;
       const int64_t row = e * out + r;

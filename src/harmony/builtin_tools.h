@@ -1,5 +1,5 @@
 #pragma once
-// The builtin tool namespaces of harmony's system message (SPEC 5.6): `browser` and `python`.
+// The builtin tool namespaces of harmony's system message (docs/reference/SPEC.md 5.6): `browser` and `python`.
 // Their text is fixed by training (fixture test_browser_and_python_tool.txt), so it lives here as
 // data and is only ever rendered when a tool server provides these tools.
 #include "harmony/typescript_schema.h"

@@ -112,7 +112,7 @@ class MessageConverter {
     const std::string& role = expect_string(*role_value, param + ".role");
     const Json* content = field(message, "content");
     if (role == "system" || role == "developer") {
-      // Client system/developer text is the developer message's # Instructions (SPEC 5.10);
+      // Client system/developer text is the developer message's # Instructions (docs/reference/SPEC.md 5.10);
       // the system message itself is the server's.
       std::string text = text_content(content, param + ".content");
       if (!text.empty()) instructions_.push_back(std::move(text));
@@ -153,7 +153,7 @@ class MessageConverter {
       return;
     }
     // Text next to tool calls is what ossrt returns for a commentary preamble, so it goes back as
-    // one (SPEC 5.4 "Preamble").
+    // one (docs/reference/SPEC.md 5.4 "Preamble").
     if (!text.empty()) conversation_.messages.push_back(assistant_message("commentary", std::move(text)));
     for (size_t k = 0; k < tool_calls->size(); ++k) {
       convert_tool_call((*tool_calls)[k], fmt::format("{}.tool_calls[{}]", param, k));
@@ -203,7 +203,7 @@ class MessageConverter {
       reject(role == "tool" ? param + ".tool_call_id" : param + ".name",
              "a tool result needs the tool_call_id of an earlier assistant tool call");
     }
-    // Raw output, not JSON-encoded (SPEC 5.4: harmony and the reference server insert it as is).
+    // Raw output, not JSON-encoded (docs/reference/SPEC.md 5.4: harmony and the reference server insert it as is).
     conversation_.messages.push_back(
         function_result_message(name, text_content(field(message, "content"), param + ".content")));
   }

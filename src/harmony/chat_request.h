@@ -1,5 +1,5 @@
 #pragma once
-// OpenAI chat-completions request body -> Harmony Conversation (SPEC 5.10, SERVING 1 and 4).
+// OpenAI chat-completions request body -> Harmony Conversation (docs/reference/SPEC.md 5.10, docs/reference/SERVING.md 1 and 4).
 // Everything the renderer needs comes from here, so `ossrt render`, the server and tests agree on
 // how a request becomes a prompt.
 #include <nlohmann/json.hpp>

@@ -21,7 +21,7 @@ std::optional<Role> role_from_name(std::string_view name);
 // Where " to=RECIPIENT" goes in the header. The model itself writes it after the channel
 // (`<|channel|>commentary to=functions.f <|constrain|>json`), harmony's renderer and format.md
 // write tool results with it before (`functions.f to=assistant<|channel|>commentary`). Re-rendering
-// history should reproduce the tokens the model generated (SPEC 5.4), so the parser records the
+// history should reproduce the tokens the model generated (docs/reference/SPEC.md 5.4), so the parser records the
 // placement it saw and Auto picks the form each role is trained on.
 enum class RecipientPlacement {
   Auto,           // assistant: after the channel; every other role: before the channel
@@ -56,7 +56,7 @@ enum class ReasoningEffort { Low, Medium, High };
 std::string_view effort_name(ReasoningEffort effort);  // "low" | "medium" | "high"
 
 // OpenAI `response_format`. Rendered as a `# Response Formats` section of the developer message
-// (SPEC 5.7). It only steers the model; enforcing it is the sampler's (grammar) job.
+// (docs/reference/SPEC.md 5.7). It only steers the model; enforcing it is the sampler's (grammar) job.
 struct ResponseFormat {
   enum class Kind { JsonObject, JsonSchema };
   Kind kind = Kind::JsonObject;
@@ -65,7 +65,7 @@ struct ResponseFormat {
   nlohmann::ordered_json schema;  // json_schema.schema ({"type":"object"} for JsonObject)
 };
 
-// The system message the server generates (SPEC 5.2). Defaults are harmony's, except that the
+// The system message the server generates (docs/reference/SPEC.md 5.2). Defaults are harmony's, except that the
 // current date is set by callers (the server and `ossrt render` use today's date).
 struct SystemOptions {
   std::string model_identity = "You are ChatGPT, a large language model trained by OpenAI.";
@@ -73,7 +73,7 @@ struct SystemOptions {
   std::optional<std::string> current_date;  // YYYY-MM-DD; absent -> no "Current date:" line
   ReasoningEffort effort = ReasoningEffort::Medium;
   std::vector<std::string> valid_channels = {"analysis", "commentary", "final"};
-  // Builtin tools, rendered in the system message (SPEC 5.6). Off unless a tool server exists.
+  // Builtin tools, rendered in the system message (docs/reference/SPEC.md 5.6). Off unless a tool server exists.
   bool browser_tool = false;
   bool python_tool = false;
 };
@@ -86,7 +86,7 @@ struct Conversation {
   std::vector<Message> messages;       // user / assistant / tool messages, in order
 };
 
-// Convenience constructors for the common message shapes (SPEC 5.4).
+// Convenience constructors for the common message shapes (docs/reference/SPEC.md 5.4).
 Message user_message(std::string text);
 Message assistant_message(std::string channel, std::string text);
 // An assistant function call: commentary, to=functions.NAME, <|constrain|>json, JSON arguments.

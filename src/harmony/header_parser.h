@@ -18,7 +18,7 @@ struct HeaderParse {
   int anomalies = 0;
 };
 
-// SPEC 5.9 header rules, made total: every input yields fields, never an error.
+// docs/reference/SPEC.md 5.9 header rules, made total: every input yields fields, never an error.
 //  - `<|channel|>NAME` anywhere sets the channel (NAME ends at whitespace or '<'); a known
 //    channel embedded in junk ("––commentary") is recovered; an unknown one becomes "".
 //  - `to=X` sets the recipient wherever it appears; `<|constrain|>T` sets the content type.

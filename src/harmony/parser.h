@@ -1,5 +1,5 @@
 #pragma once
-// Streaming Harmony parser: completion token ids -> message events (SPEC 5.9, SERVING 4).
+// Streaming Harmony parser: completion token ids -> message events (docs/reference/SPEC.md 5.9, docs/reference/SERVING.md 4).
 //
 // Feed it the tokens sampled after a prompt that ended with `<|start|>assistant`, one at a time.
 // It never throws and never stops: whatever the model emits, it resynchronises and turns stray
@@ -18,7 +18,7 @@
 //  - `<|start|>` or `<|channel|>` inside content -> the message ends (terminator Cut), a new
 //                                                  header begins
 //  - <|message|>, <|constrain|>, reserved or other specials where they mean nothing -> dropped
-// A message with channel "" is plain content: the server shows it as `content` (SERVING 4: treat
+// A message with channel "" is plain content: the server shows it as `content` (docs/reference/SERVING.md 4: treat
 // stray text as content).
 #include <cstdint>
 #include <memory>

@@ -86,7 +86,7 @@ void render_message(PromptBuilder& out, const Message& message) {
   render_content_type(out, message.content_type);
   out.special(kMessageId, kMessageText);
   out.text(message.content);
-  // A stored <|return|> is never re-rendered: history always closes with <|end|> (SPEC 5.4).
+  // A stored <|return|> is never re-rendered: history always closes with <|end|> (docs/reference/SPEC.md 5.4).
   if (message.role == Role::Assistant && recipient) {
     out.special(kCallId, kCallText);
   } else {

@@ -1,5 +1,5 @@
 #pragma once
-// Harmony renderer: Conversation -> prompt token ids (SPEC 5.1-5.8). Every text piece is encoded
+// Harmony renderer: Conversation -> prompt token ids (docs/reference/SPEC.md 5.1-5.8). Every text piece is encoded
 // with ordinary BPE and special ids are inserted directly, exactly as harmony does, so text in a
 // user or tool message can never forge Harmony structure.
 #include <cstddef>
@@ -22,9 +22,9 @@ struct RenderedPrompt {
   std::string text;  // the same prompt with special tokens spelled out ("<|start|>system...")
 };
 
-// Which past `analysis` messages survive in the prompt (SPEC 5.8).
+// Which past `analysis` messages survive in the prompt (docs/reference/SPEC.md 5.8).
 enum class AnalysisHistory {
-  // SPEC 5.8 recommendation / format.md: analysis that precedes a `final` of the same turn (turns
+  // docs/reference/SPEC.md 5.8 recommendation / format.md: analysis that precedes a `final` of the same turn (turns
   // are split at user messages) is dropped; analysis of a turn without a final yet (a tool loop)
   // is kept.
   DropCompletedTurns,

@@ -1,5 +1,5 @@
 #pragma once
-// The Harmony formatting tokens of o200k_harmony (SPEC 4). They are fixed by the checkpoint, so
+// The Harmony formatting tokens of o200k_harmony (docs/reference/SPEC.md 4). They are fixed by the checkpoint, so
 // they are compile-time constants here; harmony_render_test checks each one against the tokenizer.
 #include <cstdint>
 #include <string_view>

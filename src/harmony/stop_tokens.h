@@ -1,5 +1,5 @@
 #pragma once
-// The sampling stop set for gpt-oss (SPEC 4, SERVING 4): {<|return|>, <|call|>, <|endoftext|>}.
+// The sampling stop set for gpt-oss (docs/reference/SPEC.md 4, docs/reference/SERVING.md 4): {<|return|>, <|call|>, <|endoftext|>}.
 // Never <|end|>: the model ends its analysis with <|end|> and continues with
 // <|start|>assistant<|channel|>final... inside the same turn.
 #include <array>

@@ -1,5 +1,5 @@
 // JSON schema -> Harmony's TypeScript-like tool signatures. Written to reproduce harmony's
-// json_schema_to_typescript output byte for byte (SPEC 5.3), because that text is what gpt-oss
+// json_schema_to_typescript output byte for byte (docs/reference/SPEC.md 5.3), because that text is what gpt-oss
 // saw in training; the two extensions (untyped `enum`, `anyOf`) only touch schemas harmony would
 // render as a bare `any`.
 #include "harmony/typescript_schema.h"

@@ -1,5 +1,5 @@
 #pragma once
-// JSON schema -> the TypeScript-like text of Harmony's `# Tools` section (SPEC 5.3). The rules
+// JSON schema -> the TypeScript-like text of Harmony's `# Tools` section (docs/reference/SPEC.md 5.3). The rules
 // follow harmony's json_schema_to_typescript exactly (that is what the model was trained on),
 // including its oddities (duplicated object descriptions, indentation of nested closing braces).
 #include <nlohmann/json.hpp>

@@ -38,7 +38,7 @@ const SequenceBlocks& KvCache::blocks(SequenceId id) const {
 }
 
 int KvCache::first_window_block(int query_pos) const {
-  // A query at q reads keys q - window + 1 .. q (SPEC 2.4: i - j < window).
+  // A query at q reads keys q - window + 1 .. q (docs/reference/SPEC.md 2.4: i - j < window).
   return std::max(0, query_pos - config_.sliding_window + 1) / config_.block_size;
 }
 

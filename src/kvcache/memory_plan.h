@@ -1,6 +1,6 @@
 #pragma once
 // How a KV budget in bytes becomes block counts for the two layer groups, and the per-token /
-// per-sequence arithmetic that `ossrt generate --verbose` reports (PERFORMANCE.md: 24 KiB per token
+// per-sequence arithmetic that `ossrt generate --verbose` reports (docs/reference/PERFORMANCE.md: 24 KiB per token
 // and 3.1 MB per sequence for gpt-oss-20b in bf16).
 #include <cstddef>
 #include <cstdint>

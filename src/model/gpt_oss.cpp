@@ -1,4 +1,4 @@
-// The gpt-oss forward pass against the Backend op interface (SPEC.md section 2). Reads like the
+// The gpt-oss forward pass against the Backend op interface (docs/reference/SPEC.md section 2). Reads like the
 // architecture on purpose: every dtype, layout and threading decision belongs to the backend.
 #include "model/gpt_oss.h"
 

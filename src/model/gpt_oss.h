@@ -1,5 +1,5 @@
 #pragma once
-// The gpt-oss forward pass, written once against the Backend op interface (SPEC.md section 2):
+// The gpt-oss forward pass, written once against the Backend op interface (docs/reference/SPEC.md section 2):
 //   x = Embed[ids]
 //   per layer: x += Attn(RMSNorm(x)); x += MoE(RMSNorm(x))
 //   logits = LMHead(RMSNorm(x)) for the plan's logit rows

@@ -1,5 +1,5 @@
 // Binds the tensors of a safetensors checkpoint to HostModelWeights, validating each tensor's dtype
-// and shape against the config. Tensor names: Hugging Face (SPEC.md 3.1) or OpenAI original (3.2).
+// and shape against the config. Tensor names: Hugging Face (docs/reference/SPEC.md 3.1) or OpenAI original (3.2).
 #include "model/loader.h"
 
 #include <algorithm>

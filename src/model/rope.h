@@ -1,5 +1,5 @@
 #pragma once
-// RoPE frequencies (SPEC.md 2.5) as the reference makes them: docs/cpu_backend.md, "RoPE".
+// RoPE frequencies (docs/reference/SPEC.md 2.5) as the reference makes them: docs/cpu_backend.md, "RoPE".
 #include "backend/backend.h"
 #include "config/gpt_oss_config.h"
 

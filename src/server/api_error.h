@@ -1,6 +1,6 @@
 #pragma once
 // Errors that reach an HTTP client. Every failure the server reports uses OpenAI's shape
-// {"error": {"message", "type", "param", "code"}} (SERVING.md 5): clients such as openai-python
+// {"error": {"message", "type", "param", "code"}} (docs/reference/SERVING.md 5): clients such as openai-python
 // read error.message/error.code from exactly these keys, and vLLM's old flat {"object":"error"}
 // shape broke them.
 #include <nlohmann/json.hpp>

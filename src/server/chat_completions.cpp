@@ -111,7 +111,7 @@ class ChatJob : public GenerationJob {
     if (!logprobs.is_null()) out += chunk(chat_chunk(header_, i, nlohmann::json::object(), std::nullopt, std::move(logprobs)));
     if (ev.finished) {
       if (ev.finish_reason == FinishReason::Error || ev.finish_reason == FinishReason::Abort) {
-        // Mid-stream failure: an error event, never a silently truncated stream (SERVING 3).
+        // Mid-stream failure: an error event, never a silently truncated stream (docs/reference/SERVING.md 3).
         std::string message = ev.finish_reason == FinishReason::Error
                                   ? "generation failed: " + ev.error
                                   : "the request was aborted (the server is shutting down)";

@@ -1,5 +1,5 @@
 #pragma once
-// POST /v1/chat/completions (SERVING.md 1-4): request -> Harmony prompt -> generation -> the
+// POST /v1/chat/completions (docs/reference/SERVING.md 1-4): request -> Harmony prompt -> generation -> the
 // chat.completion object or chat.completion.chunk SSE stream.
 #include <memory>
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-// Harmony parser events -> the OpenAI chat output (SERVING.md 2, 4). One mapper per choice; it
+// Harmony parser events -> the OpenAI chat output (docs/reference/SERVING.md 2, 4). One mapper per choice; it
 // consumes completion token ids as they arrive and returns what each batch adds, so the same code
 // feeds streamed deltas and the non-stream message (their concatenations are equal by construction).
 //
@@ -10,8 +10,8 @@
 //   - channel analysis -> reasoning; final -> content; a recipient outside `functions` on another
 //     channel (built-in tools are off) -> reasoning;
 //   - channel final -> content;
-//   - commentary without recipient (a "preamble", SPEC 5.4: meant for the user) -> content;
-//   - text the parser recovered without a channel -> content (SERVING 4: stray text is content);
+//   - commentary without recipient (a "preamble", docs/reference/SPEC.md 5.4: meant for the user) -> content;
+//   - text the parser recovered without a channel -> content (docs/reference/SERVING.md 4: stray text is content);
 //   - messages the model writes as another role (a hallucinated user turn) -> dropped.
 #include <cstdint>
 #include <memory>

@@ -2,7 +2,7 @@
 // The HTTP/1.1 layer: Boost.Beast on Asio. One io_context runs on a few threads and every
 // connection is a small state machine on its own strand, so thousands of idle-but-open streaming
 // connections cost memory, not threads (a thread-per-connection server cannot hold 1,000 SSE
-// streams, SERVING.md / issue 6). The layer knows nothing about OpenAI: it reads a request
+// streams, docs/reference/SERVING.md / issue 6). The layer knows nothing about OpenAI: it reads a request
 // (body limit -> 413), hands an Exchange to the handler, and writes what the handler answers:
 // one body, or a chunked stream with backpressure. It watches the socket while a request is being
 // answered so a client that goes away is reported at once (the handler then cancels generation).

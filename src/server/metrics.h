@@ -1,6 +1,6 @@
 #pragma once
 // A small Prometheus registry (text exposition format 0.0.4) for the server's metrics. The names
-// are vLLM's (SERVING.md 6) because dashboards and autoscalers key on them unchanged.
+// are vLLM's (docs/reference/SERVING.md 6) because dashboards and autoscalers key on them unchanged.
 // Thread-safe: request threads update, the /metrics handler renders.
 #include <map>
 #include <mutex>

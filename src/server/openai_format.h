@@ -1,6 +1,6 @@
 #pragma once
 // Pure builders for OpenAI wire objects (chat chunks, usage, SSE framing, logprobs). Kept free of
-// I/O so unit tests check the exact shapes clients parse (SERVING.md 2-3).
+// I/O so unit tests check the exact shapes clients parse (docs/reference/SERVING.md 2-3).
 #include <nlohmann/json.hpp>
 
 #include <optional>

@@ -52,7 +52,7 @@ BuiltPrompt build_chat_prompt(const ServerContext& ctx, const Json& body, const 
   out.prompt_ids = std::move(rendered.token_ids);
 
   // tool_choice required/named: the prompt is extended with the commentary header the model would
-  // write for a call (SERVING 4: "enforced on the commentary header"), so the next tokens are the
+  // write for a call (docs/reference/SERVING.md 4: "enforced on the commentary header"), so the next tokens are the
   // call itself. Named: the whole header; required: up to "functions." and the model picks the name
   // (validated against tools like any call).
   auto append_text = [&](std::string_view text) {

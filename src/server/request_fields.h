@@ -1,7 +1,7 @@
 #pragma once
 // Typed reading of OpenAI request fields. A field of the wrong type or out of range is a 400
 // naming the field (`param`), never a crash, a silently narrowed integer or a silently ignored
-// value; unknown fields are ignored (clients send vendor extras through extra_body, SERVING.md 1).
+// value; unknown fields are ignored (clients send vendor extras through extra_body, docs/reference/SERVING.md 1).
 //
 // Bodies come from untrusted clients, so parsing is bounded before anything recursive runs:
 // nesting deeper than JsonLimits::max_depth is refused by a linear pre-scan (nlohmann's parser is
@@ -78,7 +78,7 @@ struct SamplingRequest {
 
 // temperature, top_p, top_k, min_p, penalties, logit_bias, seed, max_tokens/max_completion_tokens/
 // max_output_tokens, min_tokens, stop, stop_token_ids, ignore_eos, include_stop_str_in_output,
-// logprobs/top_logprobs, n. Defaults are gpt-oss's recommended 1.0/1.0 (SPEC 1.3). Token ids are
+// logprobs/top_logprobs, n. Defaults are gpt-oss's recommended 1.0/1.0 (docs/reference/SPEC.md 1.3). Token ids are
 // checked against `generator.vocab_size`.
 SamplingRequest parse_sampling(const Json& body, SamplingApi api, const GenerationLimits& generator,
                                const RequestLimits& limits = {});

@@ -1,6 +1,6 @@
 #pragma once
 // The Responses API's memory for previous_response_id and GET /v1/responses/{id}: a map bounded
-// in count, in bytes and in time (SERVING.md 1), whose entries belong to the API key that made
+// in count, in bytes and in time (docs/reference/SERVING.md 1), whose entries belong to the API key that made
 // them. A response is a capability (whoever holds its id may read and continue it), so ids are
 // unguessable (server/random_id.h) and a key other than the owner's gets "not found", exactly as
 // for an id that never existed. `store:false` responses never enter it.

@@ -1,5 +1,5 @@
 #pragma once
-// The Responses API (SERVING.md 1-3): POST /v1/responses, GET /v1/responses/{id},
+// The Responses API (docs/reference/SERVING.md 1-3): POST /v1/responses, GET /v1/responses/{id},
 // POST /v1/responses/{id}/cancel. Input items are converted to chat messages and rendered by the
 // same Harmony path as chat completions; previous_response_id continues a stored conversation
 // (its instructions are NOT carried over, as OpenAI specifies: vllm#37697).

@@ -1,5 +1,5 @@
 #pragma once
-// Harmony parser events -> Responses API output items and streaming events (SERVING.md 2-3).
+// Harmony parser events -> Responses API output items and streaming events (docs/reference/SERVING.md 2-3).
 // The same policy as ChatOutputMapper (analysis -> reasoning item, final/preamble/recovered text ->
 // message item, functions.NAME calls -> function_call items when NAME is declared), but item by
 // item, because the Responses stream announces every item and content part:

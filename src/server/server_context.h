@@ -107,7 +107,7 @@ struct ServerContext {
   nlohmann::json model_info_;
 };
 
-// Declares every metric family the server emits (vLLM names, SERVING.md 6).
+// Declares every metric family the server emits (vLLM names, docs/reference/SERVING.md 6).
 void declare_server_metrics(MetricsRegistry& metrics);
 // Copies generator stats into the gauges (called right before /metrics renders).
 void refresh_generator_gauges(ServerContext& ctx);

@@ -1,5 +1,5 @@
 #pragma once
-// The token constraint for a gpt-oss assistant turn, Harmony-aware (SERVING 4: the grammar
+// The token constraint for a gpt-oss assistant turn, Harmony-aware (docs/reference/SERVING.md 4: the grammar
 // applies after <|channel|>final<|message|>, never to reasoning).
 //
 // Two modes:

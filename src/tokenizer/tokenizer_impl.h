@@ -13,7 +13,7 @@
 namespace ossrt {
 
 // The model's embedding rows: a random-weight or misbehaving model may emit any id below this, so
-// every such id needs a text. tokenizer.json cannot tell us this number; SPEC.md section 4 does.
+// every such id needs a text. tokenizer.json cannot tell us this number; docs/reference/SPEC.md section 4 does.
 inline constexpr int32_t kGptOssEmbeddingRows = 201088;
 
 class TokenizerImpl {

@@ -167,7 +167,7 @@ def random_mxfp4(gen, E, out, inp):
 
 
 def dequantize_mxfp4(blocks, scales):
-    """SPEC.md 3.3: byte j of a block holds element 2j (low nibble) and 2j+1 (high). [E, out, in]."""
+    """docs/reference/SPEC.md 3.3: byte j of a block holds element 2j (low nibble) and 2j+1 (high). [E, out, in]."""
     lut = torch.tensor(FP4_VALUES, dtype=torch.float32)
     lo = (blocks & 0x0F).long()
     hi = (blocks >> 4).long()
@@ -370,7 +370,7 @@ class RouterGapProbe:
             h.remove()
 
 
-# SPEC.md 2.5's float64 inv_freq for the gpt-oss config, to check that HF read the config as meant
+# docs/reference/SPEC.md 2.5's float64 inv_freq for the gpt-oss config, to check that HF read the config as meant
 # (untruncated YaRN) before recording anything.
 SPEC_INV_FREQ = {0: 1.000000000e+00, 9: 3.170569618e-02, 17: 1.293187012e-04, 31: 3.023511428e-07}
 
@@ -389,7 +389,7 @@ def rope_parameters(cfg):
 
 
 def yarn_inv_freq_float64(cfg):
-    """YaRN (NTK-by-parts) inv_freq of SPEC.md 2.5 in float64: only a check of HF's float32 values."""
+    """YaRN (NTK-by-parts) inv_freq of docs/reference/SPEC.md 2.5 in float64: only a check of HF's float32 values."""
     rp = rope_parameters(cfg)
     base, factor = float(rp["rope_theta"]), float(rp["factor"])
     d = cfg.head_dim
@@ -429,7 +429,7 @@ def record_rope(model, device):
         raise RuntimeError(f"HF inv_freq differs from the float64 YaRN formula by {per_dim_rel:.3g} (config misread?)")
     for i, v in SPEC_INV_FREQ.items():
         if abs(inv64[i] - v) > 1e-8 * v:
-            raise RuntimeError(f"float64 inv_freq[{i}] = {inv64[i]!r}, SPEC.md says {v!r}")
+            raise RuntimeError(f"float64 inv_freq[{i}] = {inv64[i]!r}, docs/reference/SPEC.md says {v!r}")
     rp = rope_parameters(cfg)
     scaling = float(rot.attention_scaling)
     expected_scaling = 0.1 * math.log(float(rp["factor"])) + 1.0
@@ -522,7 +522,7 @@ def tensor_inventory(case_dir):
 
 
 def check_hf_names(inv, cfg, mxfp4):
-    """The fixture must use the names of SPEC.md 3.1; fail loudly if this transformers differs."""
+    """The fixture must use the names of docs/reference/SPEC.md 3.1; fail loudly if this transformers differs."""
     want = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
     for l in range(cfg.num_hidden_layers):
         p = f"model.layers.{l}."
@@ -540,7 +540,7 @@ def check_hf_names(inv, cfg, mxfp4):
     missing = [n for n in want if n not in inv]
     extra = [n for n in inv if n not in want]
     if missing or extra:
-        raise RuntimeError(f"tensor names differ from SPEC.md 3.1: missing {missing[:8]}, extra {extra[:8]}")
+        raise RuntimeError(f"tensor names differ from docs/reference/SPEC.md 3.1: missing {missing[:8]}, extra {extra[:8]}")
 
 
 def write_case_json(case_dir, description, cfg_vocab, prompt, logits, greedy_prompt, new_ids, extra):
@@ -686,7 +686,7 @@ def build_mxfp4_case(name, description, vocab, prompt_len, seed, device, out_dir
         bf16_info = hf_bf16_check(self_model, prompt, device)
         logits_b, gap = reference_logits(self_model, prompt, device)
         rope_info = record_rope(self_model, device)
-        ref_model, path = self_model, "self-dequantized: blocks/scales decoded here (SPEC.md 3.3) into the fp32 HF model"
+        ref_model, path = self_model, "self-dequantized: blocks/scales decoded here (docs/reference/SPEC.md 3.3) into the fp32 HF model"
         logits, hf_vs_self = logits_b, None
         # Path A, preferred: HF's own MXFP4 loader, dequantizing on load.
         try:
@@ -697,7 +697,7 @@ def build_mxfp4_case(name, description, vocab, prompt_len, seed, device, out_dir
             hf_vs_self = float(np.abs(logits_a - logits_b).max() / np.abs(logits_b).max())
             log(f"{name}: HF Mxfp4Config(dequantize=True) loaded; rel diff vs self-dequantized {hf_vs_self:.3g}")
             if hf_vs_self > 1e-4:
-                raise RuntimeError(f"HF mxfp4 dequantization disagrees with SPEC.md 3.3 decode ({hf_vs_self:.3g})")
+                raise RuntimeError(f"HF mxfp4 dequantization disagrees with docs/reference/SPEC.md 3.3 decode ({hf_vs_self:.3g})")
             ref_model, logits, rope_info = hf_model, logits_a, rope_info_a
             path = "HF from_pretrained with Mxfp4Config(dequantize=True), float32, eager"
         except Exception as e:  # noqa: BLE001 - any failure means: use path B and say so

@@ -1,5 +1,5 @@
 // GPU tests of the grouped bf16 MoE (launch_bf16_bf16w_moe) against an fp32/fp64 reference computed
-// here from the same bf16 inputs (SPEC.md 2.7: interleaved gate/up rows, clamped SwiGLU with the +1
+// here from the same bf16 inputs (docs/reference/SPEC.md 2.7: interleaved gate/up rows, clamped SwiGLU with the +1
 // on up, down bias inside the routing weight), at the gpt-oss shapes (H = I = 2880, 32 and 128
 // experts, top-4) for T = 1, 7, 256, 4096, with skewed routing (every token to one expert),
 // bf16 biases and output, dropped ids, and batch invariance. Skipped without a GPU, except the

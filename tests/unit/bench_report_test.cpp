@@ -227,7 +227,7 @@ TEST(BenchCostReport, JsonRoundTripMergeAndPlots) {
 }
 
 TEST(BenchCost, DollarsPerMillionTokens) {
-  // PERFORMANCE.md: at $3.00 per GPU-hour, $/M tokens = 833 / (tokens per second per GPU).
+  // docs/reference/PERFORMANCE.md: at $3.00 per GPU-hour, $/M tokens = 833 / (tokens per second per GPU).
   EXPECT_NEAR(usd_per_million(3.0, 1, 1000), 0.8333333, 1e-6);
   EXPECT_NEAR(usd_per_million(3.0, 2, 1000), 1.6666667, 1e-6);
   EXPECT_EQ(usd_per_million(3.0, 1, 0), 0);

@@ -1,4 +1,4 @@
-// Config parsing and presets against the numbers of SPEC.md 1.1 / 1.2.
+// Config parsing and presets against the numbers of docs/reference/SPEC.md 1.1 / 1.2.
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -20,7 +20,7 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-// The gpt-oss-20b config.json exactly as SPEC.md 1.1 lists it (layer_types written out).
+// The gpt-oss-20b config.json exactly as docs/reference/SPEC.md 1.1 lists it (layer_types written out).
 json hf_20b_config() {
   json layer_types = json::array();
   for (int i = 0; i < 24; ++i) layer_types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
@@ -89,7 +89,7 @@ void expect_spec_common(const GptOssConfig& c) {
   EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
   EXPECT_FALSE(c.rope.truncate);
   EXPECT_TRUE(c.experts_mxfp4);
-  // SPEC.md 2.4: (64 + 2*8) * 64 fused qkv rows, 8 query heads per KV head.
+  // docs/reference/SPEC.md 2.4: (64 + 2*8) * 64 fused qkv rows, 8 query heads per KV head.
   EXPECT_EQ(c.qkv_dim(), 5120);
   EXPECT_EQ(c.q_dim(), 4096);
   EXPECT_EQ(c.kv_dim(), 512);
@@ -103,7 +103,7 @@ TEST(ConfigPreset, Gpt20bMatchesSpec) {
   expect_spec_common(c);
   EXPECT_EQ(c.num_layers, 24);
   EXPECT_EQ(c.num_experts, 32);
-  EXPECT_EQ(c.num_sliding_layers(), 12);  // SPEC.md 1.4
+  EXPECT_EQ(c.num_sliding_layers(), 12);  // docs/reference/SPEC.md 1.4
   EXPECT_EQ(c.num_full_layers(), 12);
 }
 

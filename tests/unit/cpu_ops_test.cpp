@@ -1,4 +1,4 @@
-// Each CPU backend op against a direct formula written here in double precision (SPEC.md section 2).
+// Each CPU backend op against a direct formula written here in double precision (docs/reference/SPEC.md section 2).
 // The references share no code with src/backend/cpu: they loop over the obvious indices.
 #include <gtest/gtest.h>
 
@@ -129,7 +129,7 @@ TEST_F(CpuOpsTest, EmbeddingAndGatherRows) {
 }
 
 TEST(RopeParamsTest, InvFreqMatchesSpecTable) {
-  // SPEC.md 2.5, computed there in float64; ours is HF's float32 table, within a few ulps of it
+  // docs/reference/SPEC.md 2.5, computed there in float64; ours is HF's float32 table, within a few ulps of it
   // (golden_logits_test checks it against HF's recorded table bit for bit).
   const double spec[32] = {1.000000000e+00, 6.890443059e-01, 4.747820555e-01, 3.271458719e-01, 2.254180002e-01,
                            1.553229895e-01, 1.070244215e-01, 7.374456821e-02, 5.081327482e-02, 3.170569618e-02,

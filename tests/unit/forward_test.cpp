@@ -1,5 +1,5 @@
 // The gpt-oss forward on the CPU backend: against a naive double-precision forward written here from
-// SPEC.md section 2, and invariant to how the tokens are split into steps or batched with another
+// docs/reference/SPEC.md section 2, and invariant to how the tokens are split into steps or batched with another
 // sequence (chunked prefill reads earlier chunks from the paged cache).
 #include <gtest/gtest.h>
 
@@ -86,7 +86,7 @@ struct OwnedWeights {
   }
 };
 
-// ---- the naive reference forward, in double, straight from SPEC.md section 2
+// ---- the naive reference forward, in double, straight from docs/reference/SPEC.md section 2
 
 using Mat = std::vector<double>;  // row-major
 

@@ -1,4 +1,4 @@
-// Streaming parser: the SPEC 6.1 fixtures, the header variants the model emits, every recovery
+// Streaming parser: the docs/reference/SPEC.md 6.1 fixtures, the header variants the model emits, every recovery
 // path, streaming == batch, and render -> parse round trips of generated conversations.
 #include <gtest/gtest.h>
 
@@ -148,7 +148,7 @@ TEST(HarmonyParser, ToolCallHeaderVariantsAllParseTheSame) {
 }
 
 TEST(HarmonyParser, HarmonyHeaderWordRules) {
-  // SPEC 5.9 rule 4: last word to= -> recipient; a lone word -> recipient; else content type.
+  // docs/reference/SPEC.md 5.9 rule 4: last word to= -> recipient; a lone word -> recipient; else content type.
   HeaderParse a = parse_header("<|channel|>analysis to=lookup_weather code", Role::Assistant);
   EXPECT_EQ(a.start.recipient, "lookup_weather");
   EXPECT_EQ(a.start.content_type, "code");

@@ -1,4 +1,4 @@
-// Golden renders: SPEC 5.11 examples A-E reproduced as text and as token ids.
+// Golden renders: docs/reference/SPEC.md 5.11 examples A-E reproduced as text and as token ids.
 //
 // Token-level reference: encode_with_special(golden text). It equals harmony's piecewise
 // encoding (ordinary BPE per text piece, specials by id) for these files because every piece
@@ -28,7 +28,7 @@ void expect_matches_golden(const RenderedPrompt& prompt, const std::string& gold
   EXPECT_EQ(prompt.token_ids, tokenizer()->encode_with_special(golden));
   EXPECT_EQ(tokenizer()->decode(prompt.token_ids), golden);
   ASSERT_GE(prompt.token_ids.size(), 2u);
-  // SPEC 6.1: the generation prompt is <|start|> then "assistant" = 173781.
+  // docs/reference/SPEC.md 6.1: the generation prompt is <|start|> then "assistant" = 173781.
   EXPECT_EQ(prompt.token_ids[prompt.token_ids.size() - 2], 200006);
   EXPECT_EQ(prompt.token_ids.back(), 173781);
 }
@@ -123,7 +123,7 @@ TEST(HarmonyRender, GoldenE_BuiltinBrowserAndPythonTools) {
 }
 
 TEST(HarmonyRender, NestedSchemaFollowsHarmonysRules) {
-  // The worked example of SPEC 5.3 (computed by hand from harmony's rules, oddities included).
+  // The worked example of docs/reference/SPEC.md 5.3 (computed by hand from harmony's rules, oddities included).
   ToolDefinition tool;
   tool.name = "search_docs";
   tool.parameters = Json::parse(R"({
@@ -189,7 +189,7 @@ TEST(HarmonyRender, TextThatSpellsSpecialTokensStaysOrdinary) {
 }
 
 TEST(HarmonyRender, HistoryKeepsOnlyTheUnfinishedTurnsAnalysis) {
-  // SPEC 5.8 [DISAGREEMENT] case: turn 1 finished with a final, turn 2 is in a tool loop.
+  // docs/reference/SPEC.md 5.8 [DISAGREEMENT] case: turn 1 finished with a final, turn 2 is in a tool loop.
   std::vector<Message> history = {
       user_message("q1"),
       assistant_message("analysis", "think one"),

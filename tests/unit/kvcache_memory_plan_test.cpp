@@ -1,4 +1,4 @@
-// KV memory arithmetic against hand-computed numbers (PERFORMANCE.md: 24 KiB per token and 3.1 MB
+// KV memory arithmetic against hand-computed numbers (docs/reference/PERFORMANCE.md: 24 KiB per token and 3.1 MB
 // per sequence for the 20b in bf16; 36 KiB and 4.7 MB for the 120b).
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Unit tests of the tokenizer's parts, each against a value from outside this code: the Unicode
-// standard's UTF-8 replacement example, GPT-2's published byte alphabet, SPEC.md's token example,
-// the special-token table of SPEC.md section 4, and the Unicode White_Space property.
+// standard's UTF-8 replacement example, GPT-2's published byte alphabet, docs/reference/SPEC.md's token example,
+// the special-token table of docs/reference/SPEC.md section 4, and the Unicode White_Space property.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -91,7 +91,7 @@ TEST(TokenizerPreTokenizer, BadRegexIsAClearError) {
 
 TEST(TokenizerReal, SpecExampleTokens) {
   OSSRT_REQUIRE_REAL_TOKENIZER();
-  // SPEC.md section 4 (openai/harmony's format.md): digits never attach to a preceding space.
+  // docs/reference/SPEC.md section 4 (openai/harmony's format.md): digits never attach to a preceding space.
   EXPECT_EQ(real_tokenizer()->encode("2 + 2 = 4."), (std::vector<int32_t>{17, 659, 220, 17, 314, 220, 19, 13}));
 }
 
@@ -141,7 +141,7 @@ TEST(TokenizerReal, OrdinaryEncodingNeverYieldsSpecialIds) {
   EXPECT_EQ(special, (std::vector<int32_t>{200006, tok->encode("user").at(0), 200008}));
 }
 
-// The pre-tokenizer regex exactly as SPEC.md section 4 lists it (from harmony / tiktoken).
+// The pre-tokenizer regex exactly as docs/reference/SPEC.md section 4 lists it (from harmony / tiktoken).
 const std::string kSpecPattern =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
     R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"

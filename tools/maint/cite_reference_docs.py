@@ -18,6 +18,10 @@ WITH_MD = re.compile(r"(?<![/\w])(" + NAMES + r")\.md\b")
 NUMBERED = re.compile(r"(?<![/\w])(" + NAMES + r")(?=( section)? ?[0-9])")
 
 
+# This script and the lint that runs it name the bare forms on purpose.
+SELF = {pathlib.Path(__file__).resolve(), ROOT / "scripts" / "lint.sh"}
+
+
 def rewrite(text):
     text = SHARED.sub(lambda m: f"docs/reference/{m.group(1)}.md", text)
     text = WITH_MD.sub(lambda m: f"docs/reference/{m.group(1)}.md", text)
@@ -30,7 +34,7 @@ def main():
     for base in paths:
         files = [base] if base.is_file() else [p for p in base.rglob("*") if p.is_file() and p.suffix in SUFFIXES]
         for f in files:
-            if "docs/reference" in str(f) or "node_modules" in str(f) or "/corpus/" in str(f):
+            if "docs/reference" in str(f) or "node_modules" in str(f) or "/corpus/" in str(f) or f.resolve() in SELF:
                 continue
             old = f.read_text(encoding="utf-8", errors="surrogateescape")
             new = rewrite(old)

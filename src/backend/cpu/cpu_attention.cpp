@@ -1,4 +1,4 @@
-// RoPE, KV cache writes and paged attention with sinks on the CPU (SPEC.md 2.4, 2.5).
+// RoPE, KV cache writes and paged attention with sinks on the CPU (docs/reference/SPEC.md 2.4, 2.5).
 //
 // Attention reads every key, including the step's own, back from the paged cache through the plan's
 // block tables: that is what the CUDA kernels do, so the oracle exercises the same addressing.

@@ -1,4 +1,4 @@
-// Dense math of the CPU backend: linear, RMSNorm, router top-k, clamped SwiGLU experts (SPEC.md 2.3,
+// Dense math of the CPU backend: linear, RMSNorm, router top-k, clamped SwiGLU experts (docs/reference/SPEC.md 2.3,
 // 2.6, 2.7). Plain fp32 loops; see cpu_kernels.h for the determinism rule they follow.
 #include <algorithm>
 #include <cmath>
@@ -43,7 +43,7 @@ void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* y)
 
 void swiglu_interleaved(const float* h, int64_t intermediate, const SwigluParams& p, float* a) {
   for (int64_t i = 0; i < intermediate; ++i) {
-    // The gate is clamped from above only, the linear branch on both sides (SPEC.md 2.7).
+    // The gate is clamped from above only, the linear branch on both sides (docs/reference/SPEC.md 2.7).
     const float gate = std::min(h[2 * i], p.limit);
     const float up = std::clamp(h[2 * i + 1], -p.limit, p.limit);
     const float glu = gate / (1.0f + std::exp(-p.alpha * gate));
@@ -93,7 +93,7 @@ void moe(ThreadPool& pool, const float* x, int64_t tokens, const ExpertsView& ex
         swiglu_interleaved(h.data(), I, swiglu, a.data());
         const float* w2 = ex.down_w + e * H * I;
         const float* b2 = ex.down_b + e * H;
-        // The down bias is inside the weighted sum (SPEC.md 2.7).
+        // The down bias is inside the weighted sum (docs/reference/SPEC.md 2.7).
         for (int64_t r = 0; r < H; ++r) ot[r] += w * (dot(a.data(), w2 + r * I, I) + b2[r]);
       }
     }

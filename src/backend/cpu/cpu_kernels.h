@@ -1,6 +1,6 @@
 #pragma once
 // The CPU backend's math, on raw fp32 arrays. Kept apart from CpuBackend (which owns memory, checks
-// shapes and reads the StepPlan) so each formula can be read on its own against SPEC.md section 2.
+// shapes and reads the StepPlan) so each formula can be read on its own against docs/reference/SPEC.md section 2.
 //
 // Determinism matters more than speed here: every output element is computed by the same code path
 // in the same summation order whatever the thread count, tiling or the batch it is part of, so the
@@ -33,7 +33,7 @@ void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const fl
 // y = x * rsqrt(mean(x^2) + eps) * w over rows of length n (sum of squares in double).
 void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* y);
 
-// Clamped SwiGLU (SPEC.md 2.7) on an interleaved gate/up row h[2i] = gate i, h[2i+1] = up i: a[i].
+// Clamped SwiGLU (docs/reference/SPEC.md 2.7) on an interleaved gate/up row h[2i] = gate i, h[2i+1] = up i: a[i].
 void swiglu_interleaved(const float* h, int64_t intermediate, const SwigluParams& p, float* a);
 
 // Picks the k largest logits (ties: lower expert id first) in descending order and their softmax.

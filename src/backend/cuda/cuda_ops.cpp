@@ -216,7 +216,7 @@ void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b,
               dtype_name(weights.dtype), weights.shape_str(), k);
   OSSRT_CHECK(size_t(t * e) * sizeof(float) <= router_logits_bytes_, "router_topk: {} tokens exceed the planned {}", t,
               options_.max_step_tokens);
-  // Router logits in fp32 (SPEC 2.6 recommends fp32 logits and softmax); the bias joins in the top-k kernel.
+  // Router logits in fp32 (docs/reference/SPEC.md 2.6 recommends fp32 logits and softmax); the bias joins in the top-k kernel.
   blas_->matmul(x.data, w.data, nullptr, router_logits_, t, e, w.dim(1), /*out_f32=*/true, stream_);
   cuda::RouterTopkArgs a{static_cast<const float*>(router_logits_), b.data, b.dtype == DType::F32, ids.ptr<int32_t>(),
                          weights.ptr<float>(), int(t), int(e), k};

@@ -9,7 +9,7 @@ __constant__ float kFp4Values[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +
                                      -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 // One thread per packed byte (two elements). fp4 x 2^k is exact in bf16 for every scale that does
-// not overflow, as in f32 (SPEC 3.3), so this matches the CPU's exact decode bit for bit.
+// not overflow, as in f32 (docs/reference/SPEC.md 3.3), so this matches the CPU's exact decode bit for bit.
 __global__ void mxfp4_to_bf16_dequant(Mxfp4DequantArgs a) {
   const int64_t bytes_per_row = a.in / 2;
   const int64_t total = a.rows * bytes_per_row;

@@ -143,7 +143,7 @@ MachineRates measure_machine(int device) {
   bo.max_step_tokens = kGemmSize;
   CudaBackend backend(bo);
   OpTimer timer(backend, m.l2_bytes);
-  // Copy bandwidth: read + write bytes of a 1 GiB device-to-device copy (PERFORMANCE.md's definition).
+  // Copy bandwidth: read + write bytes of a 1 GiB device-to-device copy (docs/reference/PERFORMANCE.md's definition).
   Tensor a = backend.alloc(DType::U8, {int64_t(kCopyBytes)}), b = backend.alloc(DType::U8, {int64_t(kCopyBytes)});
   OSSRT_CUDA_CHECK(cudaMemsetAsync(a.data, 0x3c, kCopyBytes, backend.stream()));
   const double copy_s = timer.median(2, 10, [&] {

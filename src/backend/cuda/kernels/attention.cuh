@@ -8,7 +8,7 @@
 //                                 split-KV over the context, then a combine pass that merges the
 //                                 partial softmax states and adds the sink exactly once.
 //
-// Semantics (SPEC.md 2.4): query token t of sequence s sits at position
+// Semantics (docs/reference/SPEC.md 2.4): query token t of sequence s sits at position
 // p = context_begin + (t - token_begin); key j is visible iff j <= p and (window == 0 or p - j < window);
 // logits = q.k * sm_scale (fp32), the sink logit sinks[h] (unscaled) joins the softmax denominator,
 // output bf16 [T, Hq * 64] with head h at columns h*64 .. h*64+63. The cache must already hold K/V

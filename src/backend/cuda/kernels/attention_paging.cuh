@@ -7,7 +7,7 @@
 
 namespace ossrt::cuda {
 
-// Keys [lo, hi] a query at position pos may see (SPEC.md 2.4: j <= pos and pos - j < window).
+// Keys [lo, hi] a query at position pos may see (docs/reference/SPEC.md 2.4: j <= pos and pos - j < window).
 __device__ __forceinline__ int first_visible_key(int pos, int window) {
   return window > 0 ? max(0, pos - window + 1) : 0;
 }

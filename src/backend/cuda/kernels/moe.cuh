@@ -1,5 +1,5 @@
 #pragma once
-// Grouped MoE for gpt-oss with bf16 expert weights (SPEC.md 2.7), router excluded:
+// Grouped MoE for gpt-oss with bf16 expert weights (docs/reference/SPEC.md 2.7), router excluded:
 //   out[t] = sum_s w[t,s] * (W_down[e] a + b_down[e]),  e = ids[t,s],
 //   a = swiglu_clamped(W_gu[e] x[t] + b_gu[e])   (gate = min(g, limit), up = clamp(u, -limit, limit),
 //                                                  a = gate * sigmoid(alpha * gate) * (up + 1)).

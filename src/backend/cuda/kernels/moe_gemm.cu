@@ -110,7 +110,7 @@ __device__ __forceinline__ void moe_grouped_gemm_tile(const MoeGemmArgs& a) {
         const float v0 = acc[mi][ni][2 * half] + load_bias(a.bias, a.bias_bf16, int64_t(expert) * a.n + n);
         const float v1 = acc[mi][ni][2 * half + 1] + load_bias(a.bias, a.bias_bf16, int64_t(expert) * a.n + n + 1);
         if constexpr (kSwiglu) {
-          // SPEC.md 2.7: gate clamped from above only, up on both sides, and the +1 on up.
+          // docs/reference/SPEC.md 2.7: gate clamped from above only, up on both sides, and the +1 on up.
           const float gate = fminf(v0, a.swiglu_limit);
           const float up = fminf(fmaxf(v1, -a.swiglu_limit), a.swiglu_limit);
           const float act = gate / (1.f + __expf(-a.swiglu_alpha * gate)) * (up + 1.f);

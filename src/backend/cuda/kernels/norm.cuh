@@ -1,6 +1,6 @@
 #pragma once
 // RMSNorm over the residual stream, optionally fused with the residual add, and the plain add.
-// Math in fp32 (SPEC 2.3): y = x * rsqrt(mean(x^2) + eps) * w, cast to the output dtype.
+// Math in fp32 (docs/reference/SPEC.md 2.3): y = x * rsqrt(mean(x^2) + eps) * w, cast to the output dtype.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>

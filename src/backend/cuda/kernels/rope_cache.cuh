@@ -1,5 +1,5 @@
 #pragma once
-// YaRN RoPE on q and k of the fused qkv rows (half-split / NeoX, SPEC 2.5), then k and v written
+// YaRN RoPE on q and k of the fused qkv rows (half-split / NeoX, docs/reference/SPEC.md 2.5), then k and v written
 // into one layer's paged KV cache [num_blocks][num_kv_heads][block_size][head_dim].
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>

@@ -1,5 +1,5 @@
 #pragma once
-// Router top-k (SPEC 2.6): given fp32 router logits (x W^T from cuBLASLt) plus the bias, pick the k
+// Router top-k (docs/reference/SPEC.md 2.6): given fp32 router logits (x W^T from cuBLASLt) plus the bias, pick the k
 // largest (ties -> lower expert id) and softmax over those k logits only, in fp32.
 #include <cuda_runtime_api.h>
 
