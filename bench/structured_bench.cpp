@@ -125,7 +125,7 @@ void run_document(benchmark::State& state, bool warm) {
   }
   state.SetItemsProcessed(int64_t(state.iterations()) * int64_t(ids.size()));
   state.counters["s_per_token"] = benchmark::Counter(double(state.iterations()) * double(ids.size()),
-                                                      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+                                                     benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["tokens"] = double(ids.size());
   state.SetLabel(c.name);
 }

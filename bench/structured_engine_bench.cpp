@@ -66,8 +66,10 @@ void BM_Engine64Requests(benchmark::State& state) {
       r.sampling.seed = uint64_t(i);
       r.sampling.max_tokens = kMaxTokens;
       r.sampling.ignore_eos = true;
-      if (constrained) r.constraint = std::make_shared<structured::HarmonyConstraint>(spec, vocab, tokens, r.prompt_ids);
-      engine.submit(std::move(r), [&generated](const GenerationEvent& ev) { generated += int64_t(ev.token_ids.size()); });
+      if (constrained)
+        r.constraint = std::make_shared<structured::HarmonyConstraint>(spec, vocab, tokens, r.prompt_ids);
+      engine.submit(std::move(r),
+                    [&generated](const GenerationEvent& ev) { generated += int64_t(ev.token_ids.size()); });
     }
     engine.run_until_idle();
     state.counters["tokens"] = double(generated);

@@ -23,8 +23,9 @@ namespace {
 
 void setup_bench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand(
-      "bench", "Benchmarks: `serve` (any OpenAI-compatible server), `cost` (prefill/decode cost tables and plots on the "
-               "local engine), `kernels` (CUDA ops against their floors); see docs/bench.md");
+      "bench",
+      "Benchmarks: `serve` (any OpenAI-compatible server), `cost` (prefill/decode cost tables and plots on the "
+      "local engine), `kernels` (CUDA ops against their floors); see docs/bench.md");
   bench->require_subcommand(1);
   setup_bench_serve(*bench);
   setup_bench_cost(*bench);

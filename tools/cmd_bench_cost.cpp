@@ -42,10 +42,13 @@ void run(const CostFlags& f) {
   if (f.no_decode) o.batch_sizes.clear();
   // The files are rewritten after every point: a sweep cut short keeps what it measured.
   if (!o.result_dir.empty())
-    o.on_point = [dir = o.result_dir](const bench::CostBenchResult& partial) { bench::write_cost_results(partial, dir); };
+    o.on_point = [dir = o.result_dir](const bench::CostBenchResult& partial) {
+      bench::write_cost_results(partial, dir);
+    };
   const bench::CostBenchResult result = f.from_json.empty() ? bench::run_cost_bench(o) : load_and_merge(f.from_json);
   if (!o.result_dir.empty())
-    for (const auto& path : bench::write_cost_results(result, o.result_dir)) std::fprintf(stderr, "wrote %s\n", path.c_str());
+    for (const auto& path : bench::write_cost_results(result, o.result_dir))
+      std::fprintf(stderr, "wrote %s\n", path.c_str());
   std::fputs((bench::format_prefill_table(result) + "\n" + bench::format_decode_table(result)).c_str(), stdout);
   std::fflush(stdout);
 }
@@ -56,34 +59,60 @@ void setup_bench_cost(CLI::App& bench) {
   auto f = std::make_shared<CostFlags>();
   bench::CostBenchOptions* o = &f->o;
   CLI::App* cmd = bench.add_subcommand(
-      "cost", "Prefill latency and decode speed against $ per million tokens on the local engine (scheduler, KV cache, "
-              "CUDA graphs): tables, JSON, CSV and SVG plots");
+      "cost",
+      "Prefill latency and decode speed against $ per million tokens on the local engine (scheduler, KV cache, "
+      "CUDA graphs): tables, JSON, CSV and SVG plots");
   add_runtime_flags(cmd, o->runtime, RuntimeFlagGroups::ModelAndEngine);
-  cmd->add_option("--input-lens", o->input_lens, "Prefill: prompt lengths, each measured alone (--repeats requests after a warm-up; skipped where they do "
-                  "not fit max_model_len or the KV cache)")
-      ->delimiter(',')->check(positive_list())->capture_default_str()->group("Cost");
+  cmd->add_option(
+         "--input-lens", o->input_lens,
+         "Prefill: prompt lengths, each measured alone (--repeats requests after a warm-up; skipped where they do "
+         "not fit max_model_len or the KV cache)")
+      ->delimiter(',')
+      ->check(positive_list())
+      ->capture_default_str()
+      ->group("Cost");
   cmd->add_option("--batch-sizes", o->batch_sizes,
                   "Decode: requests decoding together (--max-num-seqs is raised to the largest; those that do not fit "
                   "the KV cache are skipped)")
-      ->delimiter(',')->check(positive_list())->capture_default_str()->group("Cost");
+      ->delimiter(',')
+      ->check(positive_list())
+      ->capture_default_str()
+      ->group("Cost");
   cmd->add_option("--contexts", o->contexts, "Decode: prompt tokens of each request before it decodes")
-      ->delimiter(',')->check(positive_list())->capture_default_str()->group("Cost");
+      ->delimiter(',')
+      ->check(positive_list())
+      ->capture_default_str()
+      ->group("Cost");
   cmd->add_option("--quantization", o->quantizations,
                   "Weight formats to measure, one run each; today only the current one exists: auto = bf16 on cuda "
                   "(MXFP4 experts expanded at load), f32 on cpu")
-      ->delimiter(',')->capture_default_str()->group("Cost");
+      ->delimiter(',')
+      ->capture_default_str()
+      ->group("Cost");
   cmd->add_option("--usd-per-hour", o->usd_per_hour, "Price of one GPU (or the CPU machine) per hour")
-      ->check(CLI::PositiveNumber)->capture_default_str()->group("Cost");
-  cmd->add_option("--repeats", o->repeats, "Prefill: measured requests per length (the median is reported), after one warm-up")
-      ->check(CLI::PositiveNumber)->capture_default_str()->group("Cost");
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Cost");
+  cmd->add_option("--repeats", o->repeats,
+                  "Prefill: measured requests per length (the median is reported), after one warm-up")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Cost");
   cmd->add_option("--decode-steps", o->decode_steps, "Decode: measured steps per point")
-      ->check(CLI::PositiveNumber)->capture_default_str()->group("Cost");
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Cost");
   cmd->add_option("--warmup-steps", o->warmup_steps, "Decode: steps of the whole batch before measuring")
-      ->check(CLI::NonNegativeNumber)->capture_default_str()->group("Cost");
-  cmd->add_option("--prompt-seed", o->seed, "Seed of the random prompt token ids")->capture_default_str()->group("Cost");
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Cost");
+  cmd->add_option("--prompt-seed", o->seed, "Seed of the random prompt token ids")
+      ->capture_default_str()
+      ->group("Cost");
   cmd->add_option("--result-dir", o->result_dir,
                   "Write cost.json, cost_prefill.csv, cost_decode.csv, cost_decode.svg, cost_throughput.svg and "
-                  "cost_prefill.svg here")->group("Cost");
+                  "cost_prefill.svg here")
+      ->group("Cost");
   cmd->add_flag("--no-prefill", f->no_prefill, "Measure no prefill points (a decode sweep split over several runs)")
       ->group("Cost");
   cmd->add_flag("--no-decode", f->no_decode, "Measure no decode points")->group("Cost");
@@ -91,8 +120,11 @@ void setup_bench_cost(CLI::App& bench) {
                   "Measure nothing: read these cost.json files (runs of one model, device, commit and price, e.g. a "
                   "sweep split over several device calls), merge their points and print and write the tables, CSV "
                   "and plots again")
-      ->delimiter(',')->check(CLI::ExistingFile)->group("Cost");
-  cmd->add_flag("--no-progress", f->no_progress, "No progress lines (there are none anyway when stderr is not a terminal)")
+      ->delimiter(',')
+      ->check(CLI::ExistingFile)
+      ->group("Cost");
+  cmd->add_flag("--no-progress", f->no_progress,
+                "No progress lines (there are none anyway when stderr is not a terminal)")
       ->group("Cost");
   cmd->callback([f] { run(*f); });
 }

@@ -4,21 +4,21 @@
 // keeps the parsed reply in the history (a trailing <|return|> stored as <|end|>).
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <future>
 #include <iostream>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include "command.h"
 #include "core/error.h"
-#include "runtime/model_runtime.h"
-#include "runtime_flags.h"
 #include "harmony/chat_request.h"
 #include "harmony/conversation.h"
 #include "harmony/parser.h"
 #include "harmony/renderer.h"
+#include "runtime/model_runtime.h"
+#include "runtime_flags.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ossrt::tools {

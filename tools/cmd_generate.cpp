@@ -1,8 +1,8 @@
 // `ossrt generate`: one request through the engine (the same continuous-batching path the server
 // uses), streaming text or printing {"ids": [...], "text": "..."}. Without --model it runs the
 // embedded default: preset `tiny` with seeded dummy weights and the bundled tokenizer.
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -129,10 +129,10 @@ void run_generate(const GenerateOptions& o) {
   if (o.verbose) {
     const double total = std::chrono::duration<double>(t2 - t1).count();
     const double decode = std::max(1e-9, last.e2e_latency - last.time_to_first_token);
-    spdlog::info("{} prompt tokens ({} cached), {} generated, finish {}: TTFT {:.3f} s, {:.1f} tok/s decode, {:.2f} s total",
-                 last.prompt_tokens, last.cached_prompt_tokens, last.completion_tokens,
-                 finish_reason_name(last.finish_reason), last.time_to_first_token,
-                 last.completion_tokens > 1 ? (last.completion_tokens - 1) / decode : 0.0, total);
+    spdlog::info(
+        "{} prompt tokens ({} cached), {} generated, finish {}: TTFT {:.3f} s, {:.1f} tok/s decode, {:.2f} s total",
+        last.prompt_tokens, last.cached_prompt_tokens, last.completion_tokens, finish_reason_name(last.finish_reason),
+        last.time_to_first_token, last.completion_tokens > 1 ? (last.completion_tokens - 1) / decode : 0.0, total);
   }
 }
 

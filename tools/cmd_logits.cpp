@@ -1,7 +1,7 @@
 // `ossrt logits`: runs a token list through the model and writes float32 logits [tokens, vocab] as
 // a NumPy .npy file, for comparing backends with each other and with HF transformers.
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "core/token_ids_file.h"
 #include "core/error.h"
+#include "core/token_ids_file.h"
 #include "harmony/parser.h"
 #include "tokenizer/tokenizer.h"
 
@@ -88,8 +88,8 @@ void run_parse(const ParseCommandOptions& opt) {
 
 void setup_parse(CLI::App& app) {
   auto opt = std::make_shared<ParseCommandOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "parse", "Parse the Harmony messages of a completion (token ids after <|start|>assistant)");
+  CLI::App* cmd =
+      app.add_subcommand("parse", "Parse the Harmony messages of a completion (token ids after <|start|>assistant)");
   cmd->add_option("--ids-file", opt->ids_file, "token ids: a JSON array or whitespace-separated")->required();
   cmd->add_option("--tokenizer", opt->tokenizer, "tokenizer.json (default: the bundled gpt-oss one)");
   cmd->add_flag("--from-start", opt->from_start,

@@ -58,8 +58,7 @@ void run_render(const RenderCommandOptions& opt) {
 
 void setup_render(CLI::App& app) {
   auto opt = std::make_shared<RenderCommandOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "render", "Print the Harmony prompt for an OpenAI chat-completions request body");
+  CLI::App* cmd = app.add_subcommand("render", "Print the Harmony prompt for an OpenAI chat-completions request body");
   cmd->add_option("--request", opt->request_file, "chat-completions request JSON file")->required();
   cmd->add_option("--tokenizer", opt->tokenizer, "tokenizer.json (default: the bundled gpt-oss one)");
   cmd->add_option("--current-date", opt->current_date,

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "core/token_ids_file.h"
 #include "core/error.h"
+#include "core/token_ids_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ossrt::tools {

@@ -24,9 +24,11 @@ inline void add_engine_parallel_flags(CLI::App* cmd, ParallelConfig& parallel) {
       ->check(CLI::PositiveNumber)
       ->group("Parallelism");
   cmd->add_option_function<std::string>(
-         "--expert-dispatch", [&parallel](const std::string& name) { parallel.moe_dispatch = parse_moe_dispatch(name); },
+         "--expert-dispatch",
+         [&parallel](const std::string& name) { parallel.moe_dispatch = parse_moe_dispatch(name); },
          "How tokens reach other ranks' experts: replicate (default; every rank routes every token, the combine is "
-         "all-reduced) | all_to_all (each rank routes its own rows and exchanges them; needs --expert-parallel-size > 1)")
+         "all-reduced) | all_to_all (each rank routes its own rows and exchanges them; needs --expert-parallel-size > "
+         "1)")
       ->check(CLI::IsMember({"replicate", "all_to_all"}))
       ->group("Parallelism");
 }

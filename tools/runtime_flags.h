@@ -57,12 +57,13 @@ inline void add_runtime_flags(CLI::App* cmd, RuntimeOptions& o, RuntimeFlagGroup
                                                : "Most sequences in a running batch (default: 256 on cuda, 64 on cpu)")
                    ->check(CLI::PositiveNumber)
                    ->group("Scheduler");
-  auto* tokens = cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
-                                 command_default ? "Token budget per step (chunked prefill); workspaces are sized for it"
-                                                 : "Token budget per step (chunked prefill); workspaces are sized for it "
-                                                   "(default: 8192 on cuda, 2048 on cpu)")
-                     ->check(CLI::PositiveNumber)
-                     ->group("Scheduler");
+  auto* tokens =
+      cmd->add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
+                      command_default ? "Token budget per step (chunked prefill); workspaces are sized for it"
+                                      : "Token budget per step (chunked prefill); workspaces are sized for it "
+                                        "(default: 8192 on cuda, 2048 on cpu)")
+          ->check(CLI::PositiveNumber)
+          ->group("Scheduler");
   if (command_default) {
     seqs->capture_default_str();
     tokens->capture_default_str();

@@ -25,8 +25,8 @@ namespace ossrt {
 // Expert weights of one layer in the backend's own format (bf16, fp8, mxfp4...). The format
 // is the backend's business; the model only passes the struct back to Backend::moe.
 struct ExpertWeights {
-  Tensor gate_up_w, gate_up_b;  // logical [E, 2I, H] (rows interleaved gate/up), [E, 2I]
-  Tensor down_w, down_b;        // logical [E, H, I], [E, H]
+  Tensor gate_up_w, gate_up_b;         // logical [E, 2I, H] (rows interleaved gate/up), [E, 2I]
+  Tensor down_w, down_b;               // logical [E, H, I], [E, H]
   Tensor gate_up_scales, down_scales;  // for quantized formats; empty otherwise
   int64_t experts = 0, hidden = 0, intermediate = 0;
   // Expert parallelism (docs/parallel.md): these are experts [first_expert, first_expert + experts)
@@ -56,8 +56,8 @@ struct MemoryUse {
 struct KvCacheShape {
   int num_full_layers = 0;
   int num_sliding_layers = 0;
-  int num_full_blocks = 0;      // per full layer
-  int num_window_blocks = 0;    // per sliding layer
+  int num_full_blocks = 0;    // per full layer
+  int num_window_blocks = 0;  // per sliding layer
   int block_size = 16;
   int num_kv_heads = 8;
   int head_dim = 64;
@@ -103,7 +103,7 @@ struct DeviceSamplingRow {
   int32_t top_k = 0;         // 0 = off
   float top_p = 1.0f;        // in (0, 1]
   uint64_t seed = 0;
-  uint32_t draw_index = 0;   // which draw of the seed's stream (the request's tokens generated so far)
+  uint32_t draw_index = 0;  // which draw of the seed's stream (the request's tokens generated so far)
   // A token constraint's mask, empty = every token allowed. The host Sampler's layout
   // (SamplingRow::allowed): bit i % 32 of word i / 32 set = token i allowed; words past the span's
   // end allow nothing and bits past the vocabulary are ignored. Disallowed tokens count as -inf
@@ -183,8 +183,7 @@ class Backend {
   // out = rmsnorm(x) * w (fp32 math)
   virtual void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
   // residual += delta; out = rmsnorm(residual) * w
-  virtual void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
-                           Tensor& out) = 0;
+  virtual void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) = 0;
   // residual += delta
   virtual void add(Tensor& residual, const Tensor& delta) = 0;
   // out = x w^T (+ bias)
@@ -195,12 +194,10 @@ class Backend {
   virtual void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) = 0;
   // out[t, h*D + d] = attention of query head h of token t over its sequence's cached keys
   // (causal, optional window), with the per-head sink logit in the softmax denominator.
-  virtual void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params,
-                         Tensor& out) = 0;
+  virtual void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params, Tensor& out) = 0;
   // Router: logits = x w^T + b; top-k experts by logit; weights = softmax over the k chosen logits.
   // ids: I32 [T, k]; weights: F32 [T, k].
-  virtual void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids,
-                           Tensor& weights) = 0;
+  virtual void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) = 0;
   // out[t] = sum_k weights[t,k] * (W_down[e] swiglu(W_gu[e] x[t] + b_gu[e]) + b_down[e]), e = ids[t,k]
   virtual void moe(const Tensor& x, const ExpertWeights& experts, const Tensor& ids, const Tensor& weights,
                    const SwigluParams& swiglu, Tensor& out) = 0;
@@ -224,8 +221,8 @@ class Backend {
 
 // What a backend is made with (backend/registry/registry.h: make_backend).
 struct BackendOptions {
-  int threads = 0;                     // CPU: worker threads (0 = all cores)
-  int device_index = 0;                // CUDA
+  int threads = 0;       // CPU: worker threads (0 = all cores)
+  int device_index = 0;  // CUDA
   // CUDA: capacities its start-up memory plan is sized for (plan buffers, router/MoE/attention
   // workspaces). A step beyond them is refused with an error, never served by a new allocation.
   int max_step_tokens = 8192;

@@ -18,12 +18,12 @@ namespace ossrt {
 enum class KvGroup : uint8_t { Full = 0, Sliding = 1 };
 
 struct SeqStep {
-  int32_t token_begin = 0;   // first row of this sequence's tokens in the step's token arrays
-  int32_t num_tokens = 0;    // query tokens this step (prefill chunk length, or 1 for decode)
-  int32_t context_begin = 0; // absolute position of the first query token = tokens already cached
+  int32_t token_begin = 0;    // first row of this sequence's tokens in the step's token arrays
+  int32_t num_tokens = 0;     // query tokens this step (prefill chunk length, or 1 for decode)
+  int32_t context_begin = 0;  // absolute position of the first query token = tokens already cached
   // Offsets into the flattened block tables below.
   int32_t full_table_begin = 0;
-  int32_t full_table_len = 0;      // covers positions [0, context_begin + num_tokens)
+  int32_t full_table_len = 0;  // covers positions [0, context_begin + num_tokens)
   int32_t window_table_begin = 0;
   int32_t window_table_len = 0;
   int32_t window_first_block = 0;  // logical block index of window_block_table[window_table_begin]
@@ -31,9 +31,9 @@ struct SeqStep {
 
 struct StepPlan {
   int block_size = 16;
-  std::vector<int32_t> token_ids;   // [T]
-  std::vector<int32_t> positions;   // [T] absolute positions
-  std::vector<int32_t> token_seq;   // [T] index into seqs
+  std::vector<int32_t> token_ids;  // [T]
+  std::vector<int32_t> positions;  // [T] absolute positions
+  std::vector<int32_t> token_seq;  // [T] index into seqs
   // Where each token's K/V is written: block_id * block_size + offset_in_block, per group. [T]
   std::vector<int32_t> full_slots;
   std::vector<int32_t> window_slots;

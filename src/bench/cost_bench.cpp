@@ -160,7 +160,8 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
   }
   {
     std::unique_lock lk(tracker.mu);
-    const bool done = tracker.cv.wait_for(lk, kPointTimeout, [&] { return tracker.window_complete() || tracker.finished > 0; });
+    const bool done =
+        tracker.cv.wait_for(lk, kPointTimeout, [&] { return tracker.window_complete() || tracker.finished > 0; });
     OSSRT_CHECK(done, "decode batch {} at context {} did not complete in time", batch, context);
   }
   for (const auto& id : ids) engine.cancel(id);
@@ -188,13 +189,15 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
     b = std::min(b, t[last]);
     for (size_t i = first + 1; i <= last; ++i) gaps.push_back(seconds(t[i] - t[i - 1]));
     int produced = 0;
-    for (size_t i = 0; i < (first + last) / 2 && i < tracker.tokens[size_t(s)].size(); ++i) produced += tracker.tokens[size_t(s)][i];
+    for (size_t i = 0; i < (first + last) / 2 && i < tracker.tokens[size_t(s)].size(); ++i)
+      produced += tracker.tokens[size_t(s)][i];
     generated_mid += produced;
   }
   int64_t tokens_in_window = 0;
   for (int s = 0; s < batch; ++s)
     for (size_t i = 0; i < tracker.times[size_t(s)].size(); ++i)
-      if (tracker.times[size_t(s)][i] > a && tracker.times[size_t(s)][i] <= b) tokens_in_window += tracker.tokens[size_t(s)][i];
+      if (tracker.times[size_t(s)][i] > a && tracker.times[size_t(s)][i] <= b)
+        tokens_in_window += tracker.tokens[size_t(s)][i];
   const Summary itl = summarize(gaps, std::vector<double>{90});
   p.steps = o.decode_steps;
   p.itl_mean_s = itl.mean;
@@ -207,12 +210,13 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
   p.mean_context = context + generated_mid / batch;
   if (p.preemptions > 0)
     p.note = fmt::format("{} preemptions during the point (KV cache too small): figures include recomputation",
-                            p.preemptions);
+                         p.preemptions);
   return p;
 }
 
 std::string utc_now() {
-  return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", fmt::gmtime(std::chrono::system_clock::to_time_t(std::chrono::system_clock::now())));
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z",
+                     fmt::gmtime(std::chrono::system_clock::to_time_t(std::chrono::system_clock::now())));
 }
 
 nlohmann::json settings_json(const CostBenchOptions& o) {
@@ -311,8 +315,8 @@ CostBenchResult run_cost_bench(const CostBenchOptions& given) {
         p.skipped = fmt::format("does not fit: {} tokens > {} tokens of KV cache", len, cache.kv_tokens);
       } else {
         for (int rep = 0; rep <= o.repeats; ++rep) {
-          const double t = time_to_first_token(
-              engine, make_request(fmt::format("cost-prefill-{}-{}-{}", q, len, rep), random_prompt(rng, len, vocab), 1));
+          const double t = time_to_first_token(engine, make_request(fmt::format("cost-prefill-{}-{}-{}", q, len, rep),
+                                                                    random_prompt(rng, len, vocab), 1));
           if (rep > 0) p.samples_s.push_back(t);  // the first is a warm-up (graphs, allocator, caches)
         }
         p.latency_s = percentile(p.samples_s, 50);
@@ -331,7 +335,8 @@ CostBenchResult run_cost_bench(const CostBenchOptions& given) {
         if (o.progress)
           std::fprintf(stderr, "decode context %d batch %d: %s\n", context, batch,
                        p.steps ? fmt::format("ITL {:.2f} ms, {:.1f} tok/s per GPU{}", p.itl_mean_s * 1e3, p.tok_s_gpu,
-                                             p.note.empty() ? "" : " (" + p.note + ")").c_str()
+                                             p.note.empty() ? "" : " (" + p.note + ")")
+                                     .c_str()
                                : p.skipped.c_str());
         result.decode.push_back(std::move(p));
         if (o.on_point) o.on_point(result);

@@ -48,28 +48,28 @@ struct PrefillPoint {
   double latency_s = 0;           // their median
   double tokens_per_s = 0;
   double usd_per_m_input = 0;
-  std::string skipped;            // why it was not measured ("" = measured)
+  std::string skipped;  // why it was not measured ("" = measured)
 };
 
 struct DecodePoint {
   std::string quantization;
   int context = 0, batch = 0;
   double itl_mean_s = 0, itl_median_s = 0, itl_p90_s = 0;
-  double tok_s_gpu = 0;           // output tokens per second per GPU, the batch decoding together
-  double tok_s_user = 0;          // 1 / mean ITL
+  double tok_s_gpu = 0;   // output tokens per second per GPU, the batch decoding together
+  double tok_s_user = 0;  // 1 / mean ITL
   double usd_per_m_output = 0;
-  double mean_context = 0;        // tokens in each sequence's KV at the middle of the window
-  int steps = 0;                  // measured steps
+  double mean_context = 0;  // tokens in each sequence's KV at the middle of the window
+  int steps = 0;            // measured steps
   uint64_t preemptions = 0;
-  std::string skipped;            // why it was not measured ("" = measured; then steps > 0)
-  std::string note;               // a caveat of a measured point (preemptions during it)
+  std::string skipped;  // why it was not measured ("" = measured; then steps > 0)
+  std::string note;     // a caveat of a measured point (preemptions during it)
 };
 
 struct CostBenchResult {
   nlohmann::json settings;
-  nlohmann::json engine;          // model, device, memory plan, step limits
+  nlohmann::json engine;  // model, device, memory plan, step limits
   std::string date, commit, device, model;
-  int gpus = 1;                   // ranks the model runs on (CPU: 1 machine)
+  int gpus = 1;  // ranks the model runs on (CPU: 1 machine)
   std::vector<PrefillPoint> prefill;
   std::vector<DecodePoint> decode;
 };

@@ -14,7 +14,9 @@ namespace ossrt::bench {
 
 namespace {
 
-std::string tokens_label(int n) { return n >= 1024 && n % 1024 == 0 ? fmt::format("{}k", n / 1024) : std::to_string(n); }
+std::string tokens_label(int n) {
+  return n >= 1024 && n % 1024 == 0 ? fmt::format("{}k", n / 1024) : std::to_string(n);
+}
 
 std::string subtitle(const CostBenchResult& r) {
   std::string commit = r.commit.substr(0, 12);
@@ -27,8 +29,9 @@ std::string subtitle(const CostBenchResult& r) {
 }
 
 std::string note_quantization(const CostBenchResult& r) {
-  return fmt::format("quantization: {} (the only weight format today; --quantization takes a list for the formats to come)",
-                     r.engine.value("quantization", std::string("?")));
+  return fmt::format(
+      "quantization: {} (the only weight format today; --quantization takes a list for the formats to come)",
+      r.engine.value("quantization", std::string("?")));
 }
 
 }  // namespace
@@ -47,44 +50,68 @@ std::string format_prefill_table(const CostBenchResult& r) {
 }
 
 std::string format_decode_table(const CostBenchResult& r) {
-  TextTable t({"quantization", "context", "batch", "ITL ms", "ITL p90 ms", "tok/s/user", "tok/s/GPU", "$/M output", "note"});
+  TextTable t(
+      {"quantization", "context", "batch", "ITL ms", "ITL p90 ms", "tok/s/user", "tok/s/GPU", "$/M output", "note"});
   for (const auto& p : r.decode) {
     if (p.steps == 0) {
       t.add({p.quantization, std::to_string(p.context), std::to_string(p.batch), "-", "-", "-", "-", "-", p.skipped});
       continue;
     }
-    t.add({p.quantization, std::to_string(p.context), std::to_string(p.batch), fmt::format("{:.2f}", p.itl_mean_s * 1e3),
-           fmt::format("{:.2f}", p.itl_p90_s * 1e3), fmt::format("{:.1f}", p.tok_s_user), fmt::format("{:.1f}", p.tok_s_gpu),
+    t.add({p.quantization, std::to_string(p.context), std::to_string(p.batch),
+           fmt::format("{:.2f}", p.itl_mean_s * 1e3), fmt::format("{:.2f}", p.itl_p90_s * 1e3),
+           fmt::format("{:.1f}", p.tok_s_user), fmt::format("{:.1f}", p.tok_s_gpu),
            fmt::format("{:.4f}", p.usd_per_m_output), p.note});
   }
-  return fmt::format("Decode: B requests decoding together at a context ({})\n{}{}\n", subtitle(r), t.str(), note_quantization(r));
+  return fmt::format("Decode: B requests decoding together at a context ({})\n{}{}\n", subtitle(r), t.str(),
+                     note_quantization(r));
 }
 
 nlohmann::json cost_result_json(const CostBenchResult& r) {
   nlohmann::json prefill = nlohmann::json::array(), decode = nlohmann::json::array();
   for (const auto& p : r.prefill)
-    prefill.push_back({{"quantization", p.quantization}, {"input_len", p.input_len}, {"latency_s", p.latency_s},
-                       {"samples_s", p.samples_s}, {"tokens_per_s", p.tokens_per_s}, {"usd_per_m_input", p.usd_per_m_input},
+    prefill.push_back({{"quantization", p.quantization},
+                       {"input_len", p.input_len},
+                       {"latency_s", p.latency_s},
+                       {"samples_s", p.samples_s},
+                       {"tokens_per_s", p.tokens_per_s},
+                       {"usd_per_m_input", p.usd_per_m_input},
                        {"skipped", p.skipped.empty() ? nlohmann::json() : nlohmann::json(p.skipped)}});
   for (const auto& p : r.decode)
-    decode.push_back({{"quantization", p.quantization}, {"context", p.context}, {"batch", p.batch},
-                      {"measured_steps", p.steps}, {"itl_mean_s", p.itl_mean_s}, {"itl_median_s", p.itl_median_s},
-                      {"itl_p90_s", p.itl_p90_s}, {"tok_s_per_gpu", p.tok_s_gpu}, {"tok_s_per_user", p.tok_s_user},
-                      {"usd_per_m_output", p.usd_per_m_output}, {"mean_context", p.mean_context},
+    decode.push_back({{"quantization", p.quantization},
+                      {"context", p.context},
+                      {"batch", p.batch},
+                      {"measured_steps", p.steps},
+                      {"itl_mean_s", p.itl_mean_s},
+                      {"itl_median_s", p.itl_median_s},
+                      {"itl_p90_s", p.itl_p90_s},
+                      {"tok_s_per_gpu", p.tok_s_gpu},
+                      {"tok_s_per_user", p.tok_s_user},
+                      {"usd_per_m_output", p.usd_per_m_output},
+                      {"mean_context", p.mean_context},
                       {"preemptions", p.preemptions},
                       {"skipped", p.skipped.empty() ? nlohmann::json() : nlohmann::json(p.skipped)},
                       {"note", p.note.empty() ? nlohmann::json() : nlohmann::json(p.note)}});
-  return {{"benchmark", "ossrt bench cost"}, {"format_version", 1}, {"date", r.date}, {"commit", r.commit},
-          {"model", r.model}, {"device", r.device}, {"gpus", r.gpus}, {"settings", r.settings}, {"engine", r.engine},
+  return {{"benchmark", "ossrt bench cost"},
+          {"format_version", 1},
+          {"date", r.date},
+          {"commit", r.commit},
+          {"model", r.model},
+          {"device", r.device},
+          {"gpus", r.gpus},
+          {"settings", r.settings},
+          {"engine", r.engine},
           {"quantization_note", note_quantization(r)},
           {"definitions",
-           {{"prefill", "one request of input_len random prompt tokens alone on the engine; latency = submit to first token, "
-                        "median of `repeats` after one warm-up"},
-            {"decode", "batch requests of `context` random prompt tokens decoding together (greedy, ignore_eos); ITL = the "
-                       "gap between a request's consecutive tokens while every request decodes; tok/s per GPU = tokens "
-                       "produced in that window / its length / GPUs; tok/s per user = 1 / mean ITL"},
+           {{"prefill",
+             "one request of input_len random prompt tokens alone on the engine; latency = submit to first token, "
+             "median of `repeats` after one warm-up"},
+            {"decode",
+             "batch requests of `context` random prompt tokens decoding together (greedy, ignore_eos); ITL = the "
+             "gap between a request's consecutive tokens while every request decodes; tok/s per GPU = tokens "
+             "produced in that window / its length / GPUs; tok/s per user = 1 / mean ITL"},
             {"cost", "$ per million tokens = usd_per_hour x GPUs / 3600 / tokens per second x 1e6"}}},
-          {"prefill", prefill}, {"decode", decode}};
+          {"prefill", prefill},
+          {"decode", decode}};
 }
 
 namespace {
@@ -148,12 +175,12 @@ PlotSpec prefill_plot(const CostBenchResult& r) {
 
 std::vector<std::string> write_cost_results(const CostBenchResult& r, const std::string& dir) {
   std::vector<std::string> paths;
-  paths.push_back(write_text_file(dir, "cost.json",
-                                  cost_result_json(r).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
+  paths.push_back(write_text_file(
+      dir, "cost.json", cost_result_json(r).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"));
   TextTable prefill({"quantization", "input_len", "latency_s", "tokens_per_s", "usd_per_m_input", "skipped"});
   for (const auto& p : r.prefill)
-    prefill.add({p.quantization, std::to_string(p.input_len), fmt::format("{}", p.latency_s), fmt::format("{}", p.tokens_per_s),
-                 fmt::format("{}", p.usd_per_m_input), p.skipped});
+    prefill.add({p.quantization, std::to_string(p.input_len), fmt::format("{}", p.latency_s),
+                 fmt::format("{}", p.tokens_per_s), fmt::format("{}", p.usd_per_m_input), p.skipped});
   paths.push_back(write_text_file(dir, "cost_prefill.csv", prefill.csv()));
   TextTable decode({"quantization", "context", "batch", "measured_steps", "itl_mean_s", "itl_median_s", "itl_p90_s",
                     "tok_s_per_user", "tok_s_per_gpu", "usd_per_m_output", "mean_context", "preemptions", "skipped",
@@ -229,7 +256,8 @@ CostBenchResult merge_cost_results(const std::vector<CostBenchResult>& runs, con
     const std::string& name = i < sources.size() ? sources[i] : std::to_string(i);
     // Figures from different machines, models, commits or prices are not put on one plot.
     auto same = [&](const auto& a, const auto& b, const char* what) {
-      OSSRT_CHECK(a == b, "--from-json: {} has {} '{}', {} has '{}': only runs of one model, device, commit and price merge",
+      OSSRT_CHECK(a == b,
+                  "--from-json: {} has {} '{}', {} has '{}': only runs of one model, device, commit and price merge",
                   name, what, fmt::format("{}", b), sources.empty() ? "the first" : sources[0], fmt::format("{}", a));
     };
     same(out.model, r.model, "model");

@@ -112,7 +112,8 @@ std::vector<BenchRequest> random_workload(const DatasetOptions& o, size_t n, con
     return out;
   }
   int unused = 0;
-  const std::string prefix = o.prefix_len > 0 ? random_text_of_tokens(*tokenizer, pool, prefix_rng, o.prefix_len, &unused) : "";
+  const std::string prefix =
+      o.prefix_len > 0 ? random_text_of_tokens(*tokenizer, pool, prefix_rng, o.prefix_len, &unused) : "";
   for (auto& r : out) {
     const int64_t in = uniform_length(rng, o.input_len, o.range_ratio);
     r.output_len = std::max<int64_t>(1, uniform_length(rng, o.output_len, o.range_ratio));
@@ -139,7 +140,8 @@ std::vector<BenchRequest> sharegpt_workload(const DatasetOptions& o, size_t n, c
     if (out.size() == n) break;
     const auto& [prompt, reply] = pairs[idx];
     const int64_t prompt_len = int64_t(tokenizer->encode(prompt).size());
-    const int64_t output_len = o.sharegpt_output_len > 0 ? o.sharegpt_output_len : int64_t(tokenizer->encode(reply).size());
+    const int64_t output_len =
+        o.sharegpt_output_len > 0 ? o.sharegpt_output_len : int64_t(tokenizer->encode(reply).size());
     if (prompt_len < kShareGptMinTokens || (o.sharegpt_output_len <= 0 && output_len < kShareGptMinTokens)) continue;
     if (prompt_len > kShareGptMaxPrompt || prompt_len + output_len > kShareGptMaxTotal) continue;
     BenchRequest r;
@@ -148,8 +150,8 @@ std::vector<BenchRequest> sharegpt_workload(const DatasetOptions& o, size_t n, c
     r.output_len = output_len;
     out.push_back(std::move(r));
   }
-  OSSRT_CHECK(out.size() == n, "--dataset-path {}: only {} conversations pass the ShareGPT filters, {} wanted",
-              o.path, out.size(), n);
+  OSSRT_CHECK(out.size() == n, "--dataset-path {}: only {} conversations pass the ShareGPT filters, {} wanted", o.path,
+              out.size(), n);
   return out;
 }
 

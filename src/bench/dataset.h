@@ -66,8 +66,6 @@ std::string random_text_of_tokens(const Tokenizer& tokenizer, const std::vector<
 // The ids a random prompt draws from: every id below the vocabulary that is not special.
 std::vector<int32_t> ordinary_token_ids(const Tokenizer& tokenizer);
 // A uniform index in [0, n) from one 64-bit draw (portable, unlike std::uniform_int_distribution).
-inline uint64_t uniform_index(std::mt19937_64& rng, uint64_t n) {
-  return uint64_t((unsigned __int128)rng() * n >> 64);
-}
+inline uint64_t uniform_index(std::mt19937_64& rng, uint64_t n) { return uint64_t((unsigned __int128)rng() * n >> 64); }
 
 }  // namespace ossrt::bench

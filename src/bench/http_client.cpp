@@ -1,5 +1,6 @@
 #include "bench/http_client.h"
 
+#include <fmt/format.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -9,7 +10,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
 
 #include <atomic>
 #include <limits>
@@ -72,7 +72,8 @@ std::string BaseUrl::str() const {
 
 struct HttpClient::Impl {
   Impl(const BaseUrl& b, std::string key, double timeout_s)
-      : base(b), api_key(std::move(key)),
+      : base(b),
+        api_key(std::move(key)),
         timeout(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))) {
     tcp::resolver resolver(io);
     beast::error_code ec;

@@ -28,9 +28,9 @@ struct BaseUrl {
 };
 
 struct HttpResult {
-  int status = 0;            // 0: no HTTP answer (see error)
-  std::string error;         // transport failure: refused, reset, timed out, malformed answer
-  std::string body;          // the body of a non-200 answer, or of a GET (bounded)
+  int status = 0;     // 0: no HTTP answer (see error)
+  std::string error;  // transport failure: refused, reset, timed out, malformed answer
+  std::string body;   // the body of a non-200 answer, or of a GET (bounded)
   std::string content_type;
   bool reused_connection = false;
 };

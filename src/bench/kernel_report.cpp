@@ -8,7 +8,8 @@ namespace ossrt::bench {
 
 namespace {
 std::string case_name(const KernelResult& c) {
-  return c.phase == "decode" ? fmt::format("decode {} x 1 @ {}", c.seqs, c.context) : fmt::format("prefill {}", c.tokens);
+  return c.phase == "decode" ? fmt::format("decode {} x 1 @ {}", c.seqs, c.context)
+                             : fmt::format("prefill {}", c.tokens);
 }
 }  // namespace
 
@@ -22,28 +23,46 @@ std::string format_kernel_table(const KernelBenchResult& r) {
   }
   return fmt::format(
       "ossrt bench kernels: {}, copy {:.2f} TB/s, bf16 GEMM {:.0f} TFLOP/s (both measured in this run), commit {}\n"
-      "floor = max(bytes / copy bandwidth, FLOPs / bf16 rate); median of timed launches with L2 flushed before each\n{}",
-      r.machine.gpu, r.machine.copy_bytes_per_s / 1e12, r.machine.bf16_flops_per_s / 1e12, r.commit.substr(0, 12), t.str());
+      "floor = max(bytes / copy bandwidth, FLOPs / bf16 rate); median of timed launches with L2 flushed before "
+      "each\n{}",
+      r.machine.gpu, r.machine.copy_bytes_per_s / 1e12, r.machine.bf16_flops_per_s / 1e12, r.commit.substr(0, 12),
+      t.str());
 }
 
 nlohmann::json kernel_result_json(const KernelBenchResult& r) {
   nlohmann::json cases = nlohmann::json::array();
   for (const auto& c : r.cases)
-    cases.push_back({{"model", c.model}, {"op", c.op}, {"kernels", c.kernels}, {"phase", c.phase}, {"tokens", c.tokens},
-                     {"seqs", c.seqs}, {"context", c.context}, {"bytes", c.bytes}, {"flops", c.flops},
-                     {"distinct_experts", c.distinct_experts}, {"floor_s", c.floor_s}, {"bound", c.bound},
-                     {"median_s", c.median_s}, {"p10_s", c.p10_s}, {"p90_s", c.p90_s}, {"ratio", c.ratio()}});
+    cases.push_back({{"model", c.model},
+                     {"op", c.op},
+                     {"kernels", c.kernels},
+                     {"phase", c.phase},
+                     {"tokens", c.tokens},
+                     {"seqs", c.seqs},
+                     {"context", c.context},
+                     {"bytes", c.bytes},
+                     {"flops", c.flops},
+                     {"distinct_experts", c.distinct_experts},
+                     {"floor_s", c.floor_s},
+                     {"bound", c.bound},
+                     {"median_s", c.median_s},
+                     {"p10_s", c.p10_s},
+                     {"p90_s", c.p90_s},
+                     {"ratio", c.ratio()}});
   return {{"benchmark", "ossrt bench kernels"},
           {"format_version", 1},
           {"date", r.date},
           {"commit", r.commit},
           {"machine",
-           {{"gpu", r.machine.gpu}, {"copy_bytes_per_s", r.machine.copy_bytes_per_s},
-            {"bf16_flops_per_s", r.machine.bf16_flops_per_s}, {"l2_bytes", r.machine.l2_bytes}, {"sms", r.machine.sms}}},
+           {{"gpu", r.machine.gpu},
+            {"copy_bytes_per_s", r.machine.copy_bytes_per_s},
+            {"bf16_flops_per_s", r.machine.bf16_flops_per_s},
+            {"l2_bytes", r.machine.l2_bytes},
+            {"sms", r.machine.sms}}},
           {"settings", r.settings},
           {"definitions",
-           {{"bytes", "the least HBM traffic of the op: inputs read once, outputs written once, each weight (MoE: each "
-                      "routed expert) read once (src/bench/kernel_floors.h)"},
+           {{"bytes",
+             "the least HBM traffic of the op: inputs read once, outputs written once, each weight (MoE: each "
+             "routed expert) read once (src/bench/kernel_floors.h)"},
             {"floor_s", "max(bytes / copy_bytes_per_s, flops / bf16_flops_per_s)"},
             {"median_s", "median over timed launches, CUDA events around the op alone, L2 flushed before each"},
             {"moe", "expert ids are random (k distinct per token, uniform), as dummy weights route nearly uniformly"}}},
@@ -57,10 +76,11 @@ std::vector<std::string> write_kernel_results(const KernelBenchResult& r, const 
   TextTable csv({"model", "op", "kernels", "phase", "tokens", "seqs", "context", "bytes", "flops", "distinct_experts",
                  "floor_s", "bound", "median_s", "p10_s", "p90_s", "ratio"});
   for (const auto& c : r.cases)
-    csv.add({c.model, c.op, c.kernels, c.phase, std::to_string(c.tokens), std::to_string(c.seqs), std::to_string(c.context),
-             fmt::format("{}", c.bytes), fmt::format("{}", c.flops), fmt::format("{}", c.distinct_experts),
-             fmt::format("{}", c.floor_s), c.bound, fmt::format("{}", c.median_s), fmt::format("{}", c.p10_s),
-             fmt::format("{}", c.p90_s), fmt::format("{}", c.ratio())});
+    csv.add({c.model, c.op, c.kernels, c.phase, std::to_string(c.tokens), std::to_string(c.seqs),
+             std::to_string(c.context), fmt::format("{}", c.bytes), fmt::format("{}", c.flops),
+             fmt::format("{}", c.distinct_experts), fmt::format("{}", c.floor_s), c.bound,
+             fmt::format("{}", c.median_s), fmt::format("{}", c.p10_s), fmt::format("{}", c.p90_s),
+             fmt::format("{}", c.ratio())});
   paths.push_back(write_text_file(dir, "kernels.csv", csv.csv()));
   return paths;
 }

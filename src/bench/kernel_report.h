@@ -23,8 +23,8 @@ struct KernelBenchOptions {
 
 struct MachineRates {
   std::string gpu;
-  double copy_bytes_per_s = 0;   // device-to-device copy, read + write bytes
-  double bf16_flops_per_s = 0;   // cuBLASLt bf16 GEMM 8192^3 through the backend's linear op
+  double copy_bytes_per_s = 0;  // device-to-device copy, read + write bytes
+  double bf16_flops_per_s = 0;  // cuBLASLt bf16 GEMM 8192^3 through the backend's linear op
   size_t l2_bytes = 0;
   int sms = 0;
 };

@@ -18,8 +18,9 @@ int64_t int_or(const nlohmann::json& obj, const char* key, int64_t fallback) {
 }  // namespace
 
 StreamRecorder::StreamRecorder(RequestRecord& record, Clock::time_point sent, bool chat)
-    : record_(record), sent_(sent), now_(sent), last_choice_(sent), chat_(chat),
-      parser_([this](const SseEvent& e) { on_event(e); }) {}
+    : record_(record), sent_(sent), now_(sent), last_choice_(sent), chat_(chat), parser_([this](const SseEvent& e) {
+        on_event(e);
+      }) {}
 
 void StreamRecorder::on_bytes(std::string_view bytes, Clock::time_point arrived) {
   now_ = arrived;
@@ -32,12 +33,15 @@ void StreamRecorder::on_event(const SseEvent& event) {
   record_.e2el_s = seconds(now_ - sent_);
   nlohmann::json chunk = nlohmann::json::parse(event.data, nullptr, /*allow_exceptions=*/false);
   if (chunk.is_discarded()) {
-    if (stream_error_.empty()) stream_error_ = "the stream carried an event that is not JSON: " + event.data.substr(0, 500);
+    if (stream_error_.empty())
+      stream_error_ = "the stream carried an event that is not JSON: " + event.data.substr(0, 500);
     return;
   }
   if (!chunk.is_object()) return;
   if (auto err = chunk.find("error"); err != chunk.end() && !err->is_null()) {
-    if (stream_error_.empty()) stream_error_ = "error event in the stream: " + chunk.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (stream_error_.empty())
+      stream_error_ =
+          "error event in the stream: " + chunk.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     return;
   }
   if (auto choices = chunk.find("choices"); choices != chunk.end() && choices->is_array() && !choices->empty()) {
@@ -61,7 +65,8 @@ void StreamRecorder::on_event(const SseEvent& event) {
       } else if (auto t = c.find("text"); t != c.end() && t->is_string()) {
         record_.generated_text += t->get<std::string>();
       }
-      if (auto f = c.find("finish_reason"); f != c.end() && f->is_string()) record_.finish_reason = f->get<std::string>();
+      if (auto f = c.find("finish_reason"); f != c.end() && f->is_string())
+        record_.finish_reason = f->get<std::string>();
     }
   }
   if (auto usage = chunk.find("usage"); usage != chunk.end() && usage->is_object()) {

@@ -24,22 +24,22 @@ namespace ossrt::bench {
 
 struct RequestRecord {
   size_t index = 0;
-  int64_t prompt_len = -1;           // the client's count (-1: unknown)
-  int64_t expected_output_len = 0;   // max tokens asked for (0: the body's own)
+  int64_t prompt_len = -1;          // the client's count (-1: unknown)
+  int64_t expected_output_len = 0;  // max tokens asked for (0: the body's own)
   bool success = false;
-  int http_status = 0;               // 0: no HTTP answer
-  std::string error;                 // why it failed: the server's error body, or the transport's
-  double start_s = 0;                // sent at, seconds from the start of the run
-  double end_s = 0;                  // answer complete (or failed) at, same clock
+  int http_status = 0;  // 0: no HTTP answer
+  std::string error;    // why it failed: the server's error body, or the transport's
+  double start_s = 0;   // sent at, seconds from the start of the run
+  double end_s = 0;     // answer complete (or failed) at, same clock
   double ttft_s = 0, e2el_s = 0;
   std::vector<double> itl_s;
   int64_t output_tokens = 0;
-  std::string output_tokens_source;  // "usage" | "tokenizer" | "chunks"
-  int64_t server_prompt_tokens = -1; // usage.prompt_tokens (-1: not reported)
-  int64_t cached_prompt_tokens = -1; // usage.prompt_tokens_details.cached_tokens
-  size_t chunks = 0;                 // data events with choices
+  std::string output_tokens_source;   // "usage" | "tokenizer" | "chunks"
+  int64_t server_prompt_tokens = -1;  // usage.prompt_tokens (-1: not reported)
+  int64_t cached_prompt_tokens = -1;  // usage.prompt_tokens_details.cached_tokens
+  size_t chunks = 0;                  // data events with choices
   std::string finish_reason;
-  std::string generated_text;        // kept only to count tokens when no usage came
+  std::string generated_text;  // kept only to count tokens when no usage came
 
   // TPOT = (E2EL - TTFT) / (n - 1); 0 when n <= 1 (vLLM counts it as 0 for goodput and leaves it
   // out of the TPOT statistics).

@@ -78,10 +78,18 @@ class ProgressBar {
 // cap), every one recorded. All state lives on the client's I/O thread; the caller waits.
 class Dispatcher {
  public:
-  Dispatcher(HttpClient& client, const ServeBenchOptions& o, const Tokenizer* tokenizer, std::vector<std::string> bodies,
-             std::vector<RequestRecord>& records, std::vector<double> send_times, int cap, ProgressBar& progress)
-      : client_(client), o_(o), tokenizer_(tokenizer), bodies_(std::move(bodies)), records_(records),
-        send_times_(std::move(send_times)), cap_(cap), progress_(progress), recorders_(records.size()) {}
+  Dispatcher(HttpClient& client, const ServeBenchOptions& o, const Tokenizer* tokenizer,
+             std::vector<std::string> bodies, std::vector<RequestRecord>& records, std::vector<double> send_times,
+             int cap, ProgressBar& progress)
+      : client_(client),
+        o_(o),
+        tokenizer_(tokenizer),
+        bodies_(std::move(bodies)),
+        records_(records),
+        send_times_(std::move(send_times)),
+        cap_(cap),
+        progress_(progress),
+        recorders_(records.size()) {}
 
   // Blocks until every request has finished; returns the run's wall time in seconds.
   double run() {
@@ -96,8 +104,9 @@ class Dispatcher {
         if (send_times_[i] <= 0) {
           arrive(i);
         } else {
-          client_.at(start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(send_times_[i])),
-                     [this, i] { arrive(i); });
+          client_.at(
+              start_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(send_times_[i])),
+              [this, i] { arrive(i); });
         }
       }
     });
@@ -183,10 +192,16 @@ nlohmann::json settings_json(const ServeBenchOptions& o, const std::string& mode
           {"model", model},
           {"api_key_set", !o.api_key.empty()},
           {"tokenizer", o.tokenizer},
-          {"dataset", {{"name", d.name}, {"path", d.path}, {"input_len", d.input_len}, {"output_len", d.output_len},
-                       {"range_ratio", d.range_ratio}, {"prefix_len", d.prefix_len},
-                       {"sharegpt_output_len", d.sharegpt_output_len}, {"seed", d.seed},
-                       {"prompt_form", d.text_prompts ? "text" : "token ids"}}},
+          {"dataset",
+           {{"name", d.name},
+            {"path", d.path},
+            {"input_len", d.input_len},
+            {"output_len", d.output_len},
+            {"range_ratio", d.range_ratio},
+            {"prefix_len", d.prefix_len},
+            {"sharegpt_output_len", d.sharegpt_output_len},
+            {"seed", d.seed},
+            {"prompt_form", d.text_prompts ? "text" : "token ids"}}},
           {"ignore_eos", o.ignore_eos},
           {"temperature", o.temperature},
           {"extra_body", o.extra_body.empty() ? nlohmann::json() : parse_or_null(o.extra_body)},
@@ -283,7 +298,8 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& o,
     auto bodies = [&](const std::vector<BenchRequest>& requests) {
       std::vector<std::string> out;
       for (const auto& r : requests)
-        out.push_back(request_body(r, o, result.model, extra).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        out.push_back(
+            request_body(r, o, result.model, extra).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
       return out;
     };
     const std::string label = run.max_concurrency > 0 ? fmt::format("concurrency {}", run.max_concurrency) : "no cap";
@@ -295,15 +311,16 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& o,
                  run.max_concurrency, bar)
           .run();
       for (const auto& r : warm) run.warmup_failed += r.success ? 0 : 1;
-      if (run.warmup_failed > 0) spdlog::warn("{}: {} of {} warm-up requests failed", label, run.warmup_failed, warm.size());
+      if (run.warmup_failed > 0)
+        spdlog::warn("{}: {} of {} warm-up requests failed", label, run.warmup_failed, warm.size());
     }
     run.records = records_for(workload, 0, workload.size());
     ProgressBar bar(o.progress, run.records.size(), label);
-    const double duration =
-        Dispatcher(client, o, tokenizer.get(), bodies(workload), run.records,
-                   poisson_send_times(run.records.size(), o.request_rate, o.dataset.seed ^ (0x9e3779b97f4a7c15ull * (point + 1))),
-                   run.max_concurrency, bar)
-            .run();
+    const double duration = Dispatcher(client, o, tokenizer.get(), bodies(workload), run.records,
+                                       poisson_send_times(run.records.size(), o.request_rate,
+                                                          o.dataset.seed ^ (0x9e3779b97f4a7c15ull * (point + 1))),
+                                       run.max_concurrency, bar)
+                                .run();
     run.metrics = compute_metrics(run.records, duration, o.percentiles, o.slo);
     result.runs.push_back(std::move(run));
     if (on_run) on_run(result, result.runs.back());

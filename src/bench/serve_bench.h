@@ -22,23 +22,23 @@ struct ServeBenchOptions {
   std::string endpoint = "/v1/completions";  // or /v1/chat/completions
   std::string model;                         // empty: the first of GET /v1/models
   std::string api_key;
-  std::string tokenizer;                     // tokenizer.json ("" = the bundled gpt-oss one)
+  std::string tokenizer;  // tokenizer.json ("" = the bundled gpt-oss one)
   DatasetOptions dataset;
   bool ignore_eos = false;
   double temperature = 0.0;
-  std::string extra_body;                    // a JSON object merged into every request body
-  double request_rate = kInfiniteRate;       // requests per second (Poisson); inf = all at once
-  std::vector<int> max_concurrency = {0};    // one run per value; 0 = no cap
-  std::vector<int> num_prompts = {1000};     // per run (one value: the same for every run)
-  int warmup = 0;                            // requests before each run, not measured
+  std::string extra_body;                  // a JSON object merged into every request body
+  double request_rate = kInfiniteRate;     // requests per second (Poisson); inf = all at once
+  std::vector<int> max_concurrency = {0};  // one run per value; 0 = no cap
+  std::vector<int> num_prompts = {1000};   // per run (one value: the same for every run)
+  int warmup = 0;                          // requests before each run, not measured
   std::vector<double> percentiles = {90, 99};
   Slo slo;
-  double request_timeout_s = 21600;          // silence from the server that fails a request
-  int gpus = 1;                              // GPUs behind the server: per-GPU throughput and cost
+  double request_timeout_s = 21600;             // silence from the server that fails a request
+  int gpus = 1;                                 // GPUs behind the server: per-GPU throughput and cost
   double usd_per_hour = kDefaultUsdPerGpuHour;  // price of one GPU-hour: $ per million output tokens
-  std::string result_dir;                    // "" = no files
-  bool save_itl = true;                      // per-request inter-token gaps in the JSON
-  bool progress = false;                     // draw a progress bar on stderr
+  std::string result_dir;                       // "" = no files
+  bool save_itl = true;                         // per-request inter-token gaps in the JSON
+  bool progress = false;                        // draw a progress bar on stderr
 };
 
 struct ServeRun {
@@ -53,7 +53,7 @@ struct ServeBenchResult {
   nlohmann::json settings;  // every option, resolved
   nlohmann::json server;    // base URL, /v1/models, /v1/server_info (ours), /version
   std::string model;
-  std::string date;         // UTC, ISO 8601
+  std::string date;  // UTC, ISO 8601
   std::vector<ServeRun> runs;
 };
 

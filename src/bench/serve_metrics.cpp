@@ -40,10 +40,14 @@ Slo Slo::parse(const std::string& text) {
       fail("--slo {}: '{}' is not a number of milliseconds", text, item.substr(sep + 1));
     }
     OSSRT_CHECK(value > 0, "--slo {}: {} must be positive", text, key);
-    if (key == "ttft") slo.ttft_ms = value;
-    else if (key == "tpot") slo.tpot_ms = value;
-    else if (key == "e2el") slo.e2el_ms = value;
-    else fail("--slo {}: unknown metric '{}' (expected ttft, tpot or e2el)", text, key);
+    if (key == "ttft")
+      slo.ttft_ms = value;
+    else if (key == "tpot")
+      slo.tpot_ms = value;
+    else if (key == "e2el")
+      slo.e2el_ms = value;
+    else
+      fail("--slo {}: unknown metric '{}' (expected ttft, tpot or e2el)", text, key);
   }
   return slo;
 }
@@ -121,15 +125,16 @@ RunMetrics compute_metrics(const std::vector<RequestRecord>& records, double dur
 }
 
 nlohmann::json to_json(const Summary& s, const std::vector<double>& percentiles) {
-  nlohmann::json j = {{"count", s.count}, {"mean", s.mean}, {"median", s.median}, {"std", s.std},
-                      {"min", s.min},     {"max", s.max}};
+  nlohmann::json j = {{"count", s.count}, {"mean", s.mean}, {"median", s.median},
+                      {"std", s.std},     {"min", s.min},   {"max", s.max}};
   for (size_t i = 0; i < percentiles.size(); ++i) j[fmt::format("p{:g}", percentiles[i])] = s.percentiles[i];
   return j;
 }
 
 nlohmann::json to_json(const RunMetrics& m) {
   nlohmann::json errors = nlohmann::json::array();
-  for (const auto& g : m.errors) errors.push_back({{"message", g.message}, {"count", g.count}, {"requests", g.requests}});
+  for (const auto& g : m.errors)
+    errors.push_back({{"message", g.message}, {"count", g.count}, {"requests", g.requests}});
   nlohmann::json j = {{"duration_s", m.duration_s},
                       {"completed", m.completed},
                       {"failed", m.failed},

@@ -24,24 +24,24 @@ struct Slo {
 };
 
 struct ErrorGroup {
-  std::string message;          // one failed request's error, the server's body included
+  std::string message;  // one failed request's error, the server's body included
   size_t count = 0;
-  std::vector<size_t> requests; // indices of (up to 16 of) the requests that failed so
+  std::vector<size_t> requests;  // indices of (up to 16 of) the requests that failed so
 };
 
 struct RunMetrics {
   double duration_s = 0;
   size_t completed = 0, failed = 0;
-  int64_t total_input_tokens = 0;   // client-side prompt lengths of completed requests
+  int64_t total_input_tokens = 0;  // client-side prompt lengths of completed requests
   int64_t total_output_tokens = 0;
-  int64_t server_prompt_tokens = 0; // sum of usage.prompt_tokens (chat templates included)
+  int64_t server_prompt_tokens = 0;  // sum of usage.prompt_tokens (chat templates included)
   double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
   std::optional<double> request_goodput;  // when an SLO was given
   size_t good_requests = 0;
-  size_t max_concurrent = 0;              // most requests in flight at once, observed
+  size_t max_concurrent = 0;  // most requests in flight at once, observed
   Summary ttft_ms, tpot_ms, itl_ms, e2el_ms;
-  std::vector<double> percentiles;        // what Summary::percentiles hold
-  std::vector<ErrorGroup> errors;         // failed requests grouped by message, most frequent first
+  std::vector<double> percentiles;  // what Summary::percentiles hold
+  std::vector<ErrorGroup> errors;   // failed requests grouped by message, most frequent first
 };
 
 RunMetrics compute_metrics(const std::vector<RequestRecord>& records, double duration_s,

@@ -45,14 +45,17 @@ std::string point_label(const ServeRun& run) {
 
 std::string plot_subtitle(const ServeBenchResult& r) {
   std::string server = r.settings.value("base_url", "");
-  const nlohmann::json info = r.server.is_object() ? r.server.value("server_info", nlohmann::json::object()) : nlohmann::json();
+  const nlohmann::json info =
+      r.server.is_object() ? r.server.value("server_info", nlohmann::json::object()) : nlohmann::json();
   if (info.is_object() && info.contains("device") && info["device"].is_string())
     server += ", " + info["device"].get<std::string>();
   if (info.is_object() && info.contains("commit") && info["commit"].is_string())
     server += ", commit " + info["commit"].get<std::string>().substr(0, 12);
-  const nlohmann::json d = r.settings.is_object() ? r.settings.value("dataset", nlohmann::json::object()) : nlohmann::json::object();
+  const nlohmann::json d =
+      r.settings.is_object() ? r.settings.value("dataset", nlohmann::json::object()) : nlohmann::json::object();
   std::string workload = d.value("name", "");
-  if (workload == "random") workload += fmt::format(" {} in / {} out", d.value("input_len", 0), d.value("output_len", 0));
+  if (workload == "random")
+    workload += fmt::format(" {} in / {} out", d.value("input_len", 0), d.value("output_len", 0));
   return fmt::format("{} at {}; {}; {} GPU{} at ${:.2f}/h; {}", r.model, server, workload, settings_gpus(r),
                      settings_gpus(r) > 1 ? "s" : "", settings_usd(r), r.date.substr(0, 10));
 }
@@ -87,7 +90,8 @@ std::string format_run_block(const ServeBenchResult& result, const ServeRun& run
   row(fmt::format("Output tok/s per GPU ({} GPU{}):", settings_gpus(result), settings_gpus(result) > 1 ? "s" : ""),
       fmt::format("{:.2f}", e.output_tok_s_per_gpu));
   row("Output tok/s per user (1000 / mean TPOT):", fmt::format("{:.2f}", e.tok_s_per_user));
-  row(fmt::format("$ per M output tokens (${:.2f}/GPU-h):", settings_usd(result)), fmt::format("{:.4f}", e.usd_per_m_output));
+  row(fmt::format("$ per M output tokens (${:.2f}/GPU-h):", settings_usd(result)),
+      fmt::format("{:.4f}", e.usd_per_m_output));
   auto block = [&](const char* name, const char* label, const Summary& s) {
     title(std::string(" ") + name + " ");
     row(fmt::format("Mean {} (ms):", label), fmt::format("{:.2f}", s.mean));
@@ -109,8 +113,8 @@ std::string format_run_block(const ServeBenchResult& result, const ServeRun& run
 
 std::string format_sweep_table(const ServeBenchResult& result) {
   const auto& pcts = result.runs.empty() ? std::vector<double>{} : result.runs[0].metrics.percentiles;
-  std::vector<std::string> header = {"concurrency", "prompts", "ok",         "failed",    "req/s",     "out tok/s",
-                                     "total tok/s", "tok/s/GPU", "tok/s/user", "$/M out"};
+  std::vector<std::string> header = {"concurrency", "prompts",     "ok",        "failed",     "req/s",
+                                     "out tok/s",   "total tok/s", "tok/s/GPU", "tok/s/user", "$/M out"};
   const bool goodput = !result.runs.empty() && result.runs[0].metrics.request_goodput.has_value();
   if (goodput) header.push_back("goodput req/s");
   for (const char* metric : {"TTFT", "TPOT", "ITL", "E2EL"}) {
@@ -121,9 +125,12 @@ std::string format_sweep_table(const ServeBenchResult& result) {
   TextTable table(header);
   for (const ServeRun& run : result.runs) {
     const RunMetrics& m = run.metrics;
-    std::vector<std::string> row = {cap_name(run.max_concurrency), std::to_string(run.num_prompts),
-                                    std::to_string(m.completed),   std::to_string(m.failed),
-                                    fmt::format("{:.2f}", m.request_throughput), fmt::format("{:.1f}", m.output_throughput),
+    std::vector<std::string> row = {cap_name(run.max_concurrency),
+                                    std::to_string(run.num_prompts),
+                                    std::to_string(m.completed),
+                                    std::to_string(m.failed),
+                                    fmt::format("{:.2f}", m.request_throughput),
+                                    fmt::format("{:.1f}", m.output_throughput),
                                     fmt::format("{:.1f}", m.total_token_throughput)};
     const RunEconomics e = economics(result, run);
     row.push_back(fmt::format("{:.1f}", e.output_tok_s_per_gpu));
@@ -138,8 +145,8 @@ std::string format_sweep_table(const ServeBenchResult& result) {
     table.add(row);
   }
   std::string info = fmt::format("ossrt bench serve: {} at {}, model {}, latencies in ms, ${:.2f} per GPU-hour x {}\n",
-                                 result.settings.value("endpoint", ""), result.settings.value("base_url", ""), result.model,
-                                 settings_usd(result), settings_gpus(result));
+                                 result.settings.value("endpoint", ""), result.settings.value("base_url", ""),
+                                 result.model, settings_usd(result), settings_gpus(result));
   return info + table.str();
 }
 
@@ -160,13 +167,8 @@ nlohmann::json serve_result_json(const ServeBenchResult& result, bool with_itl) 
     j["requests"] = std::move(requests);
     runs.push_back(std::move(j));
   }
-  return {{"benchmark", "ossrt bench serve"},
-          {"format_version", 1},
-          {"date", result.date},
-          {"model", result.model},
-          {"settings", result.settings},
-          {"server", result.server},
-          {"runs", runs}};
+  return {{"benchmark", "ossrt bench serve"}, {"format_version", 1},     {"date", result.date}, {"model", result.model},
+          {"settings", result.settings},      {"server", result.server}, {"runs", runs}};
 }
 
 PlotSpec serve_throughput_plot(const ServeBenchResult& result) {
@@ -203,8 +205,10 @@ PlotSpec serve_latency_plot(const ServeBenchResult& result) {
     const Summary RunMetrics::*summary;
     bool use_tail;
   };
-  const Curve curves[] = {{"TTFT median", &RunMetrics::ttft_ms, false}, {"TTFT", &RunMetrics::ttft_ms, true},
-                          {"TPOT median", &RunMetrics::tpot_ms, false}, {"ITL", &RunMetrics::itl_ms, true}};
+  const Curve curves[] = {{"TTFT median", &RunMetrics::ttft_ms, false},
+                          {"TTFT", &RunMetrics::ttft_ms, true},
+                          {"TPOT median", &RunMetrics::tpot_ms, false},
+                          {"ITL", &RunMetrics::itl_ms, true}};
   for (const Curve& c : curves) {
     if (c.use_tail && !has_tail) continue;
     PlotSeries s;
@@ -226,10 +230,20 @@ std::vector<std::string> write_serve_results(const ServeBenchResult& result, con
   paths.push_back(write_text_file(dir, "serve.json", dump(serve_result_json(result, with_itl), 1) + "\n"));
 
   const auto& pcts = result.runs.empty() ? std::vector<double>{} : result.runs[0].metrics.percentiles;
-  std::vector<std::string> header = {"max_concurrency", "num_prompts", "completed", "failed", "duration_s",
-                                     "total_input_tokens", "total_output_tokens", "request_throughput",
-                                     "request_goodput", "output_throughput", "total_token_throughput",
-                                     "output_throughput_per_gpu", "tok_s_per_user", "usd_per_m_output"};
+  std::vector<std::string> header = {"max_concurrency",
+                                     "num_prompts",
+                                     "completed",
+                                     "failed",
+                                     "duration_s",
+                                     "total_input_tokens",
+                                     "total_output_tokens",
+                                     "request_throughput",
+                                     "request_goodput",
+                                     "output_throughput",
+                                     "total_token_throughput",
+                                     "output_throughput_per_gpu",
+                                     "tok_s_per_user",
+                                     "usd_per_m_output"};
   for (const char* metric : {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"}) {
     for (const char* stat : {"mean", "median", "std"}) header.push_back(fmt::format("{}_{}", metric, stat));
     for (double p : pcts) header.push_back(fmt::format("{}_p{:g}", metric, p));
@@ -237,12 +251,17 @@ std::vector<std::string> write_serve_results(const ServeBenchResult& result, con
   TextTable summary(header);
   for (const ServeRun& run : result.runs) {
     const RunMetrics& m = run.metrics;
-    std::vector<std::string> row = {std::to_string(run.max_concurrency), std::to_string(run.num_prompts),
-                                    std::to_string(m.completed), std::to_string(m.failed), fmt::format("{}", m.duration_s),
-                                    std::to_string(m.total_input_tokens), std::to_string(m.total_output_tokens),
+    std::vector<std::string> row = {std::to_string(run.max_concurrency),
+                                    std::to_string(run.num_prompts),
+                                    std::to_string(m.completed),
+                                    std::to_string(m.failed),
+                                    fmt::format("{}", m.duration_s),
+                                    std::to_string(m.total_input_tokens),
+                                    std::to_string(m.total_output_tokens),
                                     fmt::format("{}", m.request_throughput),
                                     m.request_goodput ? fmt::format("{}", *m.request_goodput) : "",
-                                    fmt::format("{}", m.output_throughput), fmt::format("{}", m.total_token_throughput)};
+                                    fmt::format("{}", m.output_throughput),
+                                    fmt::format("{}", m.total_token_throughput)};
     const RunEconomics e = economics(result, run);
     row.push_back(fmt::format("{}", e.output_tok_s_per_gpu));
     row.push_back(fmt::format("{}", e.tok_s_per_user));
@@ -257,14 +276,15 @@ std::vector<std::string> write_serve_results(const ServeBenchResult& result, con
   }
   paths.push_back(write_text_file(dir, "serve_summary.csv", summary.csv()));
 
-  TextTable requests({"max_concurrency", "index", "success", "http_status", "prompt_len", "output_tokens",
-                      "start_s", "ttft_ms", "tpot_ms", "e2el_ms", "chunks", "finish_reason", "error"});
+  TextTable requests({"max_concurrency", "index", "success", "http_status", "prompt_len", "output_tokens", "start_s",
+                      "ttft_ms", "tpot_ms", "e2el_ms", "chunks", "finish_reason", "error"});
   for (const ServeRun& run : result.runs)
     for (const auto& r : run.records)
       requests.add({std::to_string(run.max_concurrency), std::to_string(r.index), r.success ? "1" : "0",
                     std::to_string(r.http_status), std::to_string(r.prompt_len), std::to_string(r.output_tokens),
-                    fmt::format("{}", r.start_s), fmt::format("{}", r.ttft_s * 1e3), fmt::format("{}", r.tpot_s() * 1e3),
-                    fmt::format("{}", r.e2el_s * 1e3), std::to_string(r.chunks), r.finish_reason, r.error});
+                    fmt::format("{}", r.start_s), fmt::format("{}", r.ttft_s * 1e3),
+                    fmt::format("{}", r.tpot_s() * 1e3), fmt::format("{}", r.e2el_s * 1e3), std::to_string(r.chunks),
+                    r.finish_reason, r.error});
   paths.push_back(write_text_file(dir, "serve_requests.csv", requests.csv()));
   paths.push_back(write_text_file(dir, "serve_throughput.svg", render_svg(serve_throughput_plot(result))));
   paths.push_back(write_text_file(dir, "serve_latency.svg", render_svg(serve_latency_plot(result))));

@@ -33,8 +33,8 @@ class SseParser {
   void line(std::string_view text);
 
   Handler on_event_;
-  std::string line_;         // the current line so far
-  bool after_cr_ = false;    // the last byte was CR: a following LF belongs to the same line end
+  std::string line_;       // the current line so far
+  bool after_cr_ = false;  // the last byte was CR: a following LF belongs to the same line end
   SseEvent event_;
   bool has_data_ = false;
   size_t comments_ = 0;

@@ -17,7 +17,7 @@ struct Summary {
   size_t count = 0;
   double mean = 0, median = 0, std = 0;  // std: population (numpy.std's default ddof = 0)
   double min = 0, max = 0;
-  std::vector<double> percentiles;       // one per requested percentile, in request order
+  std::vector<double> percentiles;  // one per requested percentile, in request order
 };
 
 // Summary of `values` (any order); `percentiles` e.g. {90, 99}. All zeros for no values.

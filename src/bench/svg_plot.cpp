@@ -11,7 +11,8 @@ namespace ossrt::bench {
 namespace {
 
 // Colour-blind-safe palette (Okabe & Ito), in the order curves are added.
-constexpr const char* kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"};
+constexpr const char* kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
+                                    "#E69F00", "#56B4E9", "#000000", "#F0E442"};
 constexpr int kMarginLeft = 84, kMarginRight = 190, kMarginTop = 70, kMarginBottom = 64;
 
 bool usable(double v, bool log) { return std::isfinite(v) && (!log || v > 0); }
@@ -157,27 +158,34 @@ std::string render_svg(const PlotSpec& spec) {
       "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n"
       "<rect x=\"0\" y=\"0\" width=\"{0}\" height=\"{1}\" fill=\"#ffffff\"/>\n",
       W, H);
-  o += fmt::format("<text x=\"{}\" y=\"28\" font-size=\"16\" font-weight=\"bold\">{}</text>\n", x0, xml_escape(spec.title));
+  o += fmt::format("<text x=\"{}\" y=\"28\" font-size=\"16\" font-weight=\"bold\">{}</text>\n", x0,
+                   xml_escape(spec.title));
   if (!spec.subtitle.empty())
-    o += fmt::format("<text x=\"{}\" y=\"48\" font-size=\"11\" fill=\"#555555\">{}</text>\n", x0, xml_escape(spec.subtitle));
+    o += fmt::format("<text x=\"{}\" y=\"48\" font-size=\"11\" fill=\"#555555\">{}</text>\n", x0,
+                     xml_escape(spec.subtitle));
   // grid and ticks
   o += "<g stroke=\"#e3e3e3\" stroke-width=\"1\">\n";
   const auto xt = axis_ticks(xlo, xhi, spec.x.log), yt = axis_ticks(ylo, yhi, spec.y.log);
-  for (double v : xt) o += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\"/>\n", sx.px(v), y0, y1);
-  for (double v : yt) o += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\"/>\n", x0, sy.px(v), x1);
+  for (double v : xt)
+    o += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\"/>\n", sx.px(v), y0, y1);
+  for (double v : yt)
+    o += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\"/>\n", x0, sy.px(v), x1);
   o += "</g>\n";
-  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333333\"/>\n", x0, y1, x1 - x0,
-                   y0 - y1);
+  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333333\"/>\n", x0, y1,
+                   x1 - x0, y0 - y1);
   o += "<g fill=\"#333333\">\n";
   for (double v : xt)
-    o += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", sx.px(v), y0 + 18, xml_escape(tick_label(v)));
+    o += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", sx.px(v), y0 + 18,
+                     xml_escape(tick_label(v)));
   for (double v : yt)
-    o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", x0 - 8, sy.px(v) + 4, xml_escape(tick_label(v)));
+    o += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", x0 - 8, sy.px(v) + 4,
+                     xml_escape(tick_label(v)));
   o += "</g>\n";
   o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"13\">{}</text>\n", (x0 + x1) / 2, H - 18,
                    xml_escape(spec.x.title + (spec.x.log ? " (log scale)" : "")));
-  o += fmt::format("<text x=\"18\" y=\"{0}\" text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 18 {0})\">{1}</text>\n",
-                   (y0 + y1) / 2, xml_escape(spec.y.title + (spec.y.log ? " (log scale)" : "")));
+  o += fmt::format(
+      "<text x=\"18\" y=\"{0}\" text-anchor=\"middle\" font-size=\"13\" transform=\"rotate(-90 18 {0})\">{1}</text>\n",
+      (y0 + y1) / 2, xml_escape(spec.y.title + (spec.y.log ? " (log scale)" : "")));
   // series
   for (size_t k = 0; k < spec.series.size(); ++k) {
     const PlotSeries& s = spec.series[k];
@@ -196,19 +204,20 @@ std::string render_svg(const PlotSpec& spec) {
       const double px = sx.px(s.x[i]), py = sy.px(s.y[i]);
       o += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"/>\n", px, py, colour);
       if (i < s.labels.size() && !s.labels[i].empty())
-        o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" fill=\"{}\">{}</text>\n", px + 5, py - 6, colour,
-                         xml_escape(s.labels[i]));
+        o += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" fill=\"{}\">{}</text>\n", px + 5, py - 6,
+                         colour, xml_escape(s.labels[i]));
     }
     o += "</g>\n";
     // legend
     const int ly = y1 + 8 + int(k) * 20;
-    o += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"2\"/>\n", x1 + 14, ly, x1 + 38,
-                     colour);
+    o += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"2\"/>\n", x1 + 14,
+                     ly, x1 + 38, colour);
     o += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3.5\" fill=\"{}\"/>\n", x1 + 26, ly, colour);
     o += fmt::format("<text x=\"{}\" y=\"{}\">{}</text>\n", x1 + 44, ly + 4, xml_escape(s.name));
   }
   if (xs.empty())
-    o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#999999\">no data</text>\n", (x0 + x1) / 2, (y0 + y1) / 2);
+    o += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#999999\">no data</text>\n", (x0 + x1) / 2,
+                     (y0 + y1) / 2);
   o += "</svg>\n";
   return o;
 }

@@ -11,7 +11,11 @@ namespace ossrt::bench {
 namespace {
 bool looks_numeric(const std::string& s) {
   if (s.empty()) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.' || c == '-' || c == ',' || c == 'e' || c == '+' || c == '%' || c == 'x'; }) &&
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) {
+                       return (c >= '0' && c <= '9') || c == '.' || c == '-' || c == ',' || c == 'e' || c == '+' ||
+                              c == '%' || c == 'x';
+                     }) &&
          (s[0] == '-' || (s[0] >= '0' && s[0] <= '9') || s[0] == '.');
 }
 }  // namespace
@@ -27,8 +31,10 @@ std::string TextTable::str() const {
       const std::string cell = c < row.size() ? row[c] : "";
       const size_t pad = width[c] - cell.size();
       if (c > 0) out += "  ";
-      if (!header && looks_numeric(cell)) out += std::string(pad, ' ') + cell;
-      else out += cell + (c + 1 < width.size() ? std::string(pad, ' ') : "");
+      if (!header && looks_numeric(cell))
+        out += std::string(pad, ' ') + cell;
+      else
+        out += cell + (c + 1 < width.size() ? std::string(pad, ' ') : "");
     }
     while (!out.empty() && out.back() == ' ') out.pop_back();
     out += '\n';

@@ -55,8 +55,7 @@ void set_int(const json& j, const char* key, const std::string& source, int& out
 }
 
 // The first of several alias keys that is present (HF renamed fields across versions).
-void set_int_alias(const json& j, std::initializer_list<const char*> keys, const std::string& source,
-                   int& out) {
+void set_int_alias(const json& j, std::initializer_list<const char*> keys, const std::string& source, int& out) {
   for (const char* key : keys) {
     if (auto v = opt_int(j, key, source)) {
       out = narrow_int(*v, key, source);
@@ -114,19 +113,16 @@ void parse_rope(const json& j, const std::string& source, GptOssConfig& c) {
     c.rope.factor = 1.0;
     return;
   }
-  if (type != "yarn")
-    fail("{}: rope_type '{}' is not supported (gpt-oss uses 'yarn')", where, type);
+  if (type != "yarn") fail("{}: rope_type '{}' is not supported (gpt-oss uses 'yarn')", where, type);
   if (auto v = opt_number(*rope, "factor", where)) c.rope.factor = *v;
   if (auto v = opt_number(*rope, "beta_fast", where)) c.rope.beta_fast = *v;
   if (auto v = opt_number(*rope, "beta_slow", where)) c.rope.beta_slow = *v;
-  if (auto v = opt_int(*rope, "original_max_position_embeddings", where))
-    c.rope.original_max_position_embeddings = *v;
+  if (auto v = opt_int(*rope, "original_max_position_embeddings", where)) c.rope.original_max_position_embeddings = *v;
   // HF's default for a missing 'truncate' is true; gpt-oss configs always say false explicitly.
   c.rope.truncate = opt_bool(*rope, "truncate", where).value_or(true);
   for (const char* unsupported : {"mscale", "mscale_all_dim", "attention_factor"}) {
     if (rope->contains(unsupported) && !(*rope)[unsupported].is_null())
-      fail("{}: '{}' is not supported (gpt-oss derives the attention factor from 'factor')", where,
-           unsupported);
+      fail("{}: '{}' is not supported (gpt-oss derives the attention factor from 'factor')", where, unsupported);
   }
 }
 
@@ -145,8 +141,7 @@ void parse_layer_types(const json& j, const std::string& source, GptOssConfig& c
     } else if (t == "full_attention") {
       c.layer_types.push_back(LayerKind::FullAttention);
     } else {
-      fail("{}: layer_types[{}] = {}: expected \"sliding_attention\" or \"full_attention\"", source,
-           i, t.dump());
+      fail("{}: layer_types[{}] = {}: expected \"sliding_attention\" or \"full_attention\"", source, i, t.dump());
     }
   }
 }
@@ -222,34 +217,29 @@ void GptOssConfig::validate() const {
   positive(max_position_embeddings, "max_position_embeddings");
   positive(rope.original_max_position_embeddings, "rope original_max_position_embeddings");
   if (experts_per_token > num_experts)
-    fail("{}: num_experts_per_tok ({}) exceeds num_local_experts ({})", src, experts_per_token,
-         num_experts);
+    fail("{}: num_experts_per_tok ({}) exceeds num_local_experts ({})", src, experts_per_token, num_experts);
   if (num_attention_heads % num_key_value_heads != 0)
-    fail("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", src,
-         num_attention_heads, num_key_value_heads);
+    fail("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", src, num_attention_heads,
+         num_key_value_heads);
   // RoPE rotates the two halves of each head (docs/reference/SPEC.md 2.5).
   if (head_dim % 2 != 0) fail("{}: head_dim ({}) must be even for RoPE", src, head_dim);
   if (layer_types.size() != size_t(num_layers))
-    fail("{}: layer_types has {} entries but num_hidden_layers is {}", src, layer_types.size(),
-         num_layers);
+    fail("{}: layer_types has {} entries but num_hidden_layers is {}", src, layer_types.size(), num_layers);
   if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps))
     fail("{}: rms_norm_eps must be positive, got {}", src, rms_norm_eps);
-  if (!(rope.theta > 1) || !std::isfinite(rope.theta))
-    fail("{}: rope_theta must be > 1, got {}", src, rope.theta);
+  if (!(rope.theta > 1) || !std::isfinite(rope.theta)) fail("{}: rope_theta must be > 1, got {}", src, rope.theta);
   if (!(rope.factor >= 1) || !std::isfinite(rope.factor))
     fail("{}: rope factor must be >= 1, got {}", src, rope.factor);
   if (!(rope.beta_fast > 0) || !(rope.beta_slow > 0))
-    fail("{}: rope beta_fast/beta_slow must be positive, got {}/{}", src, rope.beta_fast,
-         rope.beta_slow);
+    fail("{}: rope beta_fast/beta_slow must be positive, got {}/{}", src, rope.beta_fast, rope.beta_slow);
   if (!(swiglu_limit > 0)) fail("{}: swiglu_limit must be positive, got {}", src, swiglu_limit);
   if (experts_mxfp4) {
     // MXFP4 blocks are 32 elements along the input dimension of both expert projections.
     if (hidden_size % kMxfp4BlockElems != 0)
-      fail("{}: hidden_size ({}) must be a multiple of {} for MXFP4 experts", src, hidden_size,
-           kMxfp4BlockElems);
+      fail("{}: hidden_size ({}) must be a multiple of {} for MXFP4 experts", src, hidden_size, kMxfp4BlockElems);
     if (intermediate_size % kMxfp4BlockElems != 0)
-      fail("{}: intermediate_size ({}) must be a multiple of {} for MXFP4 experts", src,
-           intermediate_size, kMxfp4BlockElems);
+      fail("{}: intermediate_size ({}) must be a multiple of {} for MXFP4 experts", src, intermediate_size,
+           kMxfp4BlockElems);
   }
 }
 
@@ -258,9 +248,10 @@ GptOssConfig parse_config(const nlohmann::json& j, const std::string& source) {
   const bool original = is_original_openai_config(j);
   if (!original && !is_gpt_oss(j)) {
     std::string got = j.contains("model_type") ? j["model_type"].dump() : "none";
-    fail("{}: not a gpt-oss config (model_type {}, expected \"gpt_oss\" or architectures "
-         "[\"GptOssForCausalLM\"])",
-         source, got);
+    fail(
+        "{}: not a gpt-oss config (model_type {}, expected \"gpt_oss\" or architectures "
+        "[\"GptOssForCausalLM\"])",
+        source, got);
   }
   GptOssConfig c;
   c.name = source;
@@ -286,8 +277,7 @@ GptOssConfig parse_config(const nlohmann::json& j, const std::string& source) {
     if (auto v = opt_number(j, "rope_scaling_factor", source)) c.rope.factor = *v;
     if (auto v = opt_number(j, "rope_ntk_beta", source)) c.rope.beta_fast = *v;
     if (auto v = opt_number(j, "rope_ntk_alpha", source)) c.rope.beta_slow = *v;
-    if (auto v = opt_int(j, "initial_context_length", source))
-      c.rope.original_max_position_embeddings = *v;
+    if (auto v = opt_int(j, "initial_context_length", source)) c.rope.original_max_position_embeddings = *v;
     c.rope.truncate = false;
     c.max_position_embeddings = int64_t(c.rope.original_max_position_embeddings * c.rope.factor);
     c.experts_mxfp4 = true;  // the original checkpoint only exists in MXFP4
@@ -297,11 +287,9 @@ GptOssConfig parse_config(const nlohmann::json& j, const std::string& source) {
     if (auto it = j.find("quantization_config"); it != j.end() && !it->is_null()) {
       if (!it->is_object()) fail("{}: quantization_config must be an object", source);
       auto method = it->find("quant_method");
-      if (method == it->end() || !method->is_string())
-        fail("{}: quantization_config has no quant_method", source);
+      if (method == it->end() || !method->is_string()) fail("{}: quantization_config has no quant_method", source);
       if (*method != "mxfp4")
-        fail("{}: quantization_config.quant_method {} is not supported (only \"mxfp4\")", source,
-             method->dump());
+        fail("{}: quantization_config.quant_method {} is not supported (only \"mxfp4\")", source, method->dump());
       // Mxfp4Config(dequantize=True) leaves the files in MXFP4; the flag describes the files.
       c.experts_mxfp4 = true;
     }

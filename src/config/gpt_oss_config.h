@@ -41,7 +41,7 @@ struct GptOssConfig {
   RopeConfig rope;
   std::vector<LayerKind> layer_types;  // size num_layers; SlidingAttention for even layers in gpt-oss
   std::vector<int> eos_token_ids = {200002, 199999, 200012};
-  bool experts_mxfp4 = false;  // quantization_config.quant_method == "mxfp4"
+  bool experts_mxfp4 = false;    // quantization_config.quant_method == "mxfp4"
   std::string name = "gpt-oss";  // preset or directory name, for logs
 
   int qkv_dim() const { return (num_attention_heads + 2 * num_key_value_heads) * head_dim; }

@@ -17,7 +17,7 @@ template <typename... Args>
 }  // namespace ossrt
 
 // Throws ossrt::Error with a formatted message when cond is false.
-#define OSSRT_CHECK(cond, ...)                  \
-  do {                                          \
-    if (!(cond)) ::ossrt::fail(__VA_ARGS__);    \
+#define OSSRT_CHECK(cond, ...)               \
+  do {                                       \
+    if (!(cond)) ::ossrt::fail(__VA_ARGS__); \
   } while (0)

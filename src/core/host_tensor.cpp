@@ -68,8 +68,8 @@ void HostTensor::to_f32(int64_t begin, int64_t n, float* dst) const {
 
 void HostExperts::row_f32(int64_t e, int64_t r, float* dst) const {
   if (e < 0 || e >= experts || r < 0 || r >= out)
-    fail("experts {}: row ({}, {}) out of range [{}, {})", format == Format::Mxfp4 ? blocks.name : weight.name,
-         e, r, experts, out);
+    fail("experts {}: row ({}, {}) out of range [{}, {})", format == Format::Mxfp4 ? blocks.name : weight.name, e, r,
+         experts, out);
   switch (format) {
     case Format::Mxfp4: {
       // docs/reference/SPEC.md 3.3: 32 elements per block share one E8M0 scale; byte j of a block holds element 2j
@@ -89,9 +89,7 @@ void HostExperts::row_f32(int64_t e, int64_t r, float* dst) const {
       }
       return;
     }
-    case Format::Dense:
-      weight.to_f32((e * out + r) * in, in, dst);
-      return;
+    case Format::Dense: weight.to_f32((e * out + r) * in, in, dst); return;
     case Format::DenseTransposed: {
       // [E, in, out]: logical row r is column r of expert e's matrix, a strided gather.
       require_float(weight);

@@ -46,7 +46,9 @@ struct Tensor {
   }
 
   template <typename T>
-  T* ptr() const { return static_cast<T*>(data); }
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
 
   // Rows [begin, begin + count) of dimension 0, as a view of the same memory.
   Tensor rows(int64_t begin, int64_t count) const {

@@ -11,7 +11,7 @@
 namespace ossrt {
 
 struct TokenIdRange {
-  int64_t min = 0;                    // smallest accepted id
+  int64_t min = 0;                                 // smallest accepted id
   int64_t max_exclusive = int64_t(INT32_MAX) + 1;  // ids must be < this (and fit int32)
   bool allow_empty = false;
 };

@@ -26,8 +26,8 @@ size_t kv_elem_bytes(const StepModel& model, int block_size) {
   probe.head_dim = model.config().head_dim;
   const size_t per_elem_count = 2 * size_t(block_size) * size_t(probe.num_kv_heads) * size_t(probe.head_dim);
   const size_t bytes = model.kv_block_bytes(probe);
-  OSSRT_CHECK(bytes > 0 && bytes % per_elem_count == 0, "backend reports {} bytes per KV block of {} elements",
-              bytes, per_elem_count);
+  OSSRT_CHECK(bytes > 0 && bytes % per_elem_count == 0, "backend reports {} bytes per KV block of {} elements", bytes,
+              per_elem_count);
   return bytes / per_elem_count;
 }
 
@@ -41,8 +41,8 @@ EngineMemory plan_memory(StepModel& model, const EngineConfig& config) {
               "engine: max_num_seqs {} exceeds the model's logit rows {}", config.max_num_seqs,
               model.limits().max_logit_rows);
   const int model_len = mc.max_position_embeddings;
-  OSSRT_CHECK(config.max_model_len <= model_len,
-              "--max-model-len {} exceeds the model's context length of {} tokens", config.max_model_len, model_len);
+  OSSRT_CHECK(config.max_model_len <= model_len, "--max-model-len {} exceeds the model's context length of {} tokens",
+              config.max_model_len, model_len);
   const int wanted_len = config.max_model_len > 0 ? config.max_model_len : model_len;
   KvMemoryPlanRequest request;
   request.elem_bytes = kv_elem_bytes(model, config.block_size);
@@ -52,7 +52,8 @@ EngineMemory plan_memory(StepModel& model, const EngineConfig& config) {
   request.num_full_blocks_override = config.num_full_blocks;
   request.kv_heads = model.kv_heads_per_rank();
   // More than max_num_seqs sequences of the longest length can never be cached at once.
-  request.max_full_blocks = int64_t(config.max_num_seqs) * ((int64_t(wanted_len) + config.block_size - 1) / config.block_size);
+  request.max_full_blocks =
+      int64_t(config.max_num_seqs) * ((int64_t(wanted_len) + config.block_size - 1) / config.block_size);
 
   EngineMemory out;
   MemoryReport& report = out.report;
@@ -62,7 +63,8 @@ EngineMemory plan_memory(StepModel& model, const EngineConfig& config) {
     OSSRT_CHECK(config.gpu_memory_utilization > 0.0 && config.gpu_memory_utilization <= 1.0,
                 "--gpu-memory-utilization must be in (0, 1], got {}", config.gpu_memory_utilization);
     // Profile one step of the largest shape on a cache just big enough for it, then measure.
-    const ProfileStep profile = make_profile_step(config.max_num_batched_tokens, config.max_num_seqs, config.block_size, mc.vocab_size);
+    const ProfileStep profile =
+        make_profile_step(config.max_num_batched_tokens, config.max_num_seqs, config.block_size, mc.vocab_size);
     KvCacheShape shape;
     shape.num_full_layers = mc.num_full_layers();
     shape.num_sliding_layers = mc.num_sliding_layers();
@@ -77,7 +79,8 @@ EngineMemory plan_memory(StepModel& model, const EngineConfig& config) {
     const std::vector<MemoryUse> ranks = model.memory_use();
     OSSRT_CHECK(!ranks.empty(), "engine: the model reports no memory");
     size_t budget = std::numeric_limits<size_t>::max();
-    for (const MemoryUse& m : ranks) budget = std::min(budget, kv_budget_after_profile(m, config.gpu_memory_utilization));
+    for (const MemoryUse& m : ranks)
+      budget = std::min(budget, kv_budget_after_profile(m, config.gpu_memory_utilization));
     const MemoryUse& m = ranks[0];
     report.profiled = true;
     report.profile_tokens = profile.plan.num_tokens();
@@ -95,11 +98,12 @@ EngineMemory plan_memory(StepModel& model, const EngineConfig& config) {
     out.kv = plan_kv_memory(mc, request);
   } catch (const Error& e) {
     if (!report.profiled) throw;
-    fail("not enough memory for a KV cache: {:.2f} GiB left at --gpu-memory-utilization {} after the weights "
-         "({:.2f} GiB), the profiled step's workspaces ({:.2f} GiB) and everything else in use ({:.2f} GiB); raise "
-         "--gpu-memory-utilization, lower --max-num-seqs / --max-num-batched-tokens, or give --kv-cache-bytes ({})",
-         request.kv_budget_bytes / 1073741824.0, config.gpu_memory_utilization, report.weights / 1073741824.0,
-         report.workspaces / 1073741824.0, report.other_in_use / 1073741824.0, e.what());
+    fail(
+        "not enough memory for a KV cache: {:.2f} GiB left at --gpu-memory-utilization {} after the weights "
+        "({:.2f} GiB), the profiled step's workspaces ({:.2f} GiB) and everything else in use ({:.2f} GiB); raise "
+        "--gpu-memory-utilization, lower --max-num-seqs / --max-num-batched-tokens, or give --kv-cache-bytes ({})",
+        request.kv_budget_bytes / 1073741824.0, config.gpu_memory_utilization, report.weights / 1073741824.0,
+        report.workspaces / 1073741824.0, report.other_in_use / 1073741824.0, e.what());
   }
 
   if (!report.profiled) {
@@ -119,9 +123,10 @@ EngineMemory plan_memory(StepModel& model, const EngineConfig& config) {
     out.max_model_len = config.max_model_len;
   } else if (capacity < model_len) {
     out.max_model_len = int(capacity);
-    spdlog::warn("max_model_len {} instead of the model's {}: that is all the KV cache holds (raise "
-                 "--gpu-memory-utilization or --kv-cache-bytes for more)",
-                 capacity, model_len);
+    spdlog::warn(
+        "max_model_len {} instead of the model's {}: that is all the KV cache holds (raise "
+        "--gpu-memory-utilization or --kv-cache-bytes for more)",
+        capacity, model_len);
   } else {
     out.max_model_len = model_len;
   }
@@ -295,7 +300,8 @@ std::string Engine::validate(const GenerationRequest& r) const {
 
 std::vector<int32_t> Engine::stop_ids_for(const SamplingParams& params) const {
   std::vector<int32_t> ids = params.stop_token_ids;
-  if (!params.ignore_eos) ids.insert(ids.end(), model_.config().eos_token_ids.begin(), model_.config().eos_token_ids.end());
+  if (!params.ignore_eos)
+    ids.insert(ids.end(), model_.config().eos_token_ids.begin(), model_.config().eos_token_ids.end());
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
@@ -339,8 +345,10 @@ void Engine::drain_inbox() {
   for (const auto& id : cancels)
     while (Sequence* seq = scheduler_.find_by_request_id(id)) finish(*seq, FinishInfo{FinishReason::Abort, {}, {}, {}});
   if (abort_all) {
-    while (!scheduler_.running().empty()) finish(*scheduler_.running().front(), FinishInfo{FinishReason::Abort, {}, {}, {}});
-    while (!scheduler_.waiting().empty()) finish(*scheduler_.waiting().front(), FinishInfo{FinishReason::Abort, {}, {}, {}});
+    while (!scheduler_.running().empty())
+      finish(*scheduler_.running().front(), FinishInfo{FinishReason::Abort, {}, {}, {}});
+    while (!scheduler_.waiting().empty())
+      finish(*scheduler_.waiting().front(), FinishInfo{FinishReason::Abort, {}, {}, {}});
     std::lock_guard lk(mu_);
     abort_all_ = false;
   }
@@ -375,8 +383,8 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   for (const ScheduledSequence& s : scheduled)
     if (s.samples && s.seq->request.constraint) {
       s.seq->mask_error.clear();
-      mask_jobs.push_back(MaskJob{s.seq->request.constraint.get(), &s.seq->allowed_mask, &s.seq->mask_active,
-                                  &s.seq->mask_error});
+      mask_jobs.push_back(
+          MaskJob{s.seq->request.constraint.get(), &s.seq->allowed_mask, &s.seq->mask_active, &s.seq->mask_error});
     }
   masker_.start(std::move(mask_jobs));
   struct WaitMasks {  // also when run_step throws: the masker writes into the sequences

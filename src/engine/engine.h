@@ -34,9 +34,9 @@
 namespace ossrt {
 
 struct EngineConfig {
-  int max_num_seqs = 64;               // running sequences at most (<= the model's max_logit_rows)
-  int max_num_batched_tokens = 2048;   // token budget per step (<= the model's max_step_tokens)
-  int max_queue = 1024;                // waiting requests at most; submit() returns false beyond (0: always)
+  int max_num_seqs = 64;              // running sequences at most (<= the model's max_logit_rows)
+  int max_num_batched_tokens = 2048;  // token budget per step (<= the model's max_step_tokens)
+  int max_queue = 1024;               // waiting requests at most; submit() returns false beyond (0: always)
   int block_size = 16;
   // The KV cache: exactly num_full_blocks full-layer blocks when > 0; else kv_cache_bytes when > 0;
   // else planned from memory after one profiling step (engine/memory_profile.h), at
@@ -48,10 +48,10 @@ struct EngineConfig {
   // > 0: the context length, refused at start-up when the KV cache cannot hold one sequence of it;
   // 0: the model's own (max_position_embeddings), lowered (with one warning) to what the cache holds.
   int max_model_len = 0;
-  std::optional<uint64_t> seed;        // seeds the draws of requests without a seed (else random)
-  bool log_memory_plan = true;         // one info line with the plan at start-up
-  TokenBytesFn token_bytes;            // token -> bytes, for stop strings (optional)
-  bool start_thread = true;            // false: the caller drives run_step() (tests, benchmarks)
+  std::optional<uint64_t> seed;  // seeds the draws of requests without a seed (else random)
+  bool log_memory_plan = true;   // one info line with the plan at start-up
+  TokenBytesFn token_bytes;      // token -> bytes, for stop strings (optional)
+  bool start_thread = true;      // false: the caller drives run_step() (tests, benchmarks)
 };
 
 // The engine's memory decisions: the KV plan, the context length, and the report of both.
@@ -130,19 +130,19 @@ class Engine : public Generator {
   KvCache kv_;
   Scheduler scheduler_;
   StepSampler step_sampler_;
-  ConstraintMasker masker_;           // token masks of constrained rows, beside the forward pass
+  ConstraintMasker masker_;  // token masks of constrained rows, beside the forward pass
   SequenceId next_sequence_id_ = 1;
   std::mt19937_64 seed_source_;  // seeds for requests without one
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;        // wakes the engine thread
-  std::condition_variable idle_cv_;   // wakes drain()
+  std::condition_variable cv_;       // wakes the engine thread
+  std::condition_variable idle_cv_;  // wakes drain()
   std::vector<Submission> inbox_;
   std::vector<std::string> cancels_;
   bool abort_all_ = false;
   bool stopping_ = false;
   bool accepting_ = true;
-  bool busy_ = false;                 // the engine thread holds work
+  bool busy_ = false;  // the engine thread holds work
   GeneratorStats stats_;
   std::thread thread_;
 };

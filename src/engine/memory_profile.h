@@ -24,7 +24,7 @@ namespace ossrt {
 // own, every sequence sampling (max_num_seqs logit rows).
 struct ProfileStep {
   StepPlan plan;
-  int full_blocks = 0;    // blocks the plan touches in each pool
+  int full_blocks = 0;  // blocks the plan touches in each pool
   int window_blocks = 0;
 };
 // Token ids are ordinary ones below `vocab_size`.
@@ -36,20 +36,20 @@ size_t kv_budget_after_profile(const MemoryUse& after_profile, double utilizatio
 
 // What the engine's start-up plan decided, for the log line, /metrics and `generate --verbose`.
 struct MemoryReport {
-  bool profiled = false;         // false: the KV size came from --kv-cache-bytes or a block count
+  bool profiled = false;  // false: the KV size came from --kv-cache-bytes or a block count
   int profile_tokens = 0, profile_seqs = 0;
   double utilization = 0;
-  size_t capacity = 0;           // per rank
-  size_t weights = 0;            // per rank
-  size_t workspaces = 0;         // the backend's activations and workspaces (the profiled peak)
-  size_t other_in_use = 0;       // CUDA context, libraries, other processes
+  size_t capacity = 0;      // per rank
+  size_t weights = 0;       // per rank
+  size_t workspaces = 0;    // the backend's activations and workspaces (the profiled peak)
+  size_t other_in_use = 0;  // CUDA context, libraries, other processes
   size_t reserve = 0;
-  size_t kv_bytes = 0;           // the planned KV cache (per rank)
-  int64_t kv_tokens = 0;         // positions the full-attention layers' pool holds
+  size_t kv_bytes = 0;    // the planned KV cache (per rank)
+  int64_t kv_tokens = 0;  // positions the full-attention layers' pool holds
   size_t window_bytes_per_sequence = 0;
   int num_full_layers = 0;
   int max_model_len = 0;
-  double max_concurrency = 0;    // kv_tokens / max_model_len
+  double max_concurrency = 0;  // kv_tokens / max_model_len
   // "memory plan: weights 12.8 GiB, ..., max concurrency 35.0 at 131072 tokens"
   std::string one_line() const;
 };

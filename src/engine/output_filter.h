@@ -22,7 +22,7 @@ namespace ossrt {
 using TokenBytesFn = std::function<std::string(int32_t)>;
 
 struct FilterResult {
-  std::vector<int32_t> released;           // tokens that may be streamed now, in order
+  std::vector<int32_t> released;                // tokens that may be streamed now, in order
   std::vector<TokenLogprob> released_logprobs;  // aligned with released when logprobs are on
   bool finished = false;
   FinishReason reason = FinishReason::None;

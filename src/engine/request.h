@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "sampling/token_constraint.h"
 #include "sampling/sampling_params.h"  // SamplingParams, TokenLogprob
+#include "sampling/token_constraint.h"
 
 namespace ossrt {
 
 struct GenerationRequest {
-  std::string id;                   // unique per request (for cancel, logs, metrics)
+  std::string id;  // unique per request (for cancel, logs, metrics)
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
@@ -31,16 +31,16 @@ const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "
 // One event per engine step that produced tokens for the request (usually one token), plus a final
 // event with finished = true. Events of one request arrive in order, from the engine thread.
 struct GenerationEvent {
-  std::vector<int32_t> token_ids;       // new tokens (a matched stop token/string is excluded unless asked)
-  std::vector<TokenLogprob> logprobs;   // one per token when requested
+  std::vector<int32_t> token_ids;      // new tokens (a matched stop token/string is excluded unless asked)
+  std::vector<TokenLogprob> logprobs;  // one per token when requested
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
-  std::optional<int32_t> stop_token;    // the stop token id that ended it, if any
+  std::optional<int32_t> stop_token;  // the stop token id that ended it, if any
   std::optional<std::string> stop_string;
-  std::string error;                    // when finish_reason == Error
+  std::string error;  // when finish_reason == Error
   // Usage, filled on the final event.
   int prompt_tokens = 0;
-  int cached_prompt_tokens = 0;         // prompt tokens served from the prefix cache
+  int cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
   int completion_tokens = 0;
   // Timing, filled on the final event (seconds).
   double queue_time = 0, time_to_first_token = 0, e2e_latency = 0;
@@ -50,7 +50,7 @@ using EventCallback = std::function<void(const GenerationEvent&)>;
 
 struct GeneratorStats {
   int running = 0, waiting = 0;
-  double kv_usage = 0.0;                // fraction of full-layer KV blocks in use
+  double kv_usage = 0.0;  // fraction of full-layer KV blocks in use
   uint64_t preemptions = 0;
   uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // in tokens
   int total_kv_blocks = 0, free_kv_blocks = 0;
@@ -60,17 +60,17 @@ struct GeneratorStats {
 // /metrics (vllm:cache_config_info and ossrt: gauges). Zeros where a generator has no such thing.
 struct CacheConfig {
   int block_size = 0;
-  int num_gpu_blocks = 0;              // full-attention blocks (vLLM's name; on the CPU too)
-  double gpu_memory_utilization = 0;   // 0 when the size was given (--kv-cache-bytes / blocks)
+  int num_gpu_blocks = 0;             // full-attention blocks (vLLM's name; on the CPU too)
+  double gpu_memory_utilization = 0;  // 0 when the size was given (--kv-cache-bytes / blocks)
   bool enable_prefix_caching = false;
-  std::string cache_dtype;             // "bfloat16", "float32"
-  int64_t kv_tokens = 0;               // positions the full-attention layers' pool holds
+  std::string cache_dtype;  // "bfloat16", "float32"
+  int64_t kv_tokens = 0;    // positions the full-attention layers' pool holds
   uint64_t kv_bytes = 0;
   uint64_t weights_bytes = 0;
-  uint64_t workspace_bytes = 0;        // the profiled step's activations and workspaces
+  uint64_t workspace_bytes = 0;  // the profiled step's activations and workspaces
   uint64_t window_bytes_per_sequence = 0;
   int max_model_len = 0;
-  double max_concurrency = 0;          // kv_tokens / max_model_len
+  double max_concurrency = 0;  // kv_tokens / max_model_len
 };
 
 // What the server needs from whatever produces tokens. Implemented by Engine and by test replayers.

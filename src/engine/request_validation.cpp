@@ -18,17 +18,22 @@ std::optional<InvalidRequest> validate_generation_request(const GenerationReques
   if (int64_t(r.prompt_ids.size()) >= limits.max_model_len)
     return invalid("prompt", fmt::format("the prompt has {} tokens but the maximum context length is {} tokens",
                                          r.prompt_ids.size(), limits.max_model_len));
-  if (p.max_tokens < 1) return invalid("max_tokens", fmt::format("max_tokens must be at least 1, got {}", p.max_tokens));
+  if (p.max_tokens < 1)
+    return invalid("max_tokens", fmt::format("max_tokens must be at least 1, got {}", p.max_tokens));
   if (p.min_tokens < 0 || p.min_tokens > p.max_tokens)
     return invalid("min_tokens",
                    fmt::format("min_tokens must be in [0, max_tokens={}], got {}", p.max_tokens, p.min_tokens));
-  if (!(p.temperature >= 0.0f)) return invalid("temperature", fmt::format("temperature must be >= 0, got {}", p.temperature));
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return invalid("top_p", fmt::format("top_p must be in (0, 1], got {}", p.top_p));
+  if (!(p.temperature >= 0.0f))
+    return invalid("temperature", fmt::format("temperature must be >= 0, got {}", p.temperature));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+    return invalid("top_p", fmt::format("top_p must be in (0, 1], got {}", p.top_p));
   if (p.top_k < -1) return invalid("top_k", fmt::format("top_k must be -1 or 0 (off) or positive, got {}", p.top_k));
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return invalid("min_p", fmt::format("min_p must be in [0, 1], got {}", p.min_p));
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+    return invalid("min_p", fmt::format("min_p must be in [0, 1], got {}", p.min_p));
   if (!(p.repetition_penalty > 0.0f))
     return invalid("repetition_penalty", fmt::format("repetition_penalty must be > 0, got {}", p.repetition_penalty));
-  if (p.logprobs > vocab) return invalid("logprobs", fmt::format("logprobs {} exceeds the vocabulary size {}", p.logprobs, vocab));
+  if (p.logprobs > vocab)
+    return invalid("logprobs", fmt::format("logprobs {} exceeds the vocabulary size {}", p.logprobs, vocab));
   for (const auto& [id, bias] : p.logit_bias)
     if (id < 0 || id >= vocab)
       return invalid("logit_bias", fmt::format("logit_bias token {} is outside the vocabulary [0, {})", id, vocab));

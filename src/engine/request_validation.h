@@ -11,8 +11,8 @@
 namespace ossrt {
 
 struct GenerationLimits {
-  int vocab_size = 0;      // token ids must lie in [0, vocab_size)
-  int max_model_len = 0;   // prompt tokens must be fewer
+  int vocab_size = 0;     // token ids must lie in [0, vocab_size)
+  int max_model_len = 0;  // prompt tokens must be fewer
 };
 
 struct InvalidRequest {

@@ -24,8 +24,8 @@ struct SchedulerConfig {
 
 struct ScheduledSequence {
   Sequence* seq = nullptr;
-  int num_tokens = 0;     // tokens computed this step, starting at seq->num_computed
-  bool samples = false;   // the step reaches the end of its tokens, so it samples the next one
+  int num_tokens = 0;    // tokens computed this step, starting at seq->num_computed
+  bool samples = false;  // the step reaches the end of its tokens, so it samples the next one
 };
 
 struct SchedulerStats {

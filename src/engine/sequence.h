@@ -33,7 +33,7 @@ struct Sequence {
   EventCallback on_event;
   std::vector<int32_t> tokens;  // prompt then output; a resumed (preempted) sequence recomputes all
   int prompt_len;
-  int num_computed = 0;         // tokens whose K/V is in the cache
+  int num_computed = 0;           // tokens whose K/V is in the cache
   int cached_prompt_tokens = -1;  // prefix-cache hit at first admission (-1: not admitted yet)
   SamplingState sampling;
   OutputFilter filter;

@@ -50,8 +50,8 @@ std::vector<SampledToken> StepSampler::sample(Backend& backend, const Tensor& lo
     if (sampled_on_device) {
       ++counters_.device_calls;
       for (size_t i = 0; i < ids.size(); ++i) {
-        OSSRT_CHECK(ids[i] >= 0 && ids[i] < vocab, "device sampler returned token {} for row {} (vocab {})", ids[i],
-                    i, vocab);
+        OSSRT_CHECK(ids[i] >= 0 && ids[i] < vocab, "device sampler returned token {} for row {} (vocab {})", ids[i], i,
+                    vocab);
         out[i].id = ids[i];
       }
       counters_.device_rows += rows.size() - host_rows.size();

@@ -25,12 +25,11 @@ ToolNamespace browser_tool_namespace() {
   ToolDefinition search;
   search.name = "search";
   search.description = "Searches for information related to `query` and displays `topn` results.";
-  search.parameters = Json{{"type", "object"},
-                           {"properties",
-                            Json{{"query", Json{{"type", "string"}}},
-                                 {"topn", number_default(10)},
-                                 {"source", Json{{"type", "string"}}}}},
-                           {"required", Json::array({"query"})}};
+  search.parameters = Json{
+      {"type", "object"},
+      {"properties",
+       Json{{"query", Json{{"type", "string"}}}, {"topn", number_default(10)}, {"source", Json{{"type", "string"}}}}},
+      {"required", Json::array({"query"})}};
 
   ToolDefinition open;
   open.name = "open";
@@ -43,22 +42,19 @@ ToolNamespace browser_tool_namespace() {
       "If `loc` is not provided, the viewport will be positioned at the beginning of the document "
       "or centered on the most relevant passage, if available.\n"
       "Use this function without `id` to scroll to a new location of an opened page.";
-  open.parameters =
-      Json{{"type", "object"},
-           {"properties", Json{{"id", Json{{"type", Json::array({"number", "string"})}, {"default", -1}}},
-                               {"cursor", number_default(-1)},
-                               {"loc", number_default(-1)},
-                               {"num_lines", number_default(-1)},
-                               {"view_source", Json{{"type", "boolean"}, {"default", false}}},
-                               {"source", Json{{"type", "string"}}}}}};
+  open.parameters = Json{{"type", "object"},
+                         {"properties", Json{{"id", Json{{"type", Json::array({"number", "string"})}, {"default", -1}}},
+                                             {"cursor", number_default(-1)},
+                                             {"loc", number_default(-1)},
+                                             {"num_lines", number_default(-1)},
+                                             {"view_source", Json{{"type", "boolean"}, {"default", false}}},
+                                             {"source", Json{{"type", "string"}}}}}};
 
   ToolDefinition find;
   find.name = "find";
-  find.description =
-      "Finds exact matches of `pattern` in the current page, or the page given by `cursor`.";
+  find.description = "Finds exact matches of `pattern` in the current page, or the page given by `cursor`.";
   find.parameters = Json{{"type", "object"},
-                         {"properties", Json{{"pattern", Json{{"type", "string"}}},
-                                             {"cursor", number_default(-1)}}},
+                         {"properties", Json{{"pattern", Json{{"type", "string"}}}, {"cursor", number_default(-1)}}},
                          {"required", Json::array({"pattern"})}};
 
   ns.tools = {search, open, find};

@@ -96,7 +96,8 @@ std::string function_name(const Json& value, const std::string& param) {
   const std::string& name = expect_string(value, param);
   if (!valid_function_name(name)) {
     reject(param, fmt::format("invalid function name '{}': use 1-64 characters of a-z, A-Z, 0-9, "
-                              "_ and -", name));
+                              "_ and -",
+                              name));
   }
   return name;
 }
@@ -124,7 +125,8 @@ class MessageConverter {
       convert_tool_result(message, role, param);
     } else {
       reject(param + ".role", fmt::format("unknown role '{}' (expected system, developer, user, "
-                                          "assistant or tool)", role));
+                                          "assistant or tool)",
+                                          role));
     }
   }
 
@@ -224,8 +226,7 @@ std::vector<ToolDefinition> convert_tools(const Json& tools) {
     const Json* type = field(tool, "type");
     if (!type) reject(param + ".type", "missing tool type");
     if (expect_string(*type, param + ".type") != "function") {
-      reject(param + ".type", fmt::format("unsupported tool type '{}' (only 'function')",
-                                          type->get<std::string>()));
+      reject(param + ".type", fmt::format("unsupported tool type '{}' (only 'function')", type->get<std::string>()));
     }
     const Json* function = field(tool, "function");
     if (!function) reject(param + ".function", "missing function");
@@ -269,7 +270,8 @@ void apply_tool_choice(const Json& body, ChatConversation& out) {
       out.tool_choice = ToolChoice::Required;
     } else {
       reject("tool_choice", fmt::format("unknown mode '{}' (expected none, auto, required or an object "
-                                        "naming a function)", mode));
+                                        "naming a function)",
+                                        mode));
     }
   } else {
     expect_object(*choice, "tool_choice");
@@ -297,8 +299,8 @@ void apply_reasoning_effort(const Json& body, const ChatRequestOptions& options,
   std::string param;
   if ((value = given(body, "reasoning_effort"))) {
     param = "reasoning_effort";
-  } else if (const Json* reasoning = given(body, "reasoning"); reasoning && reasoning->is_object() &&
-                                                               (value = given(*reasoning, "effort"))) {
+  } else if (const Json* reasoning = given(body, "reasoning");
+             reasoning && reasoning->is_object() && (value = given(*reasoning, "effort"))) {
     param = "reasoning.effort";
   } else if (const Json* kwargs = given(body, "chat_template_kwargs");
              kwargs && kwargs->is_object() && (value = given(*kwargs, "reasoning_effort"))) {
@@ -307,8 +309,8 @@ void apply_reasoning_effort(const Json& body, const ChatRequestOptions& options,
   if (!value) return;
   std::optional<ReasoningEffort> effort = parse_reasoning_effort(expect_string(*value, param));
   if (!effort) {
-    reject(param, fmt::format("unknown reasoning effort '{}' (expected low, medium or high)",
-                              value->get<std::string>()));
+    reject(param,
+           fmt::format("unknown reasoning effort '{}' (expected low, medium or high)", value->get<std::string>()));
   }
   out.conversation.system.effort = *effort;
   out.effort_from_request = true;
@@ -344,8 +346,7 @@ void apply_response_format(const Json& body, Conversation& conversation) {
       result.schema = *schema;
     }
   } else {
-    reject("response_format.type",
-           fmt::format("unknown type '{}' (expected text, json_object or json_schema)", kind));
+    reject("response_format.type", fmt::format("unknown type '{}' (expected text, json_object or json_schema)", kind));
   }
   conversation.response_format = std::move(result);
 }

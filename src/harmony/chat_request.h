@@ -1,7 +1,7 @@
 #pragma once
-// OpenAI chat-completions request body -> Harmony Conversation (docs/reference/SPEC.md 5.10, docs/reference/SERVING.md 1 and 4).
-// Everything the renderer needs comes from here, so `ossrt render`, the server and tests agree on
-// how a request becomes a prompt.
+// OpenAI chat-completions request body -> Harmony Conversation (docs/reference/SPEC.md 5.10, docs/reference/SERVING.md
+// 1 and 4). Everything the renderer needs comes from here, so `ossrt render`, the server and tests agree on how a
+// request becomes a prompt.
 #include <nlohmann/json.hpp>
 
 #include <optional>
@@ -39,7 +39,7 @@ struct ChatRequestOptions {
 struct ChatConversation {
   Conversation conversation;
   ToolChoice tool_choice = ToolChoice::Auto;
-  std::string forced_tool;        // the function name when tool_choice == Named
+  std::string forced_tool;           // the function name when tool_choice == Named
   bool effort_from_request = false;  // false -> default_effort was used (the server logs it)
 };
 

@@ -24,7 +24,7 @@ std::optional<Role> role_from_name(std::string_view name);
 // history should reproduce the tokens the model generated (docs/reference/SPEC.md 5.4), so the parser records the
 // placement it saw and Auto picks the form each role is trained on.
 enum class RecipientPlacement {
-  Auto,           // assistant: after the channel; every other role: before the channel
+  Auto,  // assistant: after the channel; every other role: before the channel
   BeforeChannel,
   AfterChannel,
 };
@@ -60,8 +60,8 @@ std::string_view effort_name(ReasoningEffort effort);  // "low" | "medium" | "hi
 struct ResponseFormat {
   enum class Kind { JsonObject, JsonSchema };
   Kind kind = Kind::JsonObject;
-  std::string name;         // json_schema.name ("json_object" for JsonObject)
-  std::string description;  // optional
+  std::string name;               // json_schema.name ("json_object" for JsonObject)
+  std::string description;        // optional
   nlohmann::ordered_json schema;  // json_schema.schema ({"type":"object"} for JsonObject)
 };
 
@@ -83,7 +83,7 @@ struct Conversation {
   std::string developer_instructions;  // empty -> no "# Instructions" section
   std::vector<ToolDefinition> tools;   // the `functions` namespace; empty -> no "# Tools"
   std::optional<ResponseFormat> response_format;
-  std::vector<Message> messages;       // user / assistant / tool messages, in order
+  std::vector<Message> messages;  // user / assistant / tool messages, in order
 };
 
 // Convenience constructors for the common message shapes (docs/reference/SPEC.md 5.4).

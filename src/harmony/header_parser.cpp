@@ -94,8 +94,7 @@ HeaderParse parse_header(std::string_view header, std::optional<Role> preset) {
   if (preset) {
     result.start.role = *preset;
     if (next < words.size() && words[next] == role_name(*preset)) ++next;
-  } else if (next < words.size() && !words[next].starts_with("to=") &&
-             !words[next].starts_with(kConstrainText)) {
+  } else if (next < words.size() && !words[next].starts_with("to=") && !words[next].starts_with(kConstrainText)) {
     const std::string& first = words[next++];
     std::string_view role_part = first;
     std::string_view name_part;
@@ -169,8 +168,8 @@ HeaderParse parse_header(std::string_view header, std::optional<Role> preset) {
   if (!cut.found && result.start.role == Role::Assistant) ++result.anomalies;
 
   if (!result.start.recipient.empty() && cut.found && !result.start.channel.empty()) {
-    result.placement = recipient_word_pos < cut.marker_pos ? RecipientPlacement::BeforeChannel
-                                                           : RecipientPlacement::AfterChannel;
+    result.placement =
+        recipient_word_pos < cut.marker_pos ? RecipientPlacement::BeforeChannel : RecipientPlacement::AfterChannel;
   }
   return result;
 }

@@ -19,9 +19,7 @@ std::optional<Terminator> terminator_for(int32_t id) {
   }
 }
 
-bool is_blank(std::string_view text) {
-  return text.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos;
-}
+bool is_blank(std::string_view text) { return text.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos; }
 
 }  // namespace
 
@@ -46,9 +44,8 @@ Message ParsedMessage::to_message() const {
   m.content = content;
   // Keep an explicit placement only where it differs from what Auto would render.
   const bool auto_after = role == Role::Assistant;
-  const bool same_as_auto =
-      recipient_placement == RecipientPlacement::Auto ||
-      (recipient_placement == RecipientPlacement::AfterChannel) == auto_after;
+  const bool same_as_auto = recipient_placement == RecipientPlacement::Auto ||
+                            (recipient_placement == RecipientPlacement::AfterChannel) == auto_after;
   m.recipient_placement = same_as_auto ? RecipientPlacement::Auto : recipient_placement;
   return m;
 }
@@ -62,9 +59,7 @@ StreamParser::~StreamParser() = default;
 StreamParser::StreamParser(StreamParser&&) noexcept = default;
 StreamParser& StreamParser::operator=(StreamParser&&) noexcept = default;
 
-const ParsedMessage* StreamParser::open_message() const {
-  return message_open_ ? &messages_.back() : nullptr;
-}
+const ParsedMessage* StreamParser::open_message() const { return message_open_ ? &messages_.back() : nullptr; }
 
 std::vector<ParserEvent> StreamParser::push(int32_t id) {
   std::vector<ParserEvent> out;
@@ -250,8 +245,7 @@ void StreamParser::handle_content(int32_t id, std::vector<ParserEvent>& out) {
   append_content(decoder_->push(id), out);
 }
 
-void StreamParser::open_message_from(MessageStart start, RecipientPlacement placement,
-                                     std::vector<ParserEvent>& out) {
+void StreamParser::open_message_from(MessageStart start, RecipientPlacement placement, std::vector<ParserEvent>& out) {
   ParsedMessage message;
   message.role = start.role;
   message.author = start.author;
@@ -277,8 +271,8 @@ void StreamParser::close_message(Terminator terminator, std::vector<ParserEvent>
   out.emplace_back(MessageEnd{terminator});
 }
 
-ParseResult parse_completion(std::shared_ptr<const Tokenizer> tokenizer,
-                             const std::vector<int32_t>& ids, std::optional<Role> initial) {
+ParseResult parse_completion(std::shared_ptr<const Tokenizer> tokenizer, const std::vector<int32_t>& ids,
+                             std::optional<Role> initial) {
   StreamParser parser(std::move(tokenizer), initial);
   for (int32_t id : ids) parser.push(id);
   parser.finish();

@@ -1,5 +1,6 @@
 #pragma once
-// Streaming Harmony parser: completion token ids -> message events (docs/reference/SPEC.md 5.9, docs/reference/SERVING.md 4).
+// Streaming Harmony parser: completion token ids -> message events (docs/reference/SPEC.md 5.9,
+// docs/reference/SERVING.md 4).
 //
 // Feed it the tokens sampled after a prompt that ended with `<|start|>assistant`, one at a time.
 // It never throws and never stops: whatever the model emits, it resynchronises and turns stray
@@ -86,8 +87,8 @@ struct RecoveryCounts {
   int cut_at_finish = 0;
 
   int total() const {
-    return missing_start + header_not_closed + header_too_long + malformed_header +
-           unterminated_message + stray_special;
+    return missing_start + header_not_closed + header_too_long + malformed_header + unterminated_message +
+           stray_special;
   }
   bool operator==(const RecoveryCounts&) const = default;
 };
@@ -99,8 +100,7 @@ class StreamParser {
 
   // `initial`: the role whose header the prompt opened (`<|start|>assistant`); nullopt when the
   // ids start at a `<|start|>` (parsing a whole rendered conversation).
-  explicit StreamParser(std::shared_ptr<const Tokenizer> tokenizer,
-                        std::optional<Role> initial = Role::Assistant);
+  explicit StreamParser(std::shared_ptr<const Tokenizer> tokenizer, std::optional<Role> initial = Role::Assistant);
   ~StreamParser();
   StreamParser(StreamParser&&) noexcept;
   StreamParser& operator=(StreamParser&&) noexcept;
@@ -129,8 +129,7 @@ class StreamParser {
   void handle_content(int32_t id, std::vector<ParserEvent>& out);
   void complete_header(std::vector<ParserEvent>& out);
   void recover_header_as_content(std::vector<ParserEvent>& out, bool keep_if_empty);
-  void open_message_from(MessageStart start, RecipientPlacement placement,
-                         std::vector<ParserEvent>& out);
+  void open_message_from(MessageStart start, RecipientPlacement placement, std::vector<ParserEvent>& out);
   void append_content(std::string text, std::vector<ParserEvent>& out);
   void close_message(Terminator terminator, std::vector<ParserEvent>& out);
 
@@ -151,8 +150,7 @@ struct ParseResult {
   std::vector<ParsedMessage> messages;
   RecoveryCounts recoveries;
 };
-ParseResult parse_completion(std::shared_ptr<const Tokenizer> tokenizer,
-                             const std::vector<int32_t>& ids,
+ParseResult parse_completion(std::shared_ptr<const Tokenizer> tokenizer, const std::vector<int32_t>& ids,
                              std::optional<Role> initial = Role::Assistant);
 
 }  // namespace ossrt::harmony

@@ -40,9 +40,7 @@ class PromptBuilder {
   RenderedPrompt prompt_;
 };
 
-bool has_recipient(const Message& message) {
-  return !message.recipient.empty() && message.recipient != "all";
-}
+bool has_recipient(const Message& message) { return !message.recipient.empty() && message.recipient != "all"; }
 
 bool recipient_after_channel(const Message& message) {
   switch (message.recipient_placement) {
@@ -132,9 +130,8 @@ std::string system_message_body(const Conversation& conversation) {
   if (!builtins.empty()) sections.push_back(tools_section(builtins));
 
   if (!system.valid_channels.empty()) {
-    std::string channels = fmt::format(
-        "# Valid channels: {}. Channel must be included for every message.",
-        join(system.valid_channels, ", "));
+    std::string channels = fmt::format("# Valid channels: {}. Channel must be included for every message.",
+                                       join(system.valid_channels, ", "));
     if (!conversation.tools.empty()) {
       channels += "\nCalls to these tools must go to the commentary channel: 'functions'.";
     }
@@ -158,8 +155,7 @@ std::string developer_message_body(const Conversation& conversation, const Rende
   return join(sections, "\n\n");
 }
 
-std::vector<Message> messages_after_history_rule(const std::vector<Message>& messages,
-                                                 AnalysisHistory rule) {
+std::vector<Message> messages_after_history_rule(const std::vector<Message>& messages, AnalysisHistory rule) {
   if (rule == AnalysisHistory::KeepAll) return messages;
   // Walk backwards so "a final comes later in this turn" is one flag; a user message starts a
   // new (earlier) turn and clears it.
@@ -194,8 +190,7 @@ RenderedPrompt render_conversation(const Conversation& conversation, const Token
   }
   const std::string developer = developer_message_body(conversation, budget);
   if (!developer.empty()) render_body_message(out, Role::Developer, developer);
-  for (const Message& message :
-       messages_after_history_rule(conversation.messages, options.analysis_history)) {
+  for (const Message& message : messages_after_history_rule(conversation.messages, options.analysis_history)) {
     render_message(out, message);
   }
   if (options.add_generation_prompt) {

@@ -54,7 +54,6 @@ std::string system_message_body(const Conversation& conversation);
 // Empty -> not rendered. Tool signatures longer than `budget` throw PromptTooLong.
 std::string developer_message_body(const Conversation& conversation, const RenderBudget& budget = {});
 // The messages that survive the history rule, in order.
-std::vector<Message> messages_after_history_rule(const std::vector<Message>& messages,
-                                                 AnalysisHistory rule);
+std::vector<Message> messages_after_history_rule(const std::vector<Message>& messages, AnalysisHistory rule);
 
 }  // namespace ossrt::harmony

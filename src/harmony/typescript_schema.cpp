@@ -42,8 +42,7 @@ bool is_nullable(const Json& schema) {
 std::string default_text(const Json& schema, const Json& value) {
   if (value.is_string()) {
     const auto& text = value.get_ref<const std::string&>();
-    return has_enum(schema) ? fmt::format("default: {}", text)
-                            : fmt::format("default: \"{}\"", text);
+    return has_enum(schema) ? fmt::format("default: {}", text) : fmt::format("default: \"{}\"", text);
   }
   return fmt::format("default: {}", value.dump());
 }
@@ -72,14 +71,13 @@ std::string union_of_variants(const Json& variants, std::string_view indent, con
 }
 
 // A property whose schema is a oneOf: comments above, then one ` | TYPE` line per variant.
-void append_one_of_property(std::string& out, std::string_view indent, const std::string& key,
-                            bool required, const Json& property, const Json& variants, const RenderBudget& budget) {
+void append_one_of_property(std::string& out, std::string_view indent, const std::string& key, bool required,
+                            const Json& property, const Json& variants, const RenderBudget& budget) {
   const std::string* property_desc = string_member(property, "description");
   bool desc_above = false;
   if (property_desc) {
     // harmony skips the property description when the first variant repeats it.
-    const std::string* first_desc =
-        variants.empty() ? nullptr : string_member(variants.front(), "description");
+    const std::string* first_desc = variants.empty() ? nullptr : string_member(variants.front(), "description");
     if (!(first_desc && *first_desc == *property_desc)) {
       out += fmt::format("{}// {}\n", indent, *property_desc);
       desc_above = true;
@@ -131,8 +129,7 @@ std::string object_type(const Json& schema, std::string_view indent, const Rende
           out += fmt::format("{}// {}\n", indent, *desc);
         }
       }
-      if (const Json* examples = member(property, "examples");
-          examples && examples->is_array() && !examples->empty()) {
+      if (const Json* examples = member(property, "examples"); examples && examples->is_array() && !examples->empty()) {
         out += fmt::format("{}// Examples:\n", indent);
         for (const Json& example : *examples) {
           if (example.is_string()) {
@@ -162,8 +159,7 @@ std::string object_type(const Json& schema, std::string_view indent, const Rende
 std::string literal_union(const Json& values) {
   std::vector<std::string> members;
   for (const Json& value : values) {
-    members.push_back(value.is_string() ? fmt::format("\"{}\"", value.get_ref<const std::string&>())
-                                        : value.dump());
+    members.push_back(value.is_string() ? fmt::format("\"{}\"", value.get_ref<const std::string&>()) : value.dump());
   }
   return fmt::format("{}", fmt::join(members, " | "));
 }
@@ -253,8 +249,8 @@ std::string tools_section(const std::vector<ToolNamespace>& namespaces, const Re
         if (tool.parameters.is_null()) {
           parts.push_back(fmt::format("type {} = () => any;\n", tool.name));
         } else {
-          parts.push_back(fmt::format("type {} = (_: {}) => any;\n", tool.name,
-                                      schema_to_typescript(tool.parameters, "", budget)));
+          parts.push_back(
+              fmt::format("type {} = (_: {}) => any;\n", tool.name, schema_to_typescript(tool.parameters, "", budget)));
         }
         rendered += parts.back().size();
         budget.check(rendered);

@@ -16,8 +16,7 @@ BlockPool::BlockPool(int num_blocks, int block_size)
 }
 
 void BlockPool::check_block(int32_t block) const {
-  OSSRT_CHECK(block >= 0 && block < num_blocks_, "block pool: block id {} out of range [0, {})", block,
-              num_blocks_);
+  OSSRT_CHECK(block >= 0 && block < num_blocks_, "block pool: block id {} out of range [0, {})", block, num_blocks_);
 }
 
 std::optional<int32_t> BlockPool::allocate() {
@@ -76,8 +75,8 @@ void BlockPool::register_content(int32_t block, const BlockKey& key) {
   check_block(block);
   Meta& m = meta_[size_t(block)];
   OSSRT_CHECK(m.refcount > 0, "block pool: registering content of unused block {}", block);
-  OSSRT_CHECK(int(key.tokens.size()) == block_size_, "block pool: a cached block needs {} tokens, got {}",
-              block_size_, key.tokens.size());
+  OSSRT_CHECK(int(key.tokens.size()) == block_size_, "block pool: a cached block needs {} tokens, got {}", block_size_,
+              key.tokens.size());
   if (m.has_content || by_hash_.count(key.hash)) return;
   m.has_content = true;
   m.key = key;

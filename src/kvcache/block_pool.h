@@ -59,8 +59,8 @@ class BlockPool {
   int num_blocks_;
   int block_size_;
   std::vector<Meta> meta_;
-  std::vector<int32_t> free_;      // stack of never-cached free blocks
-  std::list<int32_t> lru_;         // cached free blocks, least recently released first
+  std::vector<int32_t> free_;  // stack of never-cached free blocks
+  std::list<int32_t> lru_;     // cached free blocks, least recently released first
   std::unordered_map<uint64_t, int32_t> by_hash_;
 };
 

@@ -71,8 +71,10 @@ int KvCache::claim_cached_prefix(SequenceId id, std::span<const int32_t> tokens)
       bool all_found = true;
       for (int j = wf; j < m && all_found; ++j) {
         auto b = window_.lookup(keys[size_t(j)]);
-        if (b) window_hits.push_back(*b);
-        else all_found = false;
+        if (b)
+          window_hits.push_back(*b);
+        else
+          all_found = false;
       }
       if (all_found) break;
     }
@@ -100,8 +102,7 @@ std::pair<int, int> KvCache::blocks_needed(SequenceId id, int num_computed, int 
 }
 
 bool KvCache::allocate(SequenceId id, int num_computed, int num_new) {
-  OSSRT_CHECK(num_computed >= 0 && num_new >= 0, "kv cache: negative token counts ({}, {})", num_computed,
-              num_new);
+  OSSRT_CHECK(num_computed >= 0 && num_new >= 0, "kv cache: negative token counts ({}, {})", num_computed, num_new);
   auto [need_full, need_window] = blocks_needed(id, num_computed, num_new);
   if (need_full > full_.num_free() || need_window > window_.num_free()) return false;
   SequenceBlocks& s = seq(id);

@@ -20,8 +20,8 @@ namespace ossrt {
 
 struct KvCacheConfig {
   int block_size = 16;
-  int num_full_blocks = 0;     // 0 when the model has no full-attention layers
-  int num_window_blocks = 0;   // 0 when the model has no sliding layers
+  int num_full_blocks = 0;    // 0 when the model has no full-attention layers
+  int num_window_blocks = 0;  // 0 when the model has no sliding layers
   int sliding_window = 128;
   bool has_full_layers = true;
   bool has_sliding_layers = true;
@@ -30,10 +30,10 @@ struct KvCacheConfig {
 
 // The blocks one sequence holds, in logical order.
 struct SequenceBlocks {
-  std::vector<int32_t> full;       // full[j] = physical block of logical block j
-  std::vector<int32_t> window;     // window[j] = physical block of logical block window_first + j
+  std::vector<int32_t> full;    // full[j] = physical block of logical block j
+  std::vector<int32_t> window;  // window[j] = physical block of logical block window_first + j
   int window_first = 0;
-  std::vector<BlockKey> keys;      // chain keys of the sequence's full blocks computed so far
+  std::vector<BlockKey> keys;  // chain keys of the sequence's full blocks computed so far
 };
 
 using SequenceId = uint64_t;

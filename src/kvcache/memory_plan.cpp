@@ -16,7 +16,8 @@ size_t full_layers_bytes_per_token(const GptOssConfig& c, int kv_heads, size_t e
   return size_t(c.num_full_layers()) * kv_bytes_per_position_layer(c, kv_heads, elem_bytes);
 }
 size_t window_layers_bytes_per_sequence(const GptOssConfig& c, int kv_heads, size_t elem_bytes) {
-  return size_t(c.num_sliding_layers()) * size_t(c.sliding_window) * kv_bytes_per_position_layer(c, kv_heads, elem_bytes);
+  return size_t(c.num_sliding_layers()) * size_t(c.sliding_window) *
+         kv_bytes_per_position_layer(c, kv_heads, elem_bytes);
 }
 }  // namespace
 
@@ -55,10 +56,10 @@ KvMemoryPlan plan_kv_memory(const GptOssConfig& config, const KvMemoryPlanReques
   plan.full_bytes_per_token = full_layers_bytes_per_token(config, kv_heads, r.elem_bytes);
   plan.window_bytes_per_sequence = window_layers_bytes_per_sequence(config, kv_heads, r.elem_bytes);
 
-  plan.num_window_blocks = config.num_sliding_layers() == 0
-                               ? 0
-                               : window_pool_blocks(config.sliding_window, r.block_size, r.max_num_seqs,
-                                                    r.max_num_batched_tokens);
+  plan.num_window_blocks =
+      config.num_sliding_layers() == 0
+          ? 0
+          : window_pool_blocks(config.sliding_window, r.block_size, r.max_num_seqs, r.max_num_batched_tokens);
   const size_t window_bytes = size_t(plan.num_window_blocks) * plan.bytes_per_window_block;
 
   if (config.num_full_layers() == 0) {
@@ -71,8 +72,10 @@ KvMemoryPlan plan_kv_memory(const GptOssConfig& config, const KvMemoryPlanReques
                 "({} sequences x {} tokens per step); lower --max-num-seqs or raise the KV budget",
                 r.kv_budget_bytes, window_bytes, r.max_num_seqs, r.max_num_batched_tokens);
     const int64_t blocks = int64_t((r.kv_budget_bytes - window_bytes) / plan.bytes_per_full_block);
-    OSSRT_CHECK(blocks >= 1, "kv memory plan: {} bytes left after the window layers hold no full-layer block "
-                "of {} bytes", r.kv_budget_bytes - window_bytes, plan.bytes_per_full_block);
+    OSSRT_CHECK(blocks >= 1,
+                "kv memory plan: {} bytes left after the window layers hold no full-layer block "
+                "of {} bytes",
+                r.kv_budget_bytes - window_bytes, plan.bytes_per_full_block);
     const int64_t cap = r.max_full_blocks > 0 ? r.max_full_blocks : (int64_t(1) << 31) - 1;
     plan.num_full_blocks = int(std::min<int64_t>({blocks, cap, (int64_t(1) << 31) - 1}));
   }

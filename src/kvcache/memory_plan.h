@@ -16,8 +16,8 @@ size_t kv_bytes_per_token_full_layers(const GptOssConfig& config, size_t elem_by
 size_t kv_bytes_per_sequence_window_layers(const GptOssConfig& config, size_t elem_bytes);
 
 struct KvMemoryPlanRequest {
-  size_t kv_budget_bytes = 0;      // bytes for both groups together
-  size_t elem_bytes = 2;           // bytes per cached K or V element (bf16 = 2, f32 = 4)
+  size_t kv_budget_bytes = 0;  // bytes for both groups together
+  size_t elem_bytes = 2;       // bytes per cached K or V element (bf16 = 2, f32 = 4)
   int block_size = 16;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
@@ -39,7 +39,7 @@ struct KvMemoryPlan {
   size_t bytes_per_window_block = 0;
   size_t full_bytes_per_token = 0;
   size_t window_bytes_per_sequence = 0;
-  size_t total_bytes = 0;           // what the plan actually uses (on each rank)
+  size_t total_bytes = 0;  // what the plan actually uses (on each rank)
   int64_t full_token_capacity() const { return int64_t(num_full_blocks) * block_size; }
 };
 

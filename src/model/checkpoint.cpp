@@ -37,11 +37,10 @@ struct DTypeInfo {
 // Every dtype the safetensors format defines, so that a checkpoint carrying an unrelated F64 or
 // BOOL tensor still validates; only the ones in DType can be bound to model weights.
 constexpr DTypeInfo kDTypes[] = {
-    {"F64", 8, std::nullopt},        {"F32", 4, DType::F32},         {"F16", 2, DType::F16},
-    {"BF16", 2, DType::BF16},        {"I64", 8, DType::I64},         {"I32", 4, DType::I32},
-    {"I16", 2, std::nullopt},        {"I8", 1, std::nullopt},        {"U64", 8, std::nullopt},
-    {"U32", 4, std::nullopt},        {"U16", 2, std::nullopt},       {"U8", 1, DType::U8},
-    {"BOOL", 1, std::nullopt},       {"F8_E4M3", 1, DType::FP8_E4M3}, {"F8_E5M2", 1, std::nullopt},
+    {"F64", 8, std::nullopt},  {"F32", 4, DType::F32},          {"F16", 2, DType::F16},       {"BF16", 2, DType::BF16},
+    {"I64", 8, DType::I64},    {"I32", 4, DType::I32},          {"I16", 2, std::nullopt},     {"I8", 1, std::nullopt},
+    {"U64", 8, std::nullopt},  {"U32", 4, std::nullopt},        {"U16", 2, std::nullopt},     {"U8", 1, DType::U8},
+    {"BOOL", 1, std::nullopt}, {"F8_E4M3", 1, DType::FP8_E4M3}, {"F8_E5M2", 1, std::nullopt},
 };
 
 const DTypeInfo* find_dtype(const std::string& name) {
@@ -82,8 +81,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   f->size_ = uint64_t(st.st_size);
   if (f->size_ < 8) {
     ::close(fd);
-    fail("{}: file is {} bytes, too short for a safetensors header (truncated?)", f->file_name_,
-         f->size_);
+    fail("{}: file is {} bytes, too short for a safetensors header (truncated?)", f->file_name_, f->size_);
   }
   // MAP_PRIVATE + PROT_READ: pages come from the page cache on demand; nothing is copied until a
   // backend converts a tensor, and a writer replacing the file cannot corrupt our view in place.
@@ -112,12 +110,13 @@ void SafetensorsFile::parse_header() {
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];  // little-endian
   const std::string& fname = file_name_;
   if (header_len > size_ - 8)
-    fail("{}: header length {} is larger than the file ({} bytes after the length field; truncated "
-         "or not a safetensors file)",
-         fname, header_len, size_ - 8);
+    fail(
+        "{}: header length {} is larger than the file ({} bytes after the length field; truncated "
+        "or not a safetensors file)",
+        fname, header_len, size_ - 8);
   if (header_len > kMaxHeaderBytes)
-    fail("{}: header length {} exceeds the {} byte limit (not a safetensors file?)", fname,
-         header_len, kMaxHeaderBytes);
+    fail("{}: header length {} exceeds the {} byte limit (not a safetensors file?)", fname, header_len,
+         kMaxHeaderBytes);
   const char* header_begin = reinterpret_cast<const char*>(bytes + 8);
   json header;
   try {
@@ -165,18 +164,18 @@ void SafetensorsFile::parse_header() {
       t.shape.push_back(int64_t(v));
     }
     for (const auto& o : *off)
-      if (!o.is_number_unsigned())
-        bad(fmt::format("data_offsets {} must be non-negative integers", off->dump()));
+      if (!o.is_number_unsigned()) bad(fmt::format("data_offsets {} must be non-negative integers", off->dump()));
     const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
     if (begin > end) bad(fmt::format("data_offsets [{}, {}]: begin is after end", begin, end));
     if (end > data_size)
-      bad(fmt::format("data_offsets [{}, {}] out of range: the data section holds {} bytes "
+      bad(
+          fmt::format("data_offsets [{}, {}] out of range: the data section holds {} bytes "
                       "(file truncated?)",
                       begin, end, data_size));
     auto expected = checked_bytes(t.shape, info->size);
     if (!expected || *expected != end - begin)
-      bad(fmt::format("data_offsets [{}, {}] span {} bytes but shape [{}] of {} needs {}", begin, end,
-                      end - begin, fmt::join(t.shape, ", "), t.dtype_name,
+      bad(fmt::format("data_offsets [{}, {}] span {} bytes but shape [{}] of {} needs {}", begin, end, end - begin,
+                      fmt::join(t.shape, ", "), t.dtype_name,
                       expected ? fmt::format("{}", *expected) : std::string("more than 2^64")));
     t.data = data + begin;
     t.bytes = end - begin;
@@ -184,15 +183,14 @@ void SafetensorsFile::parse_header() {
     ranges.push_back({begin, end, &pos->first});
   }
   // Tensors must not share bytes: overlapping ranges mean a corrupt or hostile header.
-  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   const Range* furthest = nullptr;  // the non-empty range seen so far that ends last
   for (const Range& cur : ranges) {
     if (cur.end == cur.begin) continue;  // empty tensors occupy no bytes
     if (furthest && cur.begin < furthest->end)
-      fail("{}: tensor {}: data_offsets [{}, {}] overlap tensor {} [{}, {}]", fname, *cur.name,
-           cur.begin, cur.end, *furthest->name, furthest->begin, furthest->end);
+      fail("{}: tensor {}: data_offsets [{}, {}] overlap tensor {} [{}, {}]", fname, *cur.name, cur.begin, cur.end,
+           *furthest->name, furthest->begin, furthest->end);
     if (!furthest || cur.end > furthest->end) furthest = &cur;
   }
 }
@@ -219,8 +217,7 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
       }
     }
     auto wm = index.is_object() ? index.find("weight_map") : index.end();
-    if (!index.is_object() || wm == index.end() || !wm->is_object())
-      fail("{}: no 'weight_map' object", index_name);
+    if (!index.is_object() || wm == index.end() || !wm->is_object()) fail("{}: no 'weight_map' object", index_name);
     std::map<std::string, std::string> tensor_to_file;
     for (auto it = wm->begin(); it != wm->end(); ++it) {
       if (!it->is_string()) fail("{}: tensor {}: file name must be a string", index_name, it.key());
@@ -234,8 +231,8 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
       if (by_name.count(shard)) continue;
       const fs::path shard_path = root / shard;
       if (!fs::exists(shard_path))
-        fail("{}: shard {} (holding tensor {}) is listed in {} but missing", shard_path.string(), shard,
-             tensor, index_name);
+        fail("{}: shard {} (holding tensor {}) is listed in {} but missing", shard_path.string(), shard, tensor,
+             index_name);
       by_name[shard] = SafetensorsFile::open(shard_path.string());
     }
     for (const auto& [tensor, shard] : tensor_to_file) ck.weight_map_[tensor] = by_name[shard].get();
@@ -248,15 +245,13 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
         if (e.is_regular_file() && e.path().extension() == ".safetensors") paths.push_back(e.path());
       std::sort(paths.begin(), paths.end());
     }
-    if (paths.empty())
-      fail("{}: no model.safetensors, model.safetensors.index.json or *.safetensors files", dir);
+    if (paths.empty()) fail("{}: no model.safetensors, model.safetensors.index.json or *.safetensors files", dir);
     ck.description_ = paths.size() == 1 ? paths[0].filename().string() : dir;
     for (const auto& p : paths) {
       auto f = SafetensorsFile::open(p.string());
       for (const auto& [name, t] : f->tensors()) {
         auto [it, inserted] = ck.weight_map_.emplace(name, f.get());
-        if (!inserted)
-          fail("{}: tensor {} is also in {}", f->file_name(), name, it->second->file_name());
+        if (!inserted) fail("{}: tensor {} is also in {}", f->file_name(), name, it->second->file_name());
       }
       by_name[p.filename().string()] = std::move(f);
     }
@@ -269,9 +264,7 @@ std::optional<Checkpoint::Found> Checkpoint::find(const std::string& name) const
   auto it = weight_map_.find(name);
   if (it == weight_map_.end()) return std::nullopt;
   const SafetensorsTensor* t = it->second->find(name);
-  if (!t)
-    fail("{}: tensor {}: listed in {} but not present in the file", it->second->file_name(), name,
-         description_);
+  if (!t) fail("{}: tensor {}: listed in {} but not present in the file", it->second->file_name(), name, description_);
   return Found{t, it->second};
 }
 

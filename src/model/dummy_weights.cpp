@@ -79,8 +79,8 @@ class DummyBuilder {
 
   HostTensor normal(std::string name, std::vector<int64_t> shape, float mean, float stddev) {
     HostTensor t = alloc(std::move(name), std::move(shape), DType::BF16);
-    fills_.push_back({const_cast<uint8_t*>(static_cast<const uint8_t*>(t.data)), t.numel(), FillKind::Normal,
-                      mean, stddev, 0, fills_.size()});
+    fills_.push_back({const_cast<uint8_t*>(static_cast<const uint8_t*>(t.data)), t.numel(), FillKind::Normal, mean,
+                      stddev, 0, fills_.size()});
     return t;
   }
   // Weight matrix [.., in] scaled so that y = W x keeps x's magnitude.
@@ -89,8 +89,8 @@ class DummyBuilder {
   }
   HostTensor bytes(std::string name, std::vector<int64_t> shape, FillKind kind, int scale_exponent = 0) {
     HostTensor t = alloc(std::move(name), std::move(shape), DType::U8);
-    fills_.push_back({const_cast<uint8_t*>(static_cast<const uint8_t*>(t.data)), t.numel(), kind, 0, 0,
-                      scale_exponent, fills_.size()});
+    fills_.push_back({const_cast<uint8_t*>(static_cast<const uint8_t*>(t.data)), t.numel(), kind, 0, 0, scale_exponent,
+                      fills_.size()});
     return t;
   }
 
@@ -125,8 +125,7 @@ class DummyBuilder {
   std::vector<TensorFill> fills_;
 };
 
-HostExperts dummy_experts(DummyBuilder& b, const std::string& prefix, int64_t E, int64_t out, int64_t in,
-                          bool mxfp4) {
+HostExperts dummy_experts(DummyBuilder& b, const std::string& prefix, int64_t E, int64_t out, int64_t in, bool mxfp4) {
   HostExperts x;
   x.experts = E, x.out = out, x.in = in;
   if (mxfp4) {

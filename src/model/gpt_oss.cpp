@@ -35,14 +35,14 @@ void expect_experts(const HostExperts& x, int64_t experts, int64_t out, int64_t 
 // Activation buffers planned once for ModelLimits; each step uses the first T (or R) rows. Widths
 // are this rank's (q heads, vocab). The MoE block plans its own (model/moe_block.h).
 struct GptOssModel::Workspace {
-  Tensor residual;   // [T, H] the residual stream x
-  Tensor normed;     // [T, H] RMSNorm output feeding attention or the MoE
-  Tensor qkv;        // [T, (Hq + 2 Hkv) D]
-  Tensor attn;       // [T, Hq D]
-  Tensor attn_out;   // [T, H] after o_proj
-  Tensor logit_in;   // [R, H] residual rows whose logits are wanted
-  Tensor final_norm; // [R, H]
-  Tensor logits;     // [R, V] F32
+  Tensor residual;    // [T, H] the residual stream x
+  Tensor normed;      // [T, H] RMSNorm output feeding attention or the MoE
+  Tensor qkv;         // [T, (Hq + 2 Hkv) D]
+  Tensor attn;        // [T, Hq D]
+  Tensor attn_out;    // [T, H] after o_proj
+  Tensor logit_in;    // [R, H] residual rows whose logits are wanted
+  Tensor final_norm;  // [R, H]
+  Tensor logits;      // [R, V] F32
   // [R, V / tp] F32: this rank's vocab columns; the same view as `logits` when tp = 1.
   Tensor lm_head_out;
 };
@@ -90,8 +90,8 @@ GptOssModel::GptOssModel(Backend& backend, const HostModelWeights& host, const M
   const GptOssConfig& c = config_;
   c.validate();
   local_ = local_dims(c, shard);
-  OSSRT_CHECK(limits.max_step_tokens > 0 && limits.max_logit_rows > 0, "model limits must be positive ({} tokens, {} rows)",
-              limits.max_step_tokens, limits.max_logit_rows);
+  OSSRT_CHECK(limits.max_step_tokens > 0 && limits.max_logit_rows > 0,
+              "model limits must be positive ({} tokens, {} rows)", limits.max_step_tokens, limits.max_logit_rows);
   OSSRT_CHECK(int(host.layers.size()) == c.num_layers, "model weights have {} layers, config says {}",
               host.layers.size(), c.num_layers);
   const int64_t H = c.hidden_size, V = c.vocab_size;

@@ -20,7 +20,7 @@ namespace ossrt {
 struct LayerWeights {
   Tensor attn_norm;
   Tensor qkv_w, qkv_b;  // fused q|k|v: [(Hq + 2 Hkv) D, H], [(Hq + 2 Hkv) D]
-  Tensor o_w, o_b;  // o_b only on tensor-parallel rank 0 (empty elsewhere): it joins the all-reduce once
+  Tensor o_w, o_b;      // o_b only on tensor-parallel rank 0 (empty elsewhere): it joins the all-reduce once
   Tensor sinks;
   Tensor mlp_norm;
   Tensor router_w, router_b;
@@ -56,11 +56,11 @@ struct ModelShard {
   int expert_rank = 0, expert_size = 1;        // a contiguous range of num_experts / expert_size experts
   int expert_tp_rank = 0, expert_tp_size = 1;  // a slice of every local expert's intermediate dimension
   int dp_rank = 0, dp_size = 1;                // attention data parallelism: this rank's own sequences
-  Communicator* tp = nullptr;   // the tp_size ranks of this attention group (o_proj all-reduce, logits gather)
+  Communicator* tp = nullptr;  // the tp_size ranks of this attention group (o_proj all-reduce, logits gather)
   // Every rank holding part of the MoE (the combine's all-reduce). With dp_size > 1 and tp_size == 1
   // its ranks must be the DP ranks in dp_rank order: the combine is then a reduce-scatter.
   Communicator* moe = nullptr;
-  Communicator* dp = nullptr;   // the dp_size ranks with this tp_rank (token gather before the MoE)
+  Communicator* dp = nullptr;  // the dp_size ranks with this tp_rank (token gather before the MoE)
   // AllToAll needs expert_size > 1; `moe` is then the world in rank order (expert group g = ranks
   // [g * expert_tp_size, (g+1) * expert_tp_size)), and with dp_size > 1 `tp` is the DP group's ranks.
   MoeDispatch moe_dispatch = MoeDispatch::Replicate;
@@ -74,8 +74,7 @@ class GptOssModel {
  public:
   // Uploads the weights (this rank's part of them) to the backend and plans the activation
   // workspaces for `limits`.
-  GptOssModel(Backend& backend, const HostModelWeights& host, const ModelLimits& limits,
-              const ModelShard& shard = {});
+  GptOssModel(Backend& backend, const HostModelWeights& host, const ModelLimits& limits, const ModelShard& shard = {});
 
   const GptOssConfig& config() const { return config_; }
   const ModelLimits& limits() const { return limits_; }

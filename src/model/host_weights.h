@@ -13,16 +13,16 @@
 namespace ossrt {
 
 struct HostLayerWeights {
-  HostTensor attn_norm;       // [H]
-  HostTensor q_w, q_b;        // [Hq*D, H], [Hq*D]
-  HostTensor k_w, k_b;        // [Hkv*D, H], [Hkv*D]
-  HostTensor v_w, v_b;        // [Hkv*D, H], [Hkv*D]
-  HostTensor o_w, o_b;        // [H, Hq*D], [H]
-  HostTensor sinks;           // [Hq]
-  HostTensor mlp_norm;        // [H]
+  HostTensor attn_norm;           // [H]
+  HostTensor q_w, q_b;            // [Hq*D, H], [Hq*D]
+  HostTensor k_w, k_b;            // [Hkv*D, H], [Hkv*D]
+  HostTensor v_w, v_b;            // [Hkv*D, H], [Hkv*D]
+  HostTensor o_w, o_b;            // [H, Hq*D], [H]
+  HostTensor sinks;               // [Hq]
+  HostTensor mlp_norm;            // [H]
   HostTensor router_w, router_b;  // [E, H], [E]
-  HostExperts gate_up;        // out = 2*I, rows interleaved: 2j = gate j, 2j+1 = up j
-  HostExperts down;           // out = H, in = I
+  HostExperts gate_up;            // out = 2*I, rows interleaved: 2j = gate j, 2j+1 = up j
+  HostExperts down;               // out = H, in = I
 };
 
 struct HostModelWeights {

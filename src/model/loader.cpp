@@ -41,8 +41,7 @@ class TensorBinder {
 
   HostTensor bytes(const std::string& name, const Shape& shape) const {
     auto [t, file] = get(name, shape, "U8");
-    if (t->dtype != DType::U8)
-      fail("{}: tensor {}: dtype {} expected U8", file->file_name(), name, t->dtype_name);
+    if (t->dtype != DType::U8) fail("{}: tensor {}: dtype {} expected U8", file->file_name(), name, t->dtype_name);
     check_shape(*t, *file, shape);
     return view(*t);
   }
@@ -109,8 +108,8 @@ struct Names {
 HostExperts bind_mxfp4_experts(const TensorBinder& b, const std::string& blocks, const std::string& scales,
                                const std::string& bias, int64_t E, int64_t out, int64_t in) {
   if (in % kMxfp4BlockElems != 0)
-    fail("{}: tensor {}: MXFP4 needs the input size ({}) to be a multiple of {}", b.file_of(blocks), blocks,
-         in, kMxfp4BlockElems);
+    fail("{}: tensor {}: MXFP4 needs the input size ({}) to be a multiple of {}", b.file_of(blocks), blocks, in,
+         kMxfp4BlockElems);
   HostExperts x;
   x.format = HostExperts::Format::Mxfp4;
   x.experts = E, x.out = out, x.in = in;
@@ -124,8 +123,8 @@ HostExperts bind_mxfp4_experts(const TensorBinder& b, const std::string& blocks,
 // other tools may hold PyTorch-Linear [E, out, in]; the shape tells them apart, except when in == out
 // (down_proj with intermediate_size == hidden_size, as in gpt-oss itself). Then `square_format`
 // decides: the orientation gate_up_proj showed (its [H, 2I] is never square), else HF's layout.
-HostExperts bind_dense_experts(const TensorBinder& b, const std::string& weight, const std::string& bias,
-                               int64_t E, int64_t out, int64_t in,
+HostExperts bind_dense_experts(const TensorBinder& b, const std::string& weight, const std::string& bias, int64_t E,
+                               int64_t out, int64_t in,
                                HostExperts::Format square_format = HostExperts::Format::DenseTransposed) {
   HostExperts x;
   x.experts = E, x.out = out, x.in = in;
@@ -145,8 +144,7 @@ HostExperts bind_dense_experts(const TensorBinder& b, const std::string& weight,
   return x;
 }
 
-HostLayerWeights bind_layer(const TensorBinder& b, const Names& n, const GptOssConfig& c, int l,
-                            bool mxfp4) {
+HostLayerWeights bind_layer(const TensorBinder& b, const Names& n, const GptOssConfig& c, int l, bool mxfp4) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, E = c.num_experts;
   const int64_t q = c.q_dim(), kv = c.kv_dim();
   HostLayerWeights w;
@@ -220,7 +218,8 @@ void check_load_format(const std::string& format) {
 
 GptOssConfig resolve_config(const ModelSource& source) {
   check_load_format(source.load_format);
-  if (source.model.empty()) fail("no model given (a checkpoint directory or a preset: tiny, gpt-oss-20b, gpt-oss-120b)");
+  if (source.model.empty())
+    fail("no model given (a checkpoint directory or a preset: tiny, gpt-oss-20b, gpt-oss-120b)");
   if (fs::is_directory(source.model)) {
     const fs::path config_path = fs::path(source.model) / "config.json";
     if (!fs::exists(config_path)) fail("{}: config.json not found in the model directory", source.model);

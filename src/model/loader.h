@@ -11,7 +11,8 @@
 namespace ossrt {
 
 struct ModelSource {
-  std::string model;                 // a directory (config.json + safetensors) or a preset name ("tiny", "gpt-oss-20b", "gpt-oss-120b")
+  std::string
+      model;  // a directory (config.json + safetensors) or a preset name ("tiny", "gpt-oss-20b", "gpt-oss-120b")
   std::string load_format = "auto";  // "auto" (files for a directory) | "safetensors" | "dummy"
   uint64_t seed = 0;                 // dummy weights
 };

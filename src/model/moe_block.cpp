@@ -16,8 +16,8 @@ ReplicatedMoe::ReplicatedMoe(Backend& backend, const GptOssConfig& c, const Mode
       dp_(s.dp),
       moe_(s.expert_size > 1 || s.expert_tp_size > 1 ? s.moe : nullptr),
       reduce_scatter_(s.dp_size > 1 && s.tp_size == 1) {
-  OSSRT_CHECK(dp_size_ == 1 || (dp_ && moe_),
-              "MoE with {} data-parallel groups needs the DP and MoE communicators", dp_size_);
+  OSSRT_CHECK(dp_size_ == 1 || (dp_ && moe_), "MoE with {} data-parallel groups needs the DP and MoE communicators",
+              dp_size_);
   const int64_t T = max_step_tokens, H = c.hidden_size, k = k_, dp = dp_size_;
   const DType act = backend.activation_dtype();
   ids_ = backend.alloc(DType::I32, {T, k});

@@ -30,8 +30,8 @@ class MoeBlock {
   virtual void begin_step(int64_t tokens) = 0;
   // The MoE output (without the residual) of this rank's T rows of `normed` ([T, H]); the view stays
   // valid until the next call.
-  virtual Tensor run(const Tensor& normed, const Tensor& router_w, const Tensor& router_b,
-                     const ExpertWeights& experts, const SwigluParams& swiglu, const Observe& observe) = 0;
+  virtual Tensor run(const Tensor& normed, const Tensor& router_w, const Tensor& router_b, const ExpertWeights& experts,
+                     const SwigluParams& swiglu, const Observe& observe) = 0;
 };
 
 // MoeDispatch::Replicate (docs/parallel.md): per layer

@@ -16,8 +16,9 @@ MoeDispatcher::MoeDispatcher(Backend& backend, const GptOssConfig& c, const Mode
   OSSRT_CHECK(backend.supports_moe_dispatch(),
               "--expert-dispatch all_to_all: backend '{}' has no all-to-all expert dispatch (use replicate)",
               backend.name());
-  OSSRT_CHECK(s.expert_size > 1 && s.moe,
-              "--expert-dispatch all_to_all needs expert parallelism (--expert-parallel-size > 1) and its communicator");
+  OSSRT_CHECK(
+      s.expert_size > 1 && s.moe,
+      "--expert-dispatch all_to_all needs expert parallelism (--expert-parallel-size > 1) and its communicator");
   world_ = s.moe;
   // The ranks holding the same rows: with data parallelism the DP group's tensor-parallel ranks
   // (none besides this one when tp = 1); otherwise every rank (tp groups and attention replicas).

@@ -58,14 +58,14 @@ class MoeDispatcher final : public MoeBlock {
   int64_t first_local_expert_ = 0, local_experts_ = 0;
 
   // Backend buffers, sized for the largest step (see the constructor).
-  Tensor ids_, weights_;           // [c, k] this rank's routing
-  Tensor counts_, count_matrix_;   // [world] F32 pairs sent to each rank; [world, world] everybody's
-  Tensor send_, recv_;             // [world * chunk, H] hidden rows out / in
-  Tensor meta_send_, meta_recv_;   // [world * chunk, 2] (router weight, global expert id) per row
-  Tensor recv_ids_, recv_weights_; // [world * chunk, 1] I32 / F32, the received meta for Backend::moe
+  Tensor ids_, weights_;              // [c, k] this rank's routing
+  Tensor counts_, count_matrix_;      // [world] F32 pairs sent to each rank; [world, world] everybody's
+  Tensor send_, recv_;                // [world * chunk, H] hidden rows out / in
+  Tensor meta_send_, meta_recv_;      // [world * chunk, 2] (router weight, global expert id) per row
+  Tensor recv_ids_, recv_weights_;    // [world * chunk, 1] I32 / F32, the received meta for Backend::moe
   Tensor result_send_, result_recv_;  // [world * chunk, H] weighted expert outputs back / home
-  Tensor combined_;                // [c, H] this rank's rows' MoE output
-  Tensor gathered_;                // [n * c, H] the row group's rows, first T valid
+  Tensor combined_;                   // [c, H] this rank's rows' MoE output
+  Tensor gathered_;                   // [n * c, H] the row group's rows, first T valid
 
   // Host scratch, kept to avoid reallocating every layer.
   std::vector<int32_t> host_ids_, send_rows_, combine_index_, recv_ids_host_;

@@ -19,8 +19,7 @@ struct Box {
 // contiguous (whole rows of dimension 1 and 2).
 const void* take_box(const void* src, int64_t d1, int64_t d2, const Box& b, KeepAlive& keep) {
   const auto* base = static_cast<const std::byte*>(src);
-  if (b.r1.begin == 0 && b.r1.count == d1 && b.r2.begin == 0 && b.r2.count == d2)
-    return base + b.r0.begin * d1 * d2;
+  if (b.r1.begin == 0 && b.r1.count == d1 && b.r2.begin == 0 && b.r2.count == d2) return base + b.r0.begin * d1 * d2;
   auto buffer = std::make_shared<std::vector<std::byte>>(size_t(b.r0.count * b.r1.count * b.r2.count));
   std::byte* dst = buffer->data();
   for (int64_t i = b.r0.begin; i < b.r0.end(); ++i)
@@ -66,7 +65,8 @@ HostTensor dense_f32_box(const HostExperts& x, IndexRange ex, IndexRange rows, I
       dst += cols.count;
     }
   keep.push_back(buffer);
-  return HostTensor{buffer->data(), DType::F32, {ex.count, rows.count, cols.count}, x.blocks.name + " (dequantized slice)"};
+  return HostTensor{
+      buffer->data(), DType::F32, {ex.count, rows.count, cols.count}, x.blocks.name + " (dequantized slice)"};
 }
 
 }  // namespace

@@ -14,8 +14,8 @@ namespace ossrt {
 namespace {
 
 const char* op_name(int op) {
-  static const char* names[] = {"all_reduce_sum", "all_gather", "all_gather_columns", "reduce_scatter_sum",
-                                "all_to_all", "barrier"};
+  static const char* names[] = {"all_reduce_sum",     "all_gather", "all_gather_columns",
+                                "reduce_scatter_sum", "all_to_all", "barrier"};
   return names[op];
 }
 
@@ -68,8 +68,8 @@ class InProcessCommunicator final : public Communicator {
     OSSRT_CHECK(in.ndim == 2 && out.ndim == 2 && out.dim(0) == in.dim(0) && out.dim(1) == in.dim(1) * size(),
                 "all_gather_columns: in {} and out {} do not fit [R, C] -> [R, {} x C]", in.shape_str(),
                 out.shape_str(), size());
-    InProcessGroup::Post post{InProcessGroup::Op::AllGatherColumns, in.ptr<float>(), out.ptr<float>(), in.numel(),
-                              out.numel(), in.dim(0)};
+    InProcessGroup::Post post{
+        InProcessGroup::Op::AllGatherColumns, in.ptr<float>(), out.ptr<float>(), in.numel(), out.numel(), in.dim(0)};
     run(post, [&] {
       const int64_t rows = in.dim(0), cols = in.dim(1), out_cols = out.dim(1);
       for (int j = 0; j < size(); ++j)

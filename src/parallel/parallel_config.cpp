@@ -30,8 +30,10 @@ void ParallelConfig::validate(const GptOssConfig& m) const {
               "--tensor-parallel-size {} must divide the model's {} KV heads, or be a multiple of it (each rank then "
               "keeps a copy of the one KV head its query heads read)",
               tp, m.num_key_value_heads);
-  OSSRT_CHECK(m.vocab_size % tp == 0, "--tensor-parallel-size {} does not divide the vocabulary of {} (vocab-parallel "
-              "lm_head)", tp, m.vocab_size);
+  OSSRT_CHECK(m.vocab_size % tp == 0,
+              "--tensor-parallel-size {} does not divide the vocabulary of {} (vocab-parallel "
+              "lm_head)",
+              tp, m.vocab_size);
   OSSRT_CHECK(m.num_experts % ep == 0, "--expert-parallel-size {} does not divide the model's {} experts", ep,
               m.num_experts);
   const int attention_ranks = tp * dp, world = world_size();

@@ -129,8 +129,7 @@ void ParallelModel::make_communicators() {
   if (need_dp)
     for (const auto& members : dp_groups(parallel_)) make_group(members, 0, &Rank::dp);
 #else
-  fail("parallel: no communicator for backend '{}' in this build (device ranks need NCCL)",
-       ranks_[0]->backend->name());
+  fail("parallel: no communicator for backend '{}' in this build (device ranks need NCCL)", ranks_[0]->backend->name());
 #endif
 }
 

@@ -66,7 +66,7 @@ class ParallelModel {
   ParallelConfig parallel_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::vector<std::shared_ptr<InProcessGroup>> groups_;  // empty with NCCL
-  std::unique_ptr<RankThreads> threads_;  // world > 1; declared last, so joined before the ranks go
+  std::unique_ptr<RankThreads> threads_;                 // world > 1; declared last, so joined before the ranks go
 };
 
 }  // namespace ossrt

@@ -82,7 +82,8 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
     engine.max_model_len = options.max_model_len;
     engine.seed = options.seed;
     if (auto tok = rt->tokenizer_) engine.token_bytes = [tok](int32_t id) { return tok->token_bytes(id); };
-    rt->engine_ = o.model ? std::make_shared<Engine>(*o.model, engine) : std::make_shared<Engine>(*o.parallel_model, engine);
+    rt->engine_ =
+        o.model ? std::make_shared<Engine>(*o.model, engine) : std::make_shared<Engine>(*o.parallel_model, engine);
   }
   rt->load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rt;
@@ -106,15 +107,16 @@ std::shared_ptr<Engine> ModelRuntime::shared_engine() {
 }
 
 std::string ModelRuntime::describe() const {
-  const std::string placement = engine_                 ? engine_->describe_model()
-                                : owned_->model          ? owned_->backend->name()
-                                                         : owned_->parallel_model->rank_backend(0).name() + ", " +
-                                                               options_.parallel.describe();
+  const std::string placement =
+      engine_         ? engine_->describe_model()
+      : owned_->model ? owned_->backend->name()
+                      : owned_->parallel_model->rank_backend(0).name() + ", " + options_.parallel.describe();
   return fmt::format("model {} ({} weights) on {}", options_.model, options_.load_format, placement);
 }
 
 std::string ModelRuntime::device_description() const {
-  return owned_->model ? owned_->backend->device_description() : owned_->parallel_model->rank_backend(0).device_description();
+  return owned_->model ? owned_->backend->device_description()
+                       : owned_->parallel_model->rank_backend(0).device_description();
 }
 
 std::vector<float> ModelRuntime::sequence_logits(std::span<const int32_t> ids, int chunk) {

@@ -14,20 +14,20 @@ namespace ossrt {
 
 struct RuntimeOptions {
   // ---- the model
-  std::string model = "tiny";          // checkpoint directory or preset (tiny, gpt-oss-20b, gpt-oss-120b)
-  std::string load_format = "auto";    // auto | safetensors | dummy
-  uint64_t weights_seed = 0;           // dummy weights (--weights-seed)
-  std::string tokenizer;               // empty: <model dir>/tokenizer.json, else the bundled one
+  std::string model = "tiny";        // checkpoint directory or preset (tiny, gpt-oss-20b, gpt-oss-120b)
+  std::string load_format = "auto";  // auto | safetensors | dummy
+  uint64_t weights_seed = 0;         // dummy weights (--weights-seed)
+  std::string tokenizer;             // empty: <model dir>/tokenizer.json, else the bundled one
 
   // ---- where it runs
-  std::string backend = "cpu";         // cpu | cuda
-  int threads = 0;                     // CPU workers (0 = all cores; shared by the ranks)
-  ParallelConfig parallel;             // more than one rank: a ParallelModel (no data parallelism)
+  std::string backend = "cpu";  // cpu | cuda
+  int threads = 0;              // CPU workers (0 = all cores; shared by the ranks)
+  ParallelConfig parallel;      // more than one rank: a ParallelModel (no data parallelism)
 
   // ---- memory (docs/engine.md "Memory plan")
-  double gpu_memory_utilization = 0.9; // of the device (CUDA) or of available memory (CPU)
-  size_t kv_cache_bytes = 0;           // > 0: this KV budget instead of the profiled plan
-  int max_model_len = 0;               // 0: the model's own context (131072 for gpt-oss)
+  double gpu_memory_utilization = 0.9;  // of the device (CUDA) or of available memory (CPU)
+  size_t kv_cache_bytes = 0;            // > 0: this KV budget instead of the profiled plan
+  int max_model_len = 0;                // 0: the model's own context (131072 for gpt-oss)
   int block_size = 16;
 
   // ---- step limits: the scheduler's budget per step, and what workspaces are sized for.
@@ -35,9 +35,9 @@ struct RuntimeOptions {
   // 64 and 2048).
   int max_num_seqs = 0;
   int max_num_batched_tokens = 0;
-  int max_queue = 1024;                // waiting requests at most
+  int max_queue = 1024;  // waiting requests at most
   bool enable_prefix_caching = true;
-  std::optional<uint64_t> seed;        // --seed: sampling seed of requests that bring none
+  std::optional<uint64_t> seed;  // --seed: sampling seed of requests that bring none
 
   // Throws ossrt::Error naming the flag for values that can never work.
   void validate() const;

@@ -69,8 +69,7 @@ int32_t argmax_allowed(std::span<const float> logits, std::span<const uint32_t> 
   return best;
 }
 
-void apply_penalties(std::span<float> logits, const PenaltyParams& p,
-                     const std::unordered_set<int32_t>& prompt_tokens,
+void apply_penalties(std::span<float> logits, const PenaltyParams& p, const std::unordered_set<int32_t>& prompt_tokens,
                      const std::unordered_map<int32_t, int>& output_counts) {
   if (p.repetition != 1.0f) {
     auto penalize = [&](int32_t id) {

@@ -54,8 +54,8 @@ void SamplingState::observe(int32_t token) {
 
 std::vector<SampledToken> Sampler::sample(std::span<const float> logits, int64_t vocab,
                                           std::span<const SamplingRow> rows) {
-  OSSRT_CHECK(vocab > 0 && logits.size() == size_t(vocab) * rows.size(),
-              "sampler: {} logits for {} rows of vocab {}", logits.size(), rows.size(), vocab);
+  OSSRT_CHECK(vocab > 0 && logits.size() == size_t(vocab) * rows.size(), "sampler: {} logits for {} rows of vocab {}",
+              logits.size(), rows.size(), vocab);
   std::vector<SampledToken> out;
   out.reserve(rows.size());
   for (size_t r = 0; r < rows.size(); ++r)

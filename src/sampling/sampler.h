@@ -68,8 +68,7 @@ class Sampler {
  public:
   // logits: rows.size() rows of `vocab` floats, row-major. Does not modify the states: the caller
   // calls state.observe(token) once it accepts the token.
-  std::vector<SampledToken> sample(std::span<const float> logits, int64_t vocab,
-                                   std::span<const SamplingRow> rows);
+  std::vector<SampledToken> sample(std::span<const float> logits, int64_t vocab, std::span<const SamplingRow> rows);
 
   // One row (the loop body of sample()); public for tests.
   SampledToken sample_row(std::span<const float> raw_logits, const SamplingRow& row);

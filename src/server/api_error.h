@@ -14,10 +14,13 @@ namespace ossrt::server {
 
 class ApiError : public Error {
  public:
-  ApiError(int status, std::string message, std::string type, std::string param = {},
-           std::string code = {})
-      : Error(message), status_(status), message_(std::move(message)), type_(std::move(type)),
-        param_(std::move(param)), code_(std::move(code)) {}
+  ApiError(int status, std::string message, std::string type, std::string param = {}, std::string code = {})
+      : Error(message),
+        status_(status),
+        message_(std::move(message)),
+        type_(std::move(type)),
+        param_(std::move(param)),
+        code_(std::move(code)) {}
 
   int status() const { return status_; }
   const std::string& message() const { return message_; }
@@ -49,7 +52,7 @@ ApiError unavailable(std::string message);
 ApiError internal_error(std::string message);
 
 // The error object alone ({"message", "type", "param", "code"}), also used inside SSE streams.
-nlohmann::json error_object(const std::string& message, const std::string& type,
-                            const std::string& param, const std::string& code);
+nlohmann::json error_object(const std::string& message, const std::string& type, const std::string& param,
+                            const std::string& code);
 
 }  // namespace ossrt::server

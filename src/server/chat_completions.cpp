@@ -24,9 +24,9 @@ struct ChatOptions {
 
 class ChatJob : public GenerationJob {
  public:
-  ChatJob(ServerContext& ctx, std::shared_ptr<Exchange> exchange, ChatOptions options, BuiltPrompt prompt,
-          size_t n)
-      : GenerationJob(ctx, std::move(exchange), ctx.next_id("chatcmpl-")), options_(options),
+  ChatJob(ServerContext& ctx, std::shared_ptr<Exchange> exchange, ChatOptions options, BuiltPrompt prompt, size_t n)
+      : GenerationJob(ctx, std::move(exchange), ctx.next_id("chatcmpl-")),
+        options_(options),
         prompt_(std::move(prompt)) {
     header_ = {id_, created_unix_, ctx.config.served_model_name};
     for (size_t i = 0; i < n; ++i) {
@@ -38,7 +38,8 @@ class ChatJob : public GenerationJob {
 
  private:
   struct Choice {
-    Choice(std::shared_ptr<const Tokenizer> tok, std::set<std::string> tools) : mapper(std::move(tok), std::move(tools)) {}
+    Choice(std::shared_ptr<const Tokenizer> tok, std::set<std::string> tools)
+        : mapper(std::move(tok), std::move(tools)) {}
     ChatOutputMapper mapper;
     bool role_sent = false;
     FinishReason finish = FinishReason::None;
@@ -85,17 +86,20 @@ class ChatJob : public GenerationJob {
     }
     if (int n = c.mapper.dropped_tool_calls()) {
       ctx_.metrics.add("ossrt:dropped_tool_calls_total", model, n);
-      spdlog::warn("[{}] dropped {} call(s) to undeclared function '{}'", exchange_->request_id(), n, c.mapper.last_dropped_name());
+      spdlog::warn("[{}] dropped {} call(s) to undeclared function '{}'", exchange_->request_id(), n,
+                   c.mapper.last_dropped_name());
     }
   }
 
-  void stream_event(size_t index, Choice& c, const GenerationEvent& ev, const ChatDelta& delta, nlohmann::json logprobs) {
+  void stream_event(size_t index, Choice& c, const GenerationEvent& ev, const ChatDelta& delta,
+                    nlohmann::json logprobs) {
     if (client_gone()) return;
     std::string out;
     const int i = int(index);
     bool has_output = !ev.token_ids.empty() || ev.finished;
     // The role chunk goes out with the first token (vllm bench's TTFT = first chunk with choices).
-    if (!c.role_sent && has_output && ev.finish_reason != FinishReason::Abort && ev.finish_reason != FinishReason::Error) {
+    if (!c.role_sent && has_output && ev.finish_reason != FinishReason::Abort &&
+        ev.finish_reason != FinishReason::Error) {
       c.role_sent = true;
       out += chunk(chat_chunk(header_, i, chat_delta({}, false, true), std::nullopt));
     }
@@ -108,14 +112,18 @@ class ChatJob : public GenerationJob {
     emit(ChatDelta{delta.reasoning, {}, {}});
     emit(ChatDelta{{}, delta.content, {}});
     emit(ChatDelta{{}, {}, delta.tool_calls});
-    if (!logprobs.is_null()) out += chunk(chat_chunk(header_, i, nlohmann::json::object(), std::nullopt, std::move(logprobs)));
+    if (!logprobs.is_null())
+      out += chunk(chat_chunk(header_, i, nlohmann::json::object(), std::nullopt, std::move(logprobs)));
     if (ev.finished) {
       if (ev.finish_reason == FinishReason::Error || ev.finish_reason == FinishReason::Abort) {
         // Mid-stream failure: an error event, never a silently truncated stream (docs/reference/SERVING.md 3).
         std::string message = ev.finish_reason == FinishReason::Error
                                   ? "generation failed: " + ev.error
                                   : "the request was aborted (the server is shutting down)";
-        out += sse_data({{"error", error_object(message, ev.finish_reason == FinishReason::Error ? "server_error" : "unavailable_error", "", "")}});
+        out += sse_data(
+            {{"error",
+              error_object(message, ev.finish_reason == FinishReason::Error ? "server_error" : "unavailable_error", "",
+                           "")}});
         stream_failed_ = true;
       } else {
         nlohmann::json fin = chat_chunk(header_, i, nlohmann::json::object(),
@@ -151,9 +159,9 @@ class ChatJob : public GenerationJob {
     if (options_.stream) {
       std::string out;
       if (options_.include_usage && !stream_failed_) {
-        nlohmann::json last = {{"id", header_.id}, {"object", "chat.completion.chunk"}, {"created", header_.created},
-                               {"model", header_.model}, {"choices", nlohmann::json::array()},
-                               {"usage", chat_usage(current_usage())}};
+        nlohmann::json last = {
+            {"id", header_.id},       {"object", "chat.completion.chunk"},  {"created", header_.created},
+            {"model", header_.model}, {"choices", nlohmann::json::array()}, {"usage", chat_usage(current_usage())}};
         out += sse_data(last);
       }
       out += kSseDone;
@@ -165,8 +173,9 @@ class ChatJob : public GenerationJob {
     for (size_t i = 0; i < choices_.size(); ++i) {
       Choice& c = *choices_[i];
       if (c.finish == FinishReason::Error || c.finish == FinishReason::Abort) {
-        ApiError e = c.finish == FinishReason::Error ? internal_error("generation failed")
-                                                     : unavailable("the request was aborted: the server is shutting down");
+        ApiError e = c.finish == FinishReason::Error
+                         ? internal_error("generation failed")
+                         : unavailable("the request was aborted: the server is shutting down");
         exchange_->respond(e.status(), to_wire(e.to_json()), "application/json");
         return;
       }
@@ -179,9 +188,13 @@ class ChatJob : public GenerationJob {
           {"stop_reason", c.stop_token ? nlohmann::json(*c.stop_token) : nlohmann::json(nullptr)}};
       choices.push_back(std::move(choice));
     }
-    nlohmann::json body = {{"id", header_.id}, {"object", "chat.completion"}, {"created", header_.created},
-                           {"model", header_.model}, {"choices", std::move(choices)},
-                           {"usage", chat_usage(current_usage())}, {"system_fingerprint", nullptr}};
+    nlohmann::json body = {{"id", header_.id},
+                           {"object", "chat.completion"},
+                           {"created", header_.created},
+                           {"model", header_.model},
+                           {"choices", std::move(choices)},
+                           {"usage", chat_usage(current_usage())},
+                           {"system_fingerprint", nullptr}};
     exchange_->respond(200, to_wire(body), "application/json");
   }
 
@@ -225,7 +238,7 @@ void handle_chat_completions(ServerContext& ctx, const std::shared_ptr<Exchange>
     r.prompt_ids = prompt.prompt_ids;
     r.sampling = sampling.params;
     if (r.sampling.seed && i > 0) *r.sampling.seed += uint64_t(i);  // n choices must differ
-    r.constraint = structured.make(r.prompt_ids);  // one per choice: it holds the choice's progress
+    r.constraint = structured.make(r.prompt_ids);                   // one per choice: it holds the choice's progress
     validate_for_generator(r, limits, sampling, "messages");
     requests.push_back(std::move(r));
   }

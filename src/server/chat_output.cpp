@@ -24,8 +24,7 @@ void ChatDelta::append(ChatDelta&& other) {
 
 std::string make_tool_call_id() { return random_id("call_"); }
 
-ChatOutputMapper::ChatOutputMapper(std::shared_ptr<const Tokenizer> tokenizer,
-                                   std::set<std::string> declared_tools)
+ChatOutputMapper::ChatOutputMapper(std::shared_ptr<const Tokenizer> tokenizer, std::set<std::string> declared_tools)
     : parser_(std::move(tokenizer), harmony::Role::Assistant), declared_tools_(std::move(declared_tools)) {}
 
 ChatOutputMapper::Sink ChatOutputMapper::classify(const MessageStart& start) {
@@ -72,8 +71,7 @@ void ChatOutputMapper::apply(const std::vector<harmony::ParserEvent>& events, Ch
           break;
         }
         case Sink::None:
-        case Sink::Dropped:
-          break;
+        case Sink::Dropped: break;
       }
     } else if (std::holds_alternative<MessageEnd>(event)) {
       if (sink_ == Sink::Reasoning) reasoning_tokens_ += tokens_in_message_;

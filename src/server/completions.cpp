@@ -24,7 +24,9 @@ struct CompletionLogprobs {
   nlohmann::json tokens = nlohmann::json::array(), token_logprobs = nlohmann::json::array(),
                  top_logprobs = nlohmann::json::array(), text_offset = nlohmann::json::array();
   nlohmann::json to_json() const {
-    return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+    return {{"tokens", tokens},
+            {"token_logprobs", token_logprobs},
+            {"top_logprobs", top_logprobs},
             {"text_offset", text_offset}};
   }
 };
@@ -112,9 +114,10 @@ class CompletionJob : public GenerationJob {
     if (!text.empty() || lp) out += chunk(index, text, std::nullopt, lp ? delta_lp.to_json() : nlohmann::json(nullptr));
     if (ev.finished) {
       if (ev.finish_reason == FinishReason::Error || ev.finish_reason == FinishReason::Abort) {
-        out += sse_data({{"error", error_object(ev.finish_reason == FinishReason::Error ? "generation failed: " + ev.error
-                                                                                        : "the request was aborted",
-                                                "server_error", "", "")}});
+        out +=
+            sse_data({{"error", error_object(ev.finish_reason == FinishReason::Error ? "generation failed: " + ev.error
+                                                                                     : "the request was aborted",
+                                             "server_error", "", "")}});
         failed_ = true;
       } else {
         out += chunk(index, "", finish_reason_for(ev.finish_reason, false), nullptr);
@@ -125,10 +128,15 @@ class CompletionJob : public GenerationJob {
 
   std::string chunk(size_t index, const std::string& text, const std::optional<std::string>& finish,
                     nlohmann::json logprobs) {
-    nlohmann::json choice = {{"index", index}, {"text", text}, {"logprobs", std::move(logprobs)},
+    nlohmann::json choice = {{"index", index},
+                             {"text", text},
+                             {"logprobs", std::move(logprobs)},
                              {"finish_reason", finish ? nlohmann::json(*finish) : nlohmann::json(nullptr)}};
-    nlohmann::json payload = {{"id", id_}, {"object", "text_completion"}, {"created", created_unix_},
-                              {"model", ctx_.config.served_model_name}, {"choices", nlohmann::json::array({choice})}};
+    nlohmann::json payload = {{"id", id_},
+                              {"object", "text_completion"},
+                              {"created", created_unix_},
+                              {"model", ctx_.config.served_model_name},
+                              {"choices", nlohmann::json::array({choice})}};
     if (options_.include_usage) payload["usage"] = nullptr;
     return sse_data(payload);
   }
@@ -147,8 +155,11 @@ class CompletionJob : public GenerationJob {
     if (options_.stream) {
       std::string out;
       if (options_.include_usage && !failed_) {
-        out += sse_data({{"id", id_}, {"object", "text_completion"}, {"created", created_unix_},
-                         {"model", ctx_.config.served_model_name}, {"choices", nlohmann::json::array()},
+        out += sse_data({{"id", id_},
+                         {"object", "text_completion"},
+                         {"created", created_unix_},
+                         {"model", ctx_.config.served_model_name},
+                         {"choices", nlohmann::json::array()},
                          {"usage", usage}});
       }
       out += kSseDone;
@@ -160,18 +171,23 @@ class CompletionJob : public GenerationJob {
     for (size_t i = 0; i < choices_.size(); ++i) {
       Choice& c = *choices_[i];
       if (c.finish == FinishReason::Error || c.finish == FinishReason::Abort) {
-        ApiError e = c.finish == FinishReason::Error ? internal_error("generation failed")
-                                                     : unavailable("the request was aborted: the server is shutting down");
+        ApiError e = c.finish == FinishReason::Error
+                         ? internal_error("generation failed")
+                         : unavailable("the request was aborted: the server is shutting down");
         exchange_->respond(e.status(), to_wire(e.to_json()), "application/json");
         return;
       }
-      choices.push_back({{"index", i}, {"text", c.text},
+      choices.push_back({{"index", i},
+                         {"text", c.text},
                          {"logprobs", options_.want_logprobs ? c.logprobs.to_json() : nlohmann::json(nullptr)},
                          {"finish_reason", finish_reason_for(c.finish, false)},
                          {"stop_reason", c.stop_token ? nlohmann::json(*c.stop_token) : nlohmann::json(nullptr)}});
     }
-    nlohmann::json body = {{"id", id_}, {"object", "text_completion"}, {"created", created_unix_},
-                           {"model", ctx_.config.served_model_name}, {"choices", std::move(choices)},
+    nlohmann::json body = {{"id", id_},
+                           {"object", "text_completion"},
+                           {"created", created_unix_},
+                           {"model", ctx_.config.served_model_name},
+                           {"choices", std::move(choices)},
                            {"usage", usage}};
     exchange_->respond(200, to_wire(body), "application/json");
   }
@@ -193,7 +209,8 @@ std::vector<int32_t> read_prompt(const ServerContext& ctx, const Json& body) {
     prompt = &(*prompt)[0];
   const int max_model_len = std::max(1, ctx.max_model_len());
   if (prompt->is_string()) {
-    auto ids = ctx.tokenizer()->encode_with_special_at_most(prompt->get_ref<const std::string&>(), size_t(max_model_len));
+    auto ids =
+        ctx.tokenizer()->encode_with_special_at_most(prompt->get_ref<const std::string&>(), size_t(max_model_len));
     if (!ids) throw prompt_too_long(size_t(max_model_len), "prompt");
     if (ids->empty()) throw bad_request("prompt: must not be empty", "prompt");
     return std::move(*ids);
@@ -207,10 +224,13 @@ std::vector<int32_t> read_prompt(const ServerContext& ctx, const Json& body) {
       const Json& v = (*prompt)[i];
       if (!v.is_number_integer())
         throw bad_request(fmt::format("prompt[{}]: expected a token id (a list of strings is a batch, "
-                                      "which this server does not accept; send one request per prompt)", i), "prompt");
+                                      "which this server does not accept; send one request per prompt)",
+                                      i),
+                          "prompt");
       bool in_range = !(v.is_number_unsigned() && v.get<uint64_t>() >= uint64_t(vocab)) && v.get<int64_t>() >= 0 &&
                       v.get<int64_t>() < vocab;
-      if (!in_range) throw bad_request(fmt::format("prompt[{}]: token id {} is out of range [0, {})", i, v.dump(), vocab), "prompt");
+      if (!in_range)
+        throw bad_request(fmt::format("prompt[{}]: token id {} is out of range [0, {})", i, v.dump(), vocab), "prompt");
       ids.push_back(int32_t(v.get<int64_t>()));
     }
     return ids;

@@ -1,17 +1,21 @@
 #include "server/generation_job.h"
 
-#include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
 
 #include "server/api_error.h"
 
 namespace ossrt::server {
 
 GenerationJob::GenerationJob(ServerContext& ctx, std::shared_ptr<Exchange> exchange, std::string id)
-    : ctx_(ctx), exchange_(std::move(exchange)), id_(std::move(id)),
-      created_unix_(std::chrono::duration_cast<std::chrono::seconds>(
-                        std::chrono::system_clock::now().time_since_epoch()).count()),
-      arrival_(Clock::now()), strand_(boost::asio::make_strand(ctx.io)) {}
+    : ctx_(ctx),
+      exchange_(std::move(exchange)),
+      id_(std::move(id)),
+      created_unix_(
+          std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count()),
+      arrival_(Clock::now()),
+      strand_(boost::asio::make_strand(ctx.io)) {}
 
 GenerationJob::~GenerationJob() {
   if (counted_active_) ctx_.active_generations.fetch_sub(1);

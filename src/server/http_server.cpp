@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <fmt/format.h>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -8,7 +9,6 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
 
 #include <spdlog/spdlog.h>
 
@@ -89,7 +89,10 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, const HttpServerOptions& options, const RequestHandler& handler,
           const ResponseObserver& observer, std::shared_ptr<HttpServer::LiveSessions> sessions)
-      : stream_(std::move(socket)), options_(options), handler_(handler), observer_(observer),
+      : stream_(std::move(socket)),
+        options_(options),
+        handler_(handler),
+        observer_(observer),
         sessions_(std::move(sessions)) {}
   ~Session() {
     std::lock_guard lk(sessions_->mu);
@@ -261,18 +264,18 @@ void Session::on_header(beast::error_code ec) {
   auto len = parser_->content_length();
   if (len && *len > options_.body_limit) return reject_and_close(413, options_.too_large_body());
   const auto& req = parser_->get();
-  if (auto problem = transfer_encoding_problem(req)) return reject_and_close(problem->first, options_.bad_http_body(problem->second));
+  if (auto problem = transfer_encoding_problem(req))
+    return reject_and_close(problem->first, options_.bad_http_body(problem->second));
   if (options_.check_head) {
     if (auto answer = options_.check_head(req))
       return reject_and_close(answer->status, std::move(answer->body), answer->headers, answer->route);
   }
   if (beast::iequals(req[http::field::expect], "100-continue")) {
     auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-    net::async_write(stream_, net::buffer(*cont),
-                     [self = shared_from_this(), cont](beast::error_code ec, size_t) {
-                       if (ec) return self->close();
-                       self->read_body();
-                     });
+    net::async_write(stream_, net::buffer(*cont), [self = shared_from_this(), cont](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->read_body();
+    });
     return;
   }
   read_body();
@@ -304,7 +307,8 @@ void Session::dispatch_request() {
     handler_(ex);
   } catch (const std::exception& e) {
     // The app's handler converts its own errors; anything escaping is a bug, answered as 500.
-    ex->respond(500, R"({"error":{"message":"internal error","type":"server_error","param":null,"code":"internal_error"}})",
+    ex->respond(500,
+                R"({"error":{"message":"internal error","type":"server_error","param":null,"code":"internal_error"}})",
                 "application/json", HttpHeaders{});
   }
 }
@@ -349,21 +353,20 @@ void Session::discard_input(std::shared_ptr<std::vector<char>> scratch) {
 // left) - or, rarely, a pipelined request, which we leave in the socket for the next read.
 void Session::start_monitor() {
   uint64_t generation = ++monitor_generation_;
-  stream_.socket().async_wait(
-      tcp::socket::wait_read, [self = shared_from_this(), generation](beast::error_code ec) {
-        if (ec || generation != self->monitor_generation_ || !self->current_ || self->closed_) return;
-        char byte;
-        beast::error_code peek_ec, mode_ec;
-        // Separate error codes: restoring the blocking mode must not overwrite the peek's result
-        // (a would_block peek read as "0 bytes, success" looked like EOF and dropped live
-        // keep-alive connections, ~3% of requests).
-        self->stream_.socket().non_blocking(true, mode_ec);
-        size_t n = self->stream_.socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
-        self->stream_.socket().non_blocking(false, mode_ec);
-        if (peek_ec == net::error::would_block) return self->start_monitor();
-        if (peek_ec || n == 0) return self->client_gone();
-        // Pipelined data: stop watching; it is read after this answer.
-      });
+  stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), generation](beast::error_code ec) {
+    if (ec || generation != self->monitor_generation_ || !self->current_ || self->closed_) return;
+    char byte;
+    beast::error_code peek_ec, mode_ec;
+    // Separate error codes: restoring the blocking mode must not overwrite the peek's result
+    // (a would_block peek read as "0 bytes, success" looked like EOF and dropped live
+    // keep-alive connections, ~3% of requests).
+    self->stream_.socket().non_blocking(true, mode_ec);
+    size_t n = self->stream_.socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
+    self->stream_.socket().non_blocking(false, mode_ec);
+    if (peek_ec == net::error::would_block) return self->start_monitor();
+    if (peek_ec || n == 0) return self->client_gone();
+    // Pipelined data: stop watching; it is read after this answer.
+  });
 }
 
 void Session::client_gone() {
@@ -429,12 +432,13 @@ void Session::pump_stream(const std::shared_ptr<ExchangeImpl>& ex) {
   if (last) *out += "0\r\n\r\n";
   if (out->empty()) return;
   write_in_flight_ = true;
-  net::async_write(stream_, net::buffer(*out), [self = shared_from_this(), ex, out, last](beast::error_code ec, size_t) {
-    self->write_in_flight_ = false;
-    if (ec) return self->client_gone();
-    if (last) return self->finish_exchange(ex->keep_alive());
-    self->pump_stream(ex);
-  });
+  net::async_write(stream_, net::buffer(*out),
+                   [self = shared_from_this(), ex, out, last](beast::error_code ec, size_t) {
+                     self->write_in_flight_ = false;
+                     if (ec) return self->client_gone();
+                     if (last) return self->finish_exchange(ex->keep_alive());
+                     self->pump_stream(ex);
+                   });
 }
 
 void Session::finish_exchange(bool keep_alive) {
@@ -461,14 +465,25 @@ void Session::close() {
 }  // namespace
 
 HttpServer::HttpServer(HttpServerOptions options, RequestHandler handler, ResponseObserver observer)
-    : options_(std::move(options)), handler_(std::move(handler)), observer_(std::move(observer)),
+    : options_(std::move(options)),
+      handler_(std::move(handler)),
+      observer_(std::move(observer)),
       sessions_(std::make_shared<LiveSessions>()) {
   if (!options_.too_large_body)
-    options_.too_large_body = [] { return std::string(R"({"error":{"message":"request body too large","type":"invalid_request_error","param":null,"code":"request_too_large"}})"); };
+    options_.too_large_body = [] {
+      return std::string(
+          R"({"error":{"message":"request body too large","type":"invalid_request_error","param":null,"code":"request_too_large"}})");
+    };
   if (!options_.bad_http_body)
-    options_.bad_http_body = [](const std::string&) { return std::string(R"({"error":{"message":"malformed HTTP request","type":"invalid_request_error","param":null,"code":null}})"); };
+    options_.bad_http_body = [](const std::string&) {
+      return std::string(
+          R"({"error":{"message":"malformed HTTP request","type":"invalid_request_error","param":null,"code":null}})");
+    };
   if (!options_.too_many_connections_body)
-    options_.too_many_connections_body = [] { return std::string(R"({"error":{"message":"too many open connections; retry shortly","type":"unavailable_error","param":null,"code":"server_overloaded"}})"); };
+    options_.too_many_connections_body = [] {
+      return std::string(
+          R"({"error":{"message":"too many open connections; retry shortly","type":"unavailable_error","param":null,"code":"server_overloaded"}})");
+    };
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -543,8 +558,7 @@ void HttpServer::accept_next() {
 // connections wait in the listen backlog meanwhile and are served once others close.
 void HttpServer::back_off_accepting() {
   if (accept_backoff_ms_ == 0)
-    spdlog::warn("cannot accept connections: out of file descriptors ({} open); backing off",
-                 sessions_->size());
+    spdlog::warn("cannot accept connections: out of file descriptors ({} open); backing off", sessions_->size());
   accept_backoff_ms_ = std::clamp(accept_backoff_ms_ * 2, 10, 1000);
   acceptor_->backoff.expires_after(std::chrono::milliseconds(accept_backoff_ms_));
   acceptor_->backoff.async_wait([this](beast::error_code ec) {

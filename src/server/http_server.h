@@ -46,8 +46,7 @@ class Exchange {
   virtual void add_response_header(std::string name, std::string value) = 0;
 
   // A complete answer with a body.
-  virtual void respond(int status, std::string body, std::string content_type,
-                       HttpHeaders headers = {}) = 0;
+  virtual void respond(int status, std::string body, std::string content_type, HttpHeaders headers = {}) = 0;
   // A 200 answer whose body is streamed with chunked transfer encoding (SSE).
   virtual void start_stream(std::string content_type, HttpHeaders headers = {}) = 0;
   // Appends bytes to the stream; bytes queued while a write is in flight go out together in the
@@ -74,12 +73,11 @@ struct EarlyAnswer {
 // must not be able to make the server buffer 30 MB (issue 19).
 using HeadCheck = std::function<std::optional<EarlyAnswer>(const HttpRequest& head)>;
 // Called once per answered request (for http_requests_total and access logs).
-using ResponseObserver =
-    std::function<void(const std::string& route, const std::string& method, int status)>;
+using ResponseObserver = std::function<void(const std::string& route, const std::string& method, int status)>;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
-  uint16_t port = 8000;          // 0 = pick a free port (see HttpServer::port())
+  uint16_t port = 8000;  // 0 = pick a free port (see HttpServer::port())
   int threads = 4;
   uint64_t body_limit = 32ull << 20;  // larger bodies get 413
   // A connection waiting for a request's headers (idle keep-alive, or a client trickling its

@@ -49,10 +49,14 @@ std::string escape_label_value(const std::string& v) {
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -61,24 +65,22 @@ void MetricsRegistry::declare(const std::string& name, MetricType type, const st
                               std::vector<double> buckets) {
   std::lock_guard lock(mu_);
   if (families_.count(name)) return;
-  OSSRT_CHECK(std::is_sorted(buckets.begin(), buckets.end()),
-              "metric {}: histogram buckets must be ascending", name);
+  OSSRT_CHECK(std::is_sorted(buckets.begin(), buckets.end()), "metric {}: histogram buckets must be ascending", name);
   families_.emplace(name, Family{type, help, std::move(buckets), {}});
 }
 
 MetricsRegistry::Family& MetricsRegistry::family(const std::string& name, MetricType expected) {
   auto it = families_.find(name);
   OSSRT_CHECK(it != families_.end(), "metric {} used before it was declared", name);
-  OSSRT_CHECK(it->second.type == expected, "metric {} used as a {} but declared a {}", name,
-              type_name(expected), type_name(it->second.type));
+  OSSRT_CHECK(it->second.type == expected, "metric {} used as a {} but declared a {}", name, type_name(expected),
+              type_name(it->second.type));
   return it->second;
 }
 
 void MetricsRegistry::add(const std::string& name, const MetricLabels& labels, double delta) {
   std::lock_guard lock(mu_);
-  auto& f = families_.count(name) && families_.at(name).type == MetricType::Gauge
-                ? family(name, MetricType::Gauge)
-                : family(name, MetricType::Counter);
+  auto& f = families_.count(name) && families_.at(name).type == MetricType::Gauge ? family(name, MetricType::Gauge)
+                                                                                  : family(name, MetricType::Counter);
   f.samples[labels].value += delta;
 }
 
@@ -128,8 +130,8 @@ std::string MetricsRegistry::render() const {
       uint64_t cumulative = 0;
       for (size_t i = 0; i < f.buckets.size(); ++i) {
         cumulative += s.bucket_hits[i];
-        out += fmt::format("{}_bucket{} {}\n", name,
-                           render_labels(labels, "le", format_number(f.buckets[i])), cumulative);
+        out +=
+            fmt::format("{}_bucket{} {}\n", name, render_labels(labels, "le", format_number(f.buckets[i])), cumulative);
       }
       out += fmt::format("{}_bucket{} {}\n", name, render_labels(labels, "le", "+Inf"), s.count);
       out += fmt::format("{}_sum{} {}\n", name, render_labels(labels), format_number(s.value));

@@ -18,8 +18,7 @@ class MetricsRegistry {
  public:
   // Declares a family once (help text, type, histogram bucket upper bounds in ascending order).
   // Declaring twice keeps the first declaration.
-  void declare(const std::string& name, MetricType type, const std::string& help,
-               std::vector<double> buckets = {});
+  void declare(const std::string& name, MetricType type, const std::string& help, std::vector<double> buckets = {});
 
   // Updates; the family must be declared (an undeclared name is a programming error and throws).
   void add(const std::string& name, const MetricLabels& labels, double delta = 1.0);

@@ -39,7 +39,9 @@ nlohmann::json chat_delta(const ChatDelta& delta, bool mirror_reasoning_content,
     nlohmann::json calls = nlohmann::json::array();
     for (const auto& f : delta.tool_calls) {
       if (f.first) {
-        calls.push_back({{"index", f.index}, {"id", f.id}, {"type", "function"},
+        calls.push_back({{"index", f.index},
+                         {"id", f.id},
+                         {"type", "function"},
                          {"function", {{"name", f.name}, {"arguments", f.arguments}}}});
       } else {
         calls.push_back({{"index", f.index}, {"function", {{"arguments", f.arguments}}}});
@@ -52,9 +54,14 @@ nlohmann::json chat_delta(const ChatDelta& delta, bool mirror_reasoning_content,
 
 nlohmann::json chat_chunk(const ChunkHeader& h, int index, nlohmann::json delta,
                           const std::optional<std::string>& finish_reason, nlohmann::json logprobs) {
-  nlohmann::json choice = {{"index", index}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)},
+  nlohmann::json choice = {{"index", index},
+                           {"delta", std::move(delta)},
+                           {"logprobs", std::move(logprobs)},
                            {"finish_reason", finish_reason ? nlohmann::json(*finish_reason) : nlohmann::json(nullptr)}};
-  return {{"id", h.id}, {"object", "chat.completion.chunk"}, {"created", h.created}, {"model", h.model},
+  return {{"id", h.id},
+          {"object", "chat.completion.chunk"},
+          {"created", h.created},
+          {"model", h.model},
           {"choices", nlohmann::json::array({std::move(choice)})}};
 }
 
@@ -72,7 +79,8 @@ nlohmann::json chat_message(const std::string& content, const std::string& reaso
   if (!tool_calls.empty()) {
     nlohmann::json calls = nlohmann::json::array();
     for (const auto& c : tool_calls)
-      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      calls.push_back(
+          {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
     m["tool_calls"] = std::move(calls);
   } else {
     m["tool_calls"] = nlohmann::json::array();

@@ -44,8 +44,7 @@ struct ChunkHeader {
 // {"id","object":"chat.completion.chunk","created","model","choices":[{index, delta, logprobs,
 // finish_reason}]}
 nlohmann::json chat_chunk(const ChunkHeader& h, int index, nlohmann::json delta,
-                          const std::optional<std::string>& finish_reason,
-                          nlohmann::json logprobs = nullptr);
+                          const std::optional<std::string>& finish_reason, nlohmann::json logprobs = nullptr);
 
 // The non-stream assistant message.
 nlohmann::json chat_message(const std::string& content, const std::string& reasoning,

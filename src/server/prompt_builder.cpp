@@ -17,9 +17,11 @@ ApiError prompt_too_long(size_t max_model_len, const std::string& param) {
 }
 
 BuiltPrompt build_chat_prompt(const ServerContext& ctx, const Json& body, const std::string& messages_param) {
-  if (auto tools = body.find("tools"); tools != body.end() && tools->is_array() && tools->size() > ctx.config.limits.max_tools)
-    throw bad_request(fmt::format("tools: at most {} tools are allowed, got {}", ctx.config.limits.max_tools, tools->size()),
-                      "tools");
+  if (auto tools = body.find("tools");
+      tools != body.end() && tools->is_array() && tools->size() > ctx.config.limits.max_tools)
+    throw bad_request(
+        fmt::format("tools: at most {} tools are allowed, got {}", ctx.config.limits.max_tools, tools->size()),
+        "tools");
   harmony::ChatRequestOptions options;
   options.current_date = ctx.current_date();
   options.default_effort = ctx.config.default_effort;
@@ -73,8 +75,8 @@ BuiltPrompt build_chat_prompt(const ServerContext& ctx, const Json& body, const 
     append_text(" to=functions.");
   }
   out.prompt_ids.insert(out.prompt_ids.end(), out.forced_prefix.begin(), out.forced_prefix.end());
-  spdlog::debug("rendered prompt: {} tokens, effort {}{}", out.prompt_ids.size(),
-                harmony::effort_name(out.effort), chat.effort_from_request ? "" : " (server default)");
+  spdlog::debug("rendered prompt: {} tokens, effort {}{}", out.prompt_ids.size(), harmony::effort_name(out.effort),
+                chat.effort_from_request ? "" : " (server default)");
   return out;
 }
 

@@ -25,7 +25,8 @@ struct BuiltPrompt {
 
 // HarmonyRequestError -> 400 with its param. The prompt is rendered against the context length: a
 // longer one is a 400 context_length_exceeded naming `messages_param`, found out while rendering.
-BuiltPrompt build_chat_prompt(const ServerContext& ctx, const Json& body, const std::string& messages_param = "messages");
+BuiltPrompt build_chat_prompt(const ServerContext& ctx, const Json& body,
+                              const std::string& messages_param = "messages");
 
 // The 400 for a prompt found to be longer than the context while it was being built.
 ApiError prompt_too_long(size_t max_model_len, const std::string& param);

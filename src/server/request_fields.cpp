@@ -50,8 +50,10 @@ bool json_nesting_exceeds(std::string_view text, size_t max_depth) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;  // the escaped character cannot end the string
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;  // the escaped character cannot end the string
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     switch (c) {
@@ -72,11 +74,13 @@ bool json_nesting_exceeds(std::string_view text, size_t max_depth) {
 
 Json parse_json_body(std::string_view body, const RequestLimits& limits) {
   if (json_nesting_exceeds(body, limits.max_json_depth))
-    throw bad_request(fmt::format("The JSON body nests arrays or objects more than {} levels deep.", limits.max_json_depth));
+    throw bad_request(
+        fmt::format("The JSON body nests arrays or objects more than {} levels deep.", limits.max_json_depth));
   Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded())
-    throw bad_request("We could not parse the JSON body of your request. (HINT: This likely means you aren't "
-                      "using your HTTP library correctly. The OpenAI API expects a JSON payload.)");
+    throw bad_request(
+        "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
+        "using your HTTP library correctly. The OpenAI API expects a JSON payload.)");
   if (!j.is_object()) throw bad_request(fmt::format("the request body must be a JSON object, not {}", type_name(j)));
   return j;
 }
@@ -103,7 +107,8 @@ std::optional<int64_t> int_field(const Json& body, const std::string& key, std::
     if (v->is_number_float() && std::floor(v->get<double>()) != v->get<double>())
       throw bad_request(fmt::format("{}: expected an integer, got a fractional number", key), key);
     throw bad_request(fmt::format("{}: the number is out of range{}", key,
-                                  max ? fmt::format(" (the maximum is {})", *max) : std::string()), key);
+                                  max ? fmt::format(" (the maximum is {})", *max) : std::string()),
+                      key);
   }
   if (min && *i < *min) throw bad_request(fmt::format("{}: {} is less than the minimum of {}", key, *i, *min), key);
   if (max && *i > *max) throw bad_request(fmt::format("{}: {} is greater than the maximum of {}", key, *i, *max), key);
@@ -145,16 +150,19 @@ Json read_metadata(const Json& body, const RequestLimits& limits) {
   if (!metadata) return Json::object();
   if (metadata->size() > limits.max_metadata_pairs)
     throw bad_request(fmt::format("metadata: at most {} key-value pairs are allowed, got {}", limits.max_metadata_pairs,
-                                  metadata->size()), "metadata");
+                                  metadata->size()),
+                      "metadata");
   for (const auto& [key, value] : metadata->items()) {
     if (utf8_length(key) > limits.max_metadata_key_chars)
-      throw bad_request(fmt::format("metadata: key '{}' is longer than {} characters", echo(key),
-                                    limits.max_metadata_key_chars), "metadata");
+      throw bad_request(
+          fmt::format("metadata: key '{}' is longer than {} characters", echo(key), limits.max_metadata_key_chars),
+          "metadata");
     if (!value.is_string())
       throw bad_request(fmt::format("metadata.{}: expected a string, got {}", echo(key), type_name(value)), "metadata");
     if (utf8_length(value.get_ref<const std::string&>()) > limits.max_metadata_value_chars)
       throw bad_request(fmt::format("metadata.{}: the value is longer than {} characters", echo(key),
-                                    limits.max_metadata_value_chars), "metadata");
+                                    limits.max_metadata_value_chars),
+                        "metadata");
   }
   return *metadata;
 }
@@ -202,8 +210,9 @@ SamplingRequest parse_sampling(const Json& body, SamplingApi api, const Generati
                     std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
       if (digits) id = std::stoll(key);
       if (!digits || id >= generator.vocab_size)
-        throw bad_request(fmt::format("logit_bias: key \"{}\" is not a token id in [0, {})", echo(key), generator.vocab_size),
-                          "logit_bias");
+        throw bad_request(
+            fmt::format("logit_bias: key \"{}\" is not a token id in [0, {})", echo(key), generator.vocab_size),
+            "logit_bias");
       if (!value.is_number() || !(std::fabs(value.get<double>()) <= 100.0))
         throw bad_request(fmt::format("logit_bias[{}]: expected a number in [-100, 100]", key), "logit_bias");
       p.logit_bias[int32_t(id)] = value.get<float>();
@@ -241,7 +250,8 @@ SamplingRequest parse_sampling(const Json& body, SamplingApi api, const Generati
     }
     for (const auto& s : p.stop_strings)
       if (s.size() > limits.max_stop_string_bytes)
-        throw bad_request(fmt::format("stop: a stop string is longer than {} bytes", limits.max_stop_string_bytes), "stop");
+        throw bad_request(fmt::format("stop: a stop string is longer than {} bytes", limits.max_stop_string_bytes),
+                          "stop");
     std::erase_if(p.stop_strings, [](const std::string& s) { return s.empty(); });
   }
   if (const auto* ids = present(body, "stop_token_ids")) {
@@ -260,8 +270,10 @@ SamplingRequest parse_sampling(const Json& body, SamplingApi api, const Generati
   } else {
     bool want = bool_field(body, "logprobs").value_or(false);
     auto top = int_field(body, "top_logprobs", 0, 20);
-    if (want || (api == SamplingApi::Responses && top)) p.logprobs = int(top.value_or(0));
-    else if (top && *top > 0) throw bad_request("top_logprobs: requires logprobs to be true", "top_logprobs");
+    if (want || (api == SamplingApi::Responses && top))
+      p.logprobs = int(top.value_or(0));
+    else if (top && *top > 0)
+      throw bad_request("top_logprobs: requires logprobs to be true", "top_logprobs");
   }
   if (auto v = int_field(body, "n", 1, 16)) out.n = int(*v);
   return out;
@@ -278,13 +290,15 @@ void resolve_max_tokens(SamplingRequest& sampling, int64_t prompt_tokens, int ma
         "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
         "messages, {} in the completion). Please reduce the length of the messages or completion.",
         max_model_len, prompt_tokens + completion, prompt_tokens, completion);
-    throw bad_request(message, sampling.max_tokens ? sampling.max_tokens_param : prompt_param, "context_length_exceeded");
+    throw bad_request(message, sampling.max_tokens ? sampling.max_tokens_param : prompt_param,
+                      "context_length_exceeded");
   }
   sampling.params.max_tokens = int(requested);
   if (sampling.params.min_tokens > sampling.params.max_tokens)
-    throw bad_request(fmt::format("min_tokens: {} is greater than max_tokens ({}{})", sampling.params.min_tokens,
-                                  sampling.params.max_tokens, sampling.max_tokens ? "" : ", what is left of the context"),
-                      "min_tokens");
+    throw bad_request(
+        fmt::format("min_tokens: {} is greater than max_tokens ({}{})", sampling.params.min_tokens,
+                    sampling.params.max_tokens, sampling.max_tokens ? "" : ", what is left of the context"),
+        "min_tokens");
 }
 
 void validate_for_generator(const GenerationRequest& request, const GenerationLimits& generator,
@@ -292,8 +306,10 @@ void validate_for_generator(const GenerationRequest& request, const GenerationLi
   auto invalid = validate_generation_request(request, generator);
   if (!invalid) return;
   std::string param = invalid->field;
-  if (param == "prompt") param = prompt_param;
-  else if (param == "max_tokens") param = sampling.max_tokens_param;
+  if (param == "prompt")
+    param = prompt_param;
+  else if (param == "max_tokens")
+    param = sampling.max_tokens_param;
   throw bad_request(invalid->message, param);
 }
 

@@ -25,12 +25,12 @@ using Json = nlohmann::ordered_json;
 
 // Limits on what a client may send, checked before the values reach the engine or the store.
 struct RequestLimits {
-  size_t max_json_depth = 64;          // nested arrays/objects in a body
-  size_t max_stop_strings = 64;        // checked on every generated token
+  size_t max_json_depth = 64;    // nested arrays/objects in a body
+  size_t max_stop_strings = 64;  // checked on every generated token
   size_t max_stop_string_bytes = 1024;
   size_t max_stop_token_ids = 1024;
   size_t max_logit_bias_entries = 1024;
-  size_t max_tools = 128;              // OpenAI's limit
+  size_t max_tools = 128;  // OpenAI's limit
   // OpenAI's metadata limits: 16 pairs, keys up to 64 characters, string values up to 512.
   size_t max_metadata_pairs = 16;
   size_t max_metadata_key_chars = 64;
@@ -70,9 +70,9 @@ Json read_metadata(const Json& body, const RequestLimits& limits = {});
 enum class SamplingApi { Chat, Completions, Responses };
 
 struct SamplingRequest {
-  SamplingParams params;            // max_tokens filled by resolve_max_tokens()
-  std::optional<int> max_tokens;    // what the client asked for, if anything
-  std::string max_tokens_param;     // the field it came in ("max_tokens", "max_output_tokens", ...)
+  SamplingParams params;          // max_tokens filled by resolve_max_tokens()
+  std::optional<int> max_tokens;  // what the client asked for, if anything
+  std::string max_tokens_param;   // the field it came in ("max_tokens", "max_output_tokens", ...)
   int n = 1;
 };
 

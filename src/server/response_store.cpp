@@ -21,8 +21,8 @@ void ResponseStore::erase(std::unordered_map<std::string, Entry>::iterator it) {
 void ResponseStore::evict(Clock::time_point now) {
   while (!order_.empty()) {
     auto it = entries_.find(order_.front());
-    const bool keep = now - it->second.stored < limits_.ttl && entries_.size() <= limits_.capacity &&
-                      bytes_ <= limits_.max_bytes;
+    const bool keep =
+        now - it->second.stored < limits_.ttl && entries_.size() <= limits_.capacity && bytes_ <= limits_.max_bytes;
     if (keep) break;
     erase(it);
   }

@@ -21,8 +21,8 @@ struct StoredResponse {
 };
 
 struct ResponseStoreLimits {
-  size_t capacity = 1024;                 // entries
-  uint64_t max_bytes = 512ull << 20;      // approximate serialized size of all entries
+  size_t capacity = 1024;             // entries
+  uint64_t max_bytes = 512ull << 20;  // approximate serialized size of all entries
   std::chrono::seconds ttl{3600};
 };
 

@@ -5,11 +5,11 @@
 #include "server/api_error.h"
 #include "server/generation_job.h"
 #include "server/openai_format.h"
-#include "server/structured_request.h"
 #include "server/prompt_builder.h"
 #include "server/request_fields.h"
 #include "server/response_store.h"
 #include "server/responses_output.h"
+#include "server/structured_request.h"
 
 namespace ossrt::server {
 
@@ -28,7 +28,8 @@ std::string text_of_content(const ordered_json& content, const std::string& para
     if (!part.is_object() || !part.contains("text") || !part["text"].is_string()) {
       std::string type = part.is_object() ? string_field(part, "type", where + ".type").value_or("") : "";
       throw bad_request(fmt::format("{}: unsupported content part{} (only text parts are supported)", where,
-                                    type.empty() ? "" : " of type " + type), where);
+                                    type.empty() ? "" : " of type " + type),
+                        where);
     }
     text += part["text"].get<std::string>();
   }
@@ -53,18 +54,21 @@ ordered_json input_to_messages(const ordered_json& input) {
     if (!item.is_object()) throw bad_request(where + ": expected an object", where);
     std::string type = string_field(item, "type", where + ".type").value_or(item.contains("role") ? "message" : "");
     if (type == "message") {
-      if (!item.contains("role") || !item["role"].is_string()) throw bad_request(where + ".role: expected a string", where + ".role");
+      if (!item.contains("role") || !item["role"].is_string())
+        throw bad_request(where + ".role: expected a string", where + ".role");
       std::string role = item["role"].get<std::string>();
       const auto content = item.find("content");
-      ordered_json m = {{"role", role},
-                        {"content", text_of_content(content == item.end() ? ordered_json("") : *content, where + ".content")}};
+      ordered_json m = {
+          {"role", role},
+          {"content", text_of_content(content == item.end() ? ordered_json("") : *content, where + ".content")}};
       if (role == "assistant") attach_reasoning(m);
       messages.push_back(std::move(m));
     } else if (type == "function_call") {
       for (const char* key : {"call_id", "name", "arguments"})
         if (!item.contains(key) || !item[key].is_string())
           throw bad_request(fmt::format("{}.{}: expected a string", where, key), where + "." + key);
-      ordered_json call = {{"id", item["call_id"]}, {"type", "function"},
+      ordered_json call = {{"id", item["call_id"]},
+                           {"type", "function"},
                            {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
       // Consecutive calls of one turn form one assistant message with several tool_calls.
       if (!messages.empty() && messages.back()["role"] == "assistant" && messages.back().contains("tool_calls") &&
@@ -79,7 +83,8 @@ ordered_json input_to_messages(const ordered_json& input) {
       if (!item.contains("call_id") || !item["call_id"].is_string())
         throw bad_request(where + ".call_id: expected a string", where + ".call_id");
       const auto& output = item.contains("output") ? item["output"] : ordered_json("");
-      messages.push_back({{"role", "tool"}, {"tool_call_id", item["call_id"]},
+      messages.push_back({{"role", "tool"},
+                          {"tool_call_id", item["call_id"]},
                           {"content", output.is_string() ? output.get<std::string>() : output.dump()}});
     } else if (type == "reasoning") {
       if (item.contains("content") && item["content"].is_array())
@@ -90,7 +95,8 @@ ordered_json input_to_messages(const ordered_json& input) {
       throw bad_request(fmt::format("{}.type: unsupported input item type '{}'", where, echo(type)), where + ".type");
     }
   }
-  if (!pending_reasoning.empty()) messages.push_back({{"role", "assistant"}, {"content", ""}, {"reasoning", pending_reasoning}});
+  if (!pending_reasoning.empty())
+    messages.push_back({{"role", "assistant"}, {"content", ""}, {"reasoning", pending_reasoning}});
   return messages;
 }
 
@@ -102,7 +108,8 @@ ordered_json convert_tools(const ordered_json& tools) {
     std::string where = fmt::format("tools[{}]", i);
     if (!t.is_object() || string_field(t, "type", where + ".type").value_or("") != "function")
       throw bad_request(where + ".type: only function tools are supported (built-in tools are off)", where + ".type");
-    if (!t.contains("name") || !t["name"].is_string()) throw bad_request(where + ".name: expected a string", where + ".name");
+    if (!t.contains("name") || !t["name"].is_string())
+      throw bad_request(where + ".name: expected a string", where + ".name");
     ordered_json fn = {{"name", t["name"]}};
     if (t.contains("description")) fn["description"] = t["description"];
     if (t.contains("parameters")) fn["parameters"] = t["parameters"];
@@ -131,7 +138,8 @@ ordered_json responses_to_chat_body(const ordered_json& request, const ordered_j
   if (request.contains("tools") && !request["tools"].is_null()) chat["tools"] = convert_tools(request["tools"]);
   if (request.contains("tool_choice") && !request["tool_choice"].is_null()) {
     const auto& tc = request["tool_choice"];
-    if (tc.is_object() && string_field(tc, "type", "tool_choice.type").value_or("") == "function" && tc.contains("name"))
+    if (tc.is_object() && string_field(tc, "type", "tool_choice.type").value_or("") == "function" &&
+        tc.contains("name"))
       chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
     else
       chat["tool_choice"] = tc;
@@ -160,9 +168,13 @@ class ResponseJob : public GenerationJob {
  public:
   ResponseJob(ServerContext& ctx, std::shared_ptr<Exchange> exchange, bool stream, bool store, std::string owner,
               json base, BuiltPrompt prompt, ordered_json conversation)
-      : GenerationJob(ctx, std::move(exchange), ctx.next_id("resp_")), stream_(stream), store_(store),
+      : GenerationJob(ctx, std::move(exchange), ctx.next_id("resp_")),
+        stream_(stream),
+        store_(store),
         owner_(std::move(owner)),
-        base_(std::move(base)), prompt_(std::move(prompt)), conversation_(std::move(conversation)),
+        base_(std::move(base)),
+        prompt_(std::move(prompt)),
+        conversation_(std::move(conversation)),
         output_(ctx.tokenizer(), prompt_.declared_tools) {
     std::vector<json> ignored;
     output_.push(prompt_.forced_prefix, ignored);
@@ -229,7 +241,9 @@ class ResponseJob : public GenerationJob {
     } else if (finish_ == FinishReason::Error || finish_ == FinishReason::Abort) {
       status = finish_ == FinishReason::Abort ? "cancelled" : "failed";
       final_object = response_object(status);
-      final_object["error"] = {{"code", "server_error"}, {"message", finish_ == FinishReason::Abort ? "the request was aborted" : "generation failed"}};
+      final_object["error"] = {
+          {"code", "server_error"},
+          {"message", finish_ == FinishReason::Abort ? "the request was aborted" : "generation failed"}};
     } else {
       final_object = response_object(status);
     }
@@ -241,7 +255,9 @@ class ResponseJob : public GenerationJob {
     }
     if (client_gone()) return;
     if (stream_) {
-      std::string type = status == "completed" ? "response.completed" : status == "incomplete" ? "response.incomplete" : "response.failed";
+      std::string type = status == "completed"    ? "response.completed"
+                         : status == "incomplete" ? "response.incomplete"
+                                                  : "response.failed";
       std::vector<json> events = {{{"type", type}, {"response", final_object}}};
       write_events(events);
       exchange_->end_stream();
@@ -281,7 +297,8 @@ void handle_create_response(ServerContext& ctx, const std::shared_ptr<Exchange>&
   bool parallel_tool_calls = bool_field(body, "parallel_tool_calls").value_or(true);
   std::string truncation = string_field(body, "truncation").value_or("disabled");
   if (truncation != "disabled" && truncation != "auto")
-    throw bad_request(fmt::format("truncation: expected 'auto' or 'disabled', got '{}'", echo(truncation)), "truncation");
+    throw bad_request(fmt::format("truncation: expected 'auto' or 'disabled', got '{}'", echo(truncation)),
+                      "truncation");
 
   ordered_json history = ordered_json::array();
   json previous_id = nullptr;
@@ -296,7 +313,8 @@ void handle_create_response(ServerContext& ctx, const std::shared_ptr<Exchange>&
   ordered_json chat_body = responses_to_chat_body(body, history, &input_messages);
   BuiltPrompt prompt = build_chat_prompt(ctx, chat_body, "input");
   resolve_max_tokens(sampling, int64_t(prompt.prompt_ids.size()), ctx.max_model_len(), "input");
-  if (auto budget = body.find("thinking_token_budget"); budget != body.end()) chat_body["thinking_token_budget"] = *budget;
+  if (auto budget = body.find("thinking_token_budget"); budget != body.end())
+    chat_body["thinking_token_budget"] = *budget;
   const StructuredPlan structured = plan_chat_constraint(ctx, chat_body, prompt, StructuredApi::Responses);
 
   // The conversation to store: history + this input (instructions are per request, not stored).

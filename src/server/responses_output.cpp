@@ -32,23 +32,31 @@ void ResponsesOutput::open_item(const harmony::MessageStart& start, std::vector<
   if (function) {
     kind_ = Kind::FunctionCall;
     item = {{"type", "function_call"}, {"id", make_item_id("fc_")}, {"call_id", make_tool_call_id()},
-            {"name", *function}, {"arguments", ""}, {"status", "in_progress"}};
+            {"name", *function},       {"arguments", ""},           {"status", "in_progress"}};
   } else if (start.channel == "analysis" || (start.channel != "final" && !start.recipient.empty())) {
     kind_ = Kind::Reasoning;
     item = {{"type", "reasoning"}, {"id", make_item_id("rs_")}, {"summary", json::array()}, {"content", json::array()}};
   } else {
     kind_ = Kind::Message;
-    item = {{"type", "message"}, {"id", make_item_id("msg_")}, {"status", "in_progress"}, {"role", "assistant"},
+    item = {{"type", "message"},
+            {"id", make_item_id("msg_")},
+            {"status", "in_progress"},
+            {"role", "assistant"},
             {"content", json::array()}};
   }
   const size_t index = items_.size();
   items_.push_back(item);
   events.push_back({{"type", "response.output_item.added"}, {"output_index", index}, {"item", item}});
   if (kind_ == Kind::Reasoning) {
-    events.push_back({{"type", "response.content_part.added"}, {"item_id", item["id"]}, {"output_index", index},
-                      {"content_index", 0}, {"part", {{"type", "reasoning_text"}, {"text", ""}}}});
+    events.push_back({{"type", "response.content_part.added"},
+                      {"item_id", item["id"]},
+                      {"output_index", index},
+                      {"content_index", 0},
+                      {"part", {{"type", "reasoning_text"}, {"text", ""}}}});
   } else if (kind_ == Kind::Message) {
-    events.push_back({{"type", "response.content_part.added"}, {"item_id", item["id"]}, {"output_index", index},
+    events.push_back({{"type", "response.content_part.added"},
+                      {"item_id", item["id"]},
+                      {"output_index", index},
                       {"content_index", 0},
                       {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
   }
@@ -65,22 +73,37 @@ void ResponsesOutput::close_item(std::vector<json>& events) {
   if (kind_ == Kind::Reasoning) {
     json part = {{"type", "reasoning_text"}, {"text", text_}};
     item["content"] = json::array({part});
-    events.push_back({{"type", "response.reasoning_text.done"}, {"item_id", id}, {"output_index", index},
-                      {"content_index", 0}, {"text", text_}});
-    events.push_back({{"type", "response.content_part.done"}, {"item_id", id}, {"output_index", index},
-                      {"content_index", 0}, {"part", part}});
+    events.push_back({{"type", "response.reasoning_text.done"},
+                      {"item_id", id},
+                      {"output_index", index},
+                      {"content_index", 0},
+                      {"text", text_}});
+    events.push_back({{"type", "response.content_part.done"},
+                      {"item_id", id},
+                      {"output_index", index},
+                      {"content_index", 0},
+                      {"part", part}});
   } else if (kind_ == Kind::Message) {
     json part = {{"type", "output_text"}, {"text", text_}, {"annotations", json::array()}};
     item["content"] = json::array({part});
     item["status"] = "completed";
-    events.push_back({{"type", "response.output_text.done"}, {"item_id", id}, {"output_index", index},
-                      {"content_index", 0}, {"text", text_}, {"logprobs", json::array()}});
-    events.push_back({{"type", "response.content_part.done"}, {"item_id", id}, {"output_index", index},
-                      {"content_index", 0}, {"part", part}});
+    events.push_back({{"type", "response.output_text.done"},
+                      {"item_id", id},
+                      {"output_index", index},
+                      {"content_index", 0},
+                      {"text", text_},
+                      {"logprobs", json::array()}});
+    events.push_back({{"type", "response.content_part.done"},
+                      {"item_id", id},
+                      {"output_index", index},
+                      {"content_index", 0},
+                      {"part", part}});
   } else {
     item["arguments"] = text_;
     item["status"] = "completed";
-    events.push_back({{"type", "response.function_call_arguments.done"}, {"item_id", id}, {"output_index", index},
+    events.push_back({{"type", "response.function_call_arguments.done"},
+                      {"item_id", id},
+                      {"output_index", index},
                       {"arguments", text_}});
   }
   events.push_back({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
@@ -97,14 +120,23 @@ void ResponsesOutput::apply(const std::vector<harmony::ParserEvent>& parsed, std
       const size_t index = items_.size() - 1;
       const json id = items_[index]["id"];
       if (kind_ == Kind::Reasoning)
-        events.push_back({{"type", "response.reasoning_text.delta"}, {"item_id", id}, {"output_index", index},
-                          {"content_index", 0}, {"delta", delta->text}});
+        events.push_back({{"type", "response.reasoning_text.delta"},
+                          {"item_id", id},
+                          {"output_index", index},
+                          {"content_index", 0},
+                          {"delta", delta->text}});
       else if (kind_ == Kind::Message)
-        events.push_back({{"type", "response.output_text.delta"}, {"item_id", id}, {"output_index", index},
-                          {"content_index", 0}, {"delta", delta->text}, {"logprobs", json::array()}});
+        events.push_back({{"type", "response.output_text.delta"},
+                          {"item_id", id},
+                          {"output_index", index},
+                          {"content_index", 0},
+                          {"delta", delta->text},
+                          {"logprobs", json::array()}});
       else
-        events.push_back({{"type", "response.function_call_arguments.delta"}, {"item_id", id},
-                          {"output_index", index}, {"delta", delta->text}});
+        events.push_back({{"type", "response.function_call_arguments.delta"},
+                          {"item_id", id},
+                          {"output_index", index},
+                          {"delta", delta->text}});
     } else {
       if (kind_ == Kind::Reasoning) reasoning_tokens_ += tokens_in_message_;
       tokens_in_message_ = 0;
@@ -140,10 +172,11 @@ nlohmann::ordered_json ResponsesOutput::as_chat_messages() const {
       if (!pending_reasoning.empty()) m["reasoning"] = std::exchange(pending_reasoning, {});
       messages.push_back(std::move(m));
     } else if (item["type"] == "function_call") {
-      nlohmann::ordered_json call = {{"id", item["call_id"]}, {"type", "function"},
+      nlohmann::ordered_json call = {{"id", item["call_id"]},
+                                     {"type", "function"},
                                      {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
-      nlohmann::ordered_json m = {{"role", "assistant"}, {"content", nullptr},
-                                  {"tool_calls", nlohmann::ordered_json::array({call})}};
+      nlohmann::ordered_json m = {
+          {"role", "assistant"}, {"content", nullptr}, {"tool_calls", nlohmann::ordered_json::array({call})}};
       if (!pending_reasoning.empty()) m["reasoning"] = std::exchange(pending_reasoning, {});
       messages.push_back(std::move(m));
     }

@@ -107,7 +107,9 @@ std::string caller(const ServerContext& ctx, const std::shared_ptr<Exchange>& ex
 
 void handle_health(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
   if (ctx.ready() && !ctx.draining.load()) return respond_json(exchange, 200, {{"status", "ok"}});
-  std::string message = ctx.draining.load() ? "Shutting down" : ctx.load_error().empty() ? "Loading model" : "Model failed to load";
+  std::string message = ctx.draining.load()        ? "Shutting down"
+                        : ctx.load_error().empty() ? "Loading model"
+                                                   : "Model failed to load";
   respond_json(exchange, 503, {{"error", {{"code", 503}, {"message", message}, {"type", "unavailable_error"}}}});
 }
 
@@ -140,8 +142,12 @@ void handle_server_info(ServerContext& ctx, const std::shared_ptr<Exchange>& exc
 }
 
 void handle_models(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const std::string&) {
-  nlohmann::json model = {{"id", ctx.config.served_model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "ossrt"},
-                          {"root", ctx.config.served_model_name}, {"parent", nullptr},
+  nlohmann::json model = {{"id", ctx.config.served_model_name},
+                          {"object", "model"},
+                          {"created", 0},
+                          {"owned_by", "ossrt"},
+                          {"root", ctx.config.served_model_name},
+                          {"parent", nullptr},
                           {"max_model_len", ctx.max_model_len()}};
   respond_json(exchange, 200, {{"object", "list"}, {"data", nlohmann::json::array({model})}});
 }
@@ -227,7 +233,13 @@ const std::vector<Route>& routes() {
       {"/v1/chat/completions", M::Exact, {V::post}, true, true, "/v1/chat/completions", handle_chat},
       {"/v1/completions", M::Exact, {V::post}, true, true, "/v1/completions", handle_completion},
       {"/v1/responses", M::Exact, {V::post}, true, true, "/v1/responses", handle_response_create},
-      {"/v1/responses/", M::ResponseIdCancel, {V::post}, true, true, "/v1/responses/{id}/cancel", handle_response_cancel},
+      {"/v1/responses/",
+       M::ResponseIdCancel,
+       {V::post},
+       true,
+       true,
+       "/v1/responses/{id}/cancel",
+       handle_response_cancel},
       {"/v1/responses/", M::ResponseId, {V::get}, true, true, "/v1/responses/{id}", handle_response_get},
       {"/tokenize", M::Exact, {V::post}, true, true, "/tokenize", handle_tokenize},
       {"/v1/tokenize", M::Exact, {V::post}, true, true, "/v1/tokenize", handle_tokenize},
@@ -282,8 +294,9 @@ const Route& resolve(const ServerContext& ctx, const HttpRequest& req, std::stri
     throw not_found(fmt::format("No route for {} {}", std::string(req.method_string()), echo(path)), {}, "not_found");
   }
   if (std::find(route->methods.begin(), route->methods.end(), req.method()) == route->methods.end()) {
-    ApiError e(405, fmt::format("Method {} is not allowed on {}; use {}", std::string(req.method_string()), route->label,
-                                allowed_methods(*route)),
+    ApiError e(405,
+               fmt::format("Method {} is not allowed on {}; use {}", std::string(req.method_string()), route->label,
+                           allowed_methods(*route)),
                "invalid_request_error", {}, "method_not_allowed");
     throw e;
   }
@@ -302,7 +315,8 @@ void log_failure(const std::shared_ptr<Exchange>& exchange, const ApiError& e) {
 }
 
 // Runs a handler; whatever it throws becomes the client's error answer.
-void run_guarded(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const Route& route, const std::string& id) {
+void run_guarded(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, const Route& route,
+                 const std::string& id) {
   try {
     route.handler(ctx, exchange, id);
   } catch (const ApiError& e) {
@@ -314,7 +328,8 @@ void run_guarded(ServerContext& ctx, const std::shared_ptr<Exchange>& exchange, 
     spdlog::warn("[{}] unvalidated JSON shape: {}", exchange->request_id(), e.what());
     respond_error(exchange, bad_request("invalid request: a field has an unexpected type or shape"));
   } catch (const std::exception& e) {
-    spdlog::error("[{}] {} {}: internal error: {}", exchange->request_id(), std::string(exchange->request().method_string()),
+    spdlog::error("[{}] {} {}: internal error: {}", exchange->request_id(),
+                  std::string(exchange->request().method_string()),
                   echo(std::string(exchange->request().target()), 200), e.what());
     respond_error(exchange, internal_error("internal error"));
   }

@@ -16,8 +16,7 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::vector<int32_t> parse_reply_ids(const nlohmann::json& given, const ScriptCodec& codec,
-                                     const std::string& where) {
+std::vector<int32_t> parse_reply_ids(const nlohmann::json& given, const ScriptCodec& codec, const std::string& where) {
   const nlohmann::json entry = given.is_array() ? nlohmann::json{{"ids", given}} : given;
   OSSRT_CHECK(entry.is_object(), "{}: expected an object or an array of ids", where);
   if (entry.contains("ids")) {
@@ -87,9 +86,7 @@ ScriptedGenerator::~ScriptedGenerator() {
   worker_.join();
 }
 
-int ScriptedGenerator::blocks_for(int tokens) const {
-  return (tokens + options_.block_size - 1) / options_.block_size;
-}
+int ScriptedGenerator::blocks_for(int tokens) const { return (tokens + options_.block_size - 1) / options_.block_size; }
 
 const std::vector<int32_t>* ScriptedGenerator::choose_script(const GenerationRequest& request) {
   const ScriptedReply* best = nullptr;
@@ -136,7 +133,8 @@ GenerationEvent ScriptedGenerator::final_event(const Sequence& seq, FinishReason
   auto now = Clock::now();
   auto scheduled = seq.scheduled == Clock::time_point{} ? now : seq.scheduled;
   ev.queue_time = seconds_between(seq.request.arrival, scheduled);
-  ev.time_to_first_token = seq.first_token == Clock::time_point{} ? 0.0 : seconds_between(seq.request.arrival, seq.first_token);
+  ev.time_to_first_token =
+      seq.first_token == Clock::time_point{} ? 0.0 : seconds_between(seq.request.arrival, seq.first_token);
   ev.e2e_latency = seconds_between(seq.request.arrival, now);
   return ev;
 }
@@ -217,8 +215,10 @@ void ScriptedGenerator::step(std::vector<Delivery>& out) {
     GenerationEvent ev;
     FinishReason finish = FinishReason::None;
     if (seq.cursor >= script.size()) {
-      if (p.ignore_eos) seq.cursor = 0;  // benchmarks: keep producing until max_tokens
-      else finish = FinishReason::Stop;    // the script ended without a stop token: treat as EOS
+      if (p.ignore_eos)
+        seq.cursor = 0;  // benchmarks: keep producing until max_tokens
+      else
+        finish = FinishReason::Stop;  // the script ended without a stop token: treat as EOS
     }
     if (finish == FinishReason::None) {
       int32_t id = script[seq.cursor++];
@@ -259,9 +259,8 @@ void ScriptedGenerator::step(std::vector<Delivery>& out) {
 void ScriptedGenerator::worker_loop() {
   std::unique_lock lock(mu_);
   while (true) {
-    wake_.wait(lock, [&] {
-      return stopping_ || !running_.empty() || !waiting_.empty() || !cancelled_deliveries_.empty();
-    });
+    wake_.wait(lock,
+               [&] { return stopping_ || !running_.empty() || !waiting_.empty() || !cancelled_deliveries_.empty(); });
     if (stopping_) break;
     std::vector<Delivery> out = std::move(cancelled_deliveries_);
     cancelled_deliveries_.clear();

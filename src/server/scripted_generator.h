@@ -79,9 +79,9 @@ class ScriptedGenerator : public Generator {
     GenerationRequest request;
     EventCallback on_event;
     const std::vector<int32_t>* script = nullptr;
-    size_t cursor = 0;      // next script position
-    int generated = 0;      // tokens emitted (and stop tokens consumed)
-    int blocks = 0;         // KV blocks held
+    size_t cursor = 0;  // next script position
+    int generated = 0;  // tokens emitted (and stop tokens consumed)
+    int blocks = 0;     // KV blocks held
     std::chrono::steady_clock::time_point scheduled, first_token;
   };
   struct Delivery {  // callbacks run after the lock is released

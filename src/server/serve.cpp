@@ -1,16 +1,16 @@
 #include "server/serve.h"
 
-#include <boost/asio/signal_set.hpp>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <boost/asio/signal_set.hpp>
 
 #include <condition_variable>
 #include <csignal>
 #include <future>
 #include <thread>
 
-#include "server/http_server.h"
 #include "server/api_error.h"
+#include "server/http_server.h"
 #include "server/router.h"
 #include "tokenizer/tokenizer.h"
 

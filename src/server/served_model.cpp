@@ -83,7 +83,8 @@ std::unique_ptr<ServedModel> ServedModel::load(const ServedModelOptions& options
               "the server needs a tokenizer: {} has no tokenizer.json; pass --tokenizer PATH", options.runtime.model);
   served->tokenizer_ = served->runtime_->tokenizer();
   served->generator_ = served->runtime_->shared_engine();
-  served->description_ = fmt::format("{}, tokenizer {}", served->runtime_->describe(), served->runtime_->tokenizer_path());
+  served->description_ =
+      fmt::format("{}, tokenizer {}", served->runtime_->describe(), served->runtime_->tokenizer_path());
   served->info_ = runtime_info(*served->runtime_);
   return served;
 }

@@ -18,10 +18,11 @@ std::string to_wire(const nlohmann::json& j) {
 }
 
 ServerContext::ServerContext(ServerConfig cfg, boost::asio::io_context& io_context)
-    : config(std::move(cfg)), io(io_context),
-      responses(std::make_unique<ResponseStore>(ResponseStoreLimits{size_t(std::max(0, config.responses_store_capacity)),
-                                                                    config.responses_store_bytes,
-                                                                    std::chrono::seconds(config.responses_ttl_s)})),
+    : config(std::move(cfg)),
+      io(io_context),
+      responses(std::make_unique<ResponseStore>(
+          ResponseStoreLimits{size_t(std::max(0, config.responses_store_capacity)), config.responses_store_bytes,
+                              std::chrono::seconds(config.responses_ttl_s)})),
       work(std::make_unique<WorkPool>(config.work_threads, size_t(std::max(0, config.work_queue)))),
       structured(std::make_unique<StructuredOutputs>(config.grammar_cache_entries)) {
   declare_server_metrics(metrics);
@@ -90,14 +91,14 @@ std::optional<std::string> ServerContext::current_date() const {
 
 void declare_server_metrics(MetricsRegistry& m) {
   using T = MetricType;
-  const std::vector<double> latency = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-                                       1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
-  const std::vector<double> itl = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-                                   1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
-  const std::vector<double> request_seconds = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+  const std::vector<double> latency = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+                                       1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+  const std::vector<double> itl = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                   0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+  const std::vector<double> request_seconds = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
                                                30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
-  const std::vector<double> tokens = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000,
-                                      20000, 50000, 100000, 131072};
+  const std::vector<double> tokens = {1,    2,    5,    10,    20,    50,    100,    200,   500,
+                                      1000, 2000, 5000, 10000, 20000, 50000, 100000, 131072};
   m.declare("vllm:num_requests_running", T::Gauge, "Number of requests in model execution batches.");
   m.declare("vllm:num_requests_waiting", T::Gauge, "Number of requests waiting to be processed.");
   m.declare("vllm:kv_cache_usage_perc", T::Gauge, "KV-cache usage. 1 means 100 percent usage.");

@@ -31,11 +31,11 @@ struct ServerConfig {
   uint16_t port = 8000;
   std::vector<std::string> api_keys;  // empty: no auth; else any of them (server/auth.h)
   std::string served_model_name = "gpt-oss";
-  int max_model_len = 0;             // 0: the generator's
+  int max_model_len = 0;  // 0: the generator's
   int http_threads = 4;
   uint64_t max_body_bytes = 32ull << 20;
-  int idle_timeout_s = 120;          // waiting for a request's headers
-  int body_timeout_s = 60;           // reading a body once its headers are in
+  int idle_timeout_s = 120;  // waiting for a request's headers
+  int body_timeout_s = 60;   // reading a body once its headers are in
   size_t max_connections = 4096;
   // Request preparation (parse, render, tokenize) off the I/O threads (server/work_pool.h).
   int work_threads = 4;
@@ -46,7 +46,7 @@ struct ServerConfig {
   std::optional<int> default_thinking_token_budget;
   size_t grammar_cache_entries = 256;
   harmony::ReasoningEffort default_effort = harmony::ReasoningEffort::Medium;
-  bool reasoning_content_mirror = false;  // also send reasoning as `reasoning_content`
+  bool reasoning_content_mirror = false;    // also send reasoning as `reasoning_content`
   std::optional<std::string> current_date;  // fixed date for the system message; else today (UTC)
   int responses_store_capacity = 1024;
   uint64_t responses_store_bytes = 512ull << 20;

@@ -36,12 +36,14 @@ enum class Kind { JsonSchema, JsonObject, Regex, Choice, Grammar };
 struct FormatSource {
   std::string param;  // the request field it came from
   Kind kind = Kind::JsonObject;
-  Json schema;        // JsonSchema
-  std::string text;   // Regex, Grammar
+  Json schema;       // JsonSchema
+  std::string text;  // Regex, Grammar
   std::vector<std::string> choices;
 };
 
-std::string format_param(StructuredApi api) { return api == StructuredApi::Responses ? "text.format" : "response_format"; }
+std::string format_param(StructuredApi api) {
+  return api == StructuredApi::Responses ? "text.format" : "response_format";
+}
 
 // A schema given as an object, or as a string holding JSON (vLLM accepts both for guided_json).
 Json schema_value(const Json& v, const std::string& param) {
@@ -84,21 +86,27 @@ std::optional<FormatSource> read_format(const Json& body, StructuredApi api) {
       // Responses puts the schema in text.format itself (responses_to_chat_body moved it).
       const Json* schema = spec && spec->contains("schema") ? &spec->at("schema") : nullptr;
       FormatSource f{param, Kind::JsonSchema, Json{{"type", "object"}}, {}, {}};
-      if (schema && !schema->is_null()) f.schema = schema_value(*schema, param + (api == StructuredApi::Responses ? ".schema" : ".json_schema.schema"));
+      if (schema && !schema->is_null())
+        f.schema = schema_value(*schema, param + (api == StructuredApi::Responses ? ".schema" : ".json_schema.schema"));
       found.push_back(std::move(f));
     } else if (type != "text" && !type.empty()) {
-      throw bad_request(fmt::format("{}.type: unknown type '{}' (expected text, json_object or json_schema)", param, echo(type)),
-                        param + ".type");
+      throw bad_request(
+          fmt::format("{}.type: unknown type '{}' (expected text, json_object or json_schema)", param, echo(type)),
+          param + ".type");
     }
   }
   if (const Json* so = object_field(body, "structured_outputs")) {
     for (const auto& [key, value] : so->items()) {
       if (value.is_null()) continue;
       const std::string param = "structured_outputs." + key;
-      if (key == "json") found.push_back({param, Kind::JsonSchema, schema_value(value, param), {}, {}});
-      else if (key == "regex") found.push_back({param, Kind::Regex, {}, string_value(value, param), {}});
-      else if (key == "choice") found.push_back({param, Kind::Choice, {}, {}, choice_value(value, param)});
-      else if (key == "grammar") found.push_back({param, Kind::Grammar, {}, string_value(value, param), {}});
+      if (key == "json")
+        found.push_back({param, Kind::JsonSchema, schema_value(value, param), {}, {}});
+      else if (key == "regex")
+        found.push_back({param, Kind::Regex, {}, string_value(value, param), {}});
+      else if (key == "choice")
+        found.push_back({param, Kind::Choice, {}, {}, choice_value(value, param)});
+      else if (key == "grammar")
+        found.push_back({param, Kind::Grammar, {}, string_value(value, param), {}});
       else if (key == "json_object" && value.is_boolean() && value.get<bool>())
         found.push_back({param, Kind::JsonObject, {}, {}, {}});
       // other keys (disable_any_whitespace, whitespace_pattern, ...) tune vLLM's backends: ignored
@@ -245,9 +253,10 @@ StructuredPlan plan_completion_constraint(const ServerContext& ctx, const Json& 
   const std::optional<int> budget = thinking_budget(ctx, body, /*use_default=*/false);
   if (!format && !budget) return plan;
   if (format && budget)
-    throw bad_request("thinking_token_budget: cannot be combined with a structured-output format on /v1/completions "
-                      "(the format applies to the whole completion there)",
-                      "thinking_token_budget");
+    throw bad_request(
+        "thinking_token_budget: cannot be combined with a structured-output format on /v1/completions "
+        "(the format applies to the whole completion there)",
+        "thinking_token_budget");
   auto shared = shared_for(ctx);
   plan.vocab_ = shared->vocab;
   plan.tokens_ = shared->tokens;

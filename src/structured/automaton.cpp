@@ -69,7 +69,8 @@ class AutomatonBuilder {
   Automaton build() {
     if (g_.root() < 0) throw StructuredError("", "the grammar has no root rule");
     for (int32_t r = 0; r < g_.num_rules(); ++r)
-      if (g_.rule(r).body < 0) throw StructuredError("", fmt::format("rule '{}' is used but not defined", g_.rule(r).name));
+      if (g_.rule(r).body < 0)
+        throw StructuredError("", fmt::format("rule '{}' is used but not defined", g_.rule(r).name));
     compute_classes();
     choose_call_rules();
     std::vector<RuleDfa> dfas;
@@ -133,7 +134,8 @@ class AutomatonBuilder {
       uses[size_t(n.rule)] += copies;
     }
     int64_t inner = copies;
-    if (n.kind == NodeKind::Repeat) inner = std::min<int64_t>(copies * std::max(1, n.max == kUnbounded ? n.min + 1 : n.max), 1 << 30);
+    if (n.kind == NodeKind::Repeat)
+      inner = std::min<int64_t>(copies * std::max(1, n.max == kUnbounded ? n.min + 1 : n.max), 1 << 30);
     for (int32_t c : n.children) collect_refs(c, inner, out, uses);
   }
 
@@ -217,8 +219,7 @@ class AutomatonBuilder {
     const Node& n = g_.node(id);
     const int32_t s = nfa.add();
     switch (n.kind) {
-      case NodeKind::Empty:
-        return {s, s};
+      case NodeKind::Empty: return {s, s};
       case NodeKind::Bytes: {
         const int32_t e = nfa.add();
         nfa.states[size_t(s)].bytes.push_back({classes_of(n.bytes), e});
@@ -323,7 +324,8 @@ class AutomatonBuilder {
 
   void count_dfa_state() {
     if (++total_dfa_states_ > kMaxDfaStates)
-      throw StructuredError("", fmt::format("the grammar is too complex (more than {} automaton states)", kMaxDfaStates));
+      throw StructuredError("",
+                            fmt::format("the grammar is too complex (more than {} automaton states)", kMaxDfaStates));
   }
 
   // Subset construction over byte classes and call symbols.
@@ -364,8 +366,9 @@ class AutomatonBuilder {
             if (cs.test(size_t(c))) by_class[size_t(c)].push_back(t);
         for (const CallEdge& ce : st.calls) {
           if (!allow_calls)
-            throw StructuredError("", "an intersection ('&', or a string pattern combined with a format or length) "
-                                      "needs regular operands, without recursive rules");
+            throw StructuredError("",
+                                  "an intersection ('&', or a string pattern combined with a format or length) "
+                                  "needs regular operands, without recursive rules");
           by_rule[ce.rule].push_back(ce.ret);
         }
       }
@@ -434,17 +437,17 @@ class AutomatonBuilder {
         }
       }
     }
-    if (!live[0][0])
-      throw StructuredError("", "the grammar matches nothing (no string satisfies it)");
+    if (!live[0][0]) throw StructuredError("", "the grammar matches nothing (no string satisfies it)");
     for (size_t r = 0; r < dfas.size(); ++r) {
       RuleDfa& d = dfas[r];
       for (int32_t s = 0; s < d.size(); ++s) {
         for (int32_t c = 0; c < d.classes; ++c)
           if (d.at(s, c) >= 0 && !live[r][size_t(d.at(s, c))]) d.at(s, c) = -1;
         auto& calls = d.calls[size_t(s)];
-        calls.erase(std::remove_if(calls.begin(), calls.end(),
-                                   [&](const CallEdge& ce) { return !live[size_t(ce.rule)][0] || !live[r][size_t(ce.ret)]; }),
-                    calls.end());
+        calls.erase(
+            std::remove_if(calls.begin(), calls.end(),
+                           [&](const CallEdge& ce) { return !live[size_t(ce.rule)][0] || !live[r][size_t(ce.ret)]; }),
+            calls.end());
       }
     }
   }
@@ -490,17 +493,20 @@ class AutomatonBuilder {
     // Inverse transitions, CSR per (symbol, target).
     std::vector<int32_t> inv_begin(size_t(num_symbols) * size_t(total) + 1, 0), inv;
     for (int32_t s = 0; s < total; ++s)
-      for (int32_t a = 0; a < num_symbols; ++a) ++inv_begin[size_t(a) * size_t(total) + size_t(delta[size_t(s) * size_t(num_symbols) + size_t(a)]) + 1];
+      for (int32_t a = 0; a < num_symbols; ++a)
+        ++inv_begin[size_t(a) * size_t(total) + size_t(delta[size_t(s) * size_t(num_symbols) + size_t(a)]) + 1];
     for (size_t k = 1; k < inv_begin.size(); ++k) inv_begin[k] += inv_begin[k - 1];
     inv.resize(size_t(inv_begin.back()));
     {
       std::vector<int32_t> fill(inv_begin.begin(), inv_begin.end() - 1);
       for (int32_t s = 0; s < total; ++s)
         for (int32_t a = 0; a < num_symbols; ++a)
-          inv[size_t(fill[size_t(a) * size_t(total) + size_t(delta[size_t(s) * size_t(num_symbols) + size_t(a)])]++)] = s;
+          inv[size_t(fill[size_t(a) * size_t(total) + size_t(delta[size_t(s) * size_t(num_symbols) + size_t(a)])]++)] =
+              s;
     }
     // Partition: elems ordered by block; block b covers [first[b], end[b]).
-    std::vector<int32_t> elems(static_cast<size_t>(total)), where(static_cast<size_t>(total)), block(static_cast<size_t>(total));
+    std::vector<int32_t> elems(static_cast<size_t>(total)), where(static_cast<size_t>(total)),
+        block(static_cast<size_t>(total));
     std::vector<int32_t> first, end, marked;
     {
       int32_t k = 0;
@@ -583,7 +589,8 @@ class AutomatonBuilder {
     std::vector<int32_t> renum(first.size(), -1);
     int32_t next_id = 0;
     for (int32_t i = 0; i < n; ++i)
-      if (block[size_t(i)] != dead_block && renum[size_t(block[size_t(i)])] < 0) renum[size_t(block[size_t(i)])] = next_id++;
+      if (block[size_t(i)] != dead_block && renum[size_t(block[size_t(i)])] < 0)
+        renum[size_t(block[size_t(i)])] = next_id++;
     RuleDfa out;
     out.classes = in.classes;
     for (int32_t i = 0; i < next_id; ++i) out.add();

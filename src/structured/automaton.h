@@ -59,7 +59,8 @@ class Automaton {
   uint8_t flags(int32_t state) const { return flags_[size_t(state)]; }
   bool accepting(int32_t state) const { return flags_[size_t(state)] & kAccepting; }
   std::span<const CallEdge> calls(int32_t state) const {
-    return {calls_.data() + call_begin_[size_t(state)], size_t(call_begin_[size_t(state) + 1] - call_begin_[size_t(state)])};
+    return {calls_.data() + call_begin_[size_t(state)],
+            size_t(call_begin_[size_t(state) + 1] - call_begin_[size_t(state)])};
   }
   int32_t rule_start(int32_t rule) const { return rule_start_[size_t(rule)]; }
   int32_t state_rule(int32_t state) const { return state_rule_[size_t(state)]; }
@@ -73,7 +74,7 @@ class Automaton {
   friend class AutomatonBuilder;
   int32_t num_classes_ = 1;
   std::array<uint8_t, 256> byte_class_{};
-  std::vector<int32_t> trans_;       // [state][class]
+  std::vector<int32_t> trans_;  // [state][class]
   std::vector<uint8_t> flags_;
   std::vector<int32_t> call_begin_;  // CSR into calls_, num_states + 1 entries
   std::vector<CallEdge> calls_;

@@ -41,7 +41,8 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::get(SourceKind kind, std
     entry.error_message = what.substr(prefix.size());
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (entry.grammar) spdlog::debug("structured: compiled a grammar in {:.1f} ms: {}", ms, entry.grammar->automaton().describe());
+  if (entry.grammar)
+    spdlog::debug("structured: compiled a grammar in {:.1f} ms: {}", ms, entry.grammar->automaton().describe());
   std::lock_guard lk(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) {

@@ -210,9 +210,7 @@ class EbnfParser {
       case 'f': return '\f';
       case 'v': return '\v';
       case '0': return 0;
-      case 'x':
-        is_byte = true;
-        return hex(at, 2);
+      case 'x': is_byte = true; return hex(at, 2);
       case 'u': return codepoint(at, hex(at, 4));
       case 'U': return codepoint(at, hex(at, 8));
       default:

@@ -17,16 +17,16 @@ constexpr size_t kMaxPassiveHeader = 4096;  // bytes of a header the passive tra
 HarmonyTokens HarmonyTokens::find(const Vocabulary& v) {
   HarmonyTokens t;
   const std::pair<std::string_view, int32_t*> names[] = {
-      {"<|start|>", &t.start},     {"<|end|>", &t.end},   {"<|message|>", &t.message},
-      {"<|channel|>", &t.channel}, {"<|constrain|>", &t.constrain}, {"<|return|>", &t.ret},
-      {"<|call|>", &t.call},       {"<|endoftext|>", &t.endoftext}};
+      {"<|start|>", &t.start},         {"<|end|>", &t.end},
+      {"<|message|>", &t.message},     {"<|channel|>", &t.channel},
+      {"<|constrain|>", &t.constrain}, {"<|return|>", &t.ret},
+      {"<|call|>", &t.call},           {"<|endoftext|>", &t.endoftext}};
   for (int32_t id = 0; id < v.size(); ++id) {
     if (v.ordinary(id)) continue;
     for (auto& [text, slot] : names)
       if (*slot < 0 && v.bytes(id) == text) *slot = id;
   }
-  for (auto& [text, slot] : names)
-    OSSRT_CHECK(*slot >= 0, "the vocabulary has no special token {}", text);
+  for (auto& [text, slot] : names) OSSRT_CHECK(*slot >= 0, "the vocabulary has no special token {}", text);
   return t;
 }
 
@@ -60,7 +60,8 @@ std::vector<std::pair<std::string, int32_t>> HarmonyConstraint::header_alternati
   if (state_.forcing) return {{"final", t_.message}};
   if (!budget_spent()) alts.push_back({"analysis", t_.message});
   if (spec_.allow_final) alts.push_back({"final", t_.message});
-  for (const HarmonyToolSpec& tool : spec_.tools) alts.push_back({"commentary to=functions." + tool.name + " ", t_.constrain});
+  for (const HarmonyToolSpec& tool : spec_.tools)
+    alts.push_back({"commentary to=functions." + tool.name + " ", t_.constrain});
   return alts;
 }
 
@@ -99,7 +100,9 @@ bool HarmonyConstraint::fill_mask(std::span<uint32_t> mask) {
         literal_mask(kJson.substr(s.text.size()), mask);
       break;
     case Phase::Content: {
-      const int32_t terminator = s.channel == Channel::Analysis ? t_.end : s.channel == Channel::Call ? t_.call : t_.ret;
+      const int32_t terminator = s.channel == Channel::Analysis ? t_.end
+                                 : s.channel == Channel::Call   ? t_.call
+                                                                : t_.ret;
       if (matcher_) {
         matcher_->fill_mask(mask);
         if (matcher_->can_end()) set_bit(mask, terminator);
@@ -205,8 +208,7 @@ bool HarmonyConstraint::accept_enforced(int32_t token, State& s) {
       return true;
     }
     case Phase::Header:
-    case Phase::Done:
-      return true;
+    case Phase::Done: return true;
   }
   return false;
 }
@@ -225,7 +227,11 @@ bool HarmonyConstraint::accept_passive(int32_t token, State& s) {
         if (at != std::string::npos)
           for (size_t i = at + 11; i < s.text.size() && !std::isspace(uint8_t(s.text[i])) && s.text[i] != '<'; ++i)
             name += s.text[i];
-        enter_content(s, name == "analysis" ? Channel::Analysis : name == "final" ? Channel::Final : Channel::Other, -1);
+        enter_content(s,
+                      name == "analysis" ? Channel::Analysis
+                      : name == "final"  ? Channel::Final
+                                         : Channel::Other,
+                      -1);
       } else if (terminal) {
         s.phase = Phase::Done;
       } else if (token == t_.end) {
@@ -258,8 +264,7 @@ bool HarmonyConstraint::accept_passive(int32_t token, State& s) {
         ++s.analysis_used;
       }
       return true;
-    default:
-      return true;
+    default: return true;
   }
 }
 
@@ -281,7 +286,8 @@ void HarmonyConstraint::rollback(int n) {
               history_.size());
   if (n == 0) return;
   const State& target = history_[history_.size() - size_t(n)];
-  if (target.phase == Phase::Content && matcher_ && (target.channel == Channel::Final || target.channel == Channel::Call))
+  if (target.phase == Phase::Content && matcher_ &&
+      (target.channel == Channel::Final || target.channel == Channel::Call))
     matcher_->rollback(state_.matcher_steps - target.matcher_steps);
   else
     matcher_.reset();

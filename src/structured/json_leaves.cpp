@@ -40,8 +40,9 @@ int32_t JsonRules::string_char_unit() {
       g_.seq({g_.bytes(byte_set_of("dD")), g_.byte_range('0', '7'), hex, hex}),
       g_.seq({g_.bytes(byte_set_of("efEF")), hex, hex, hex}),
   });
-  return g_.alt({utf8_node(g_, plain),
-                 g_.seq({g_.byte('\\'), g_.alt({g_.bytes(byte_set_of("\"\\/bfnrt")), g_.seq({g_.byte('u'), non_surrogate})})})});
+  return g_.alt(
+      {utf8_node(g_, plain),
+       g_.seq({g_.byte('\\'), g_.alt({g_.bytes(byte_set_of("\"\\/bfnrt")), g_.seq({g_.byte('u'), non_surrogate})})})});
 }
 
 int32_t JsonRules::string() {
@@ -50,9 +51,9 @@ int32_t JsonRules::string() {
   CodepointSet plain = CodepointSet::all().minus(CodepointSet::range(0, 0x1F));
   plain = plain.minus(CodepointSet::of('"')).minus(CodepointSet::of('\\'));
   const ByteSet hex = byte_set_of("0123456789abcdefABCDEF");
-  const int32_t escape = g_.seq({g_.byte('\\'), g_.alt({g_.bytes(byte_set_of("\"\\/bfnrt")),
-                                                        g_.seq({g_.byte('u'), g_.bytes(hex), g_.bytes(hex), g_.bytes(hex),
-                                                                g_.bytes(hex)})})});
+  const int32_t escape = g_.seq(
+      {g_.byte('\\'), g_.alt({g_.bytes(byte_set_of("\"\\/bfnrt")),
+                              g_.seq({g_.byte('u'), g_.bytes(hex), g_.bytes(hex), g_.bytes(hex), g_.bytes(hex)})})});
   g_.set_body(string_, g_.seq({g_.byte('"'), g_.star(g_.alt({utf8_node(g_, plain), escape})), g_.byte('"')}));
   return g_.ref(string_);
 }
@@ -62,7 +63,7 @@ int32_t JsonRules::integer() {
   ensure(integer_, "json_integer", true);
   g_.set_body(integer_, g_.seq({g_.optional(g_.byte('-')),
                                 g_.alt({g_.byte('0'), g_.seq({g_.byte_range('1', '9'),
-                                                             g_.repeat(digit(g_), 0, kMaxIntegerDigits - 1)})})}));
+                                                              g_.repeat(digit(g_), 0, kMaxIntegerDigits - 1)})})}));
   return g_.ref(integer_);
 }
 
@@ -82,8 +83,8 @@ int32_t JsonRules::number() {
 int32_t JsonRules::value() {
   if (value_ >= 0) return g_.ref(value_);
   ensure(value_, "json_value", false);
-  const int32_t body = g_.alt({object(), array(), string(), number(), g_.literal("true"), g_.literal("false"),
-                               g_.literal("null")});
+  const int32_t body =
+      g_.alt({object(), array(), string(), number(), g_.literal("true"), g_.literal("false"), g_.literal("null")});
   g_.set_body(value_, body);
   return g_.ref(value_);
 }
@@ -92,8 +93,7 @@ int32_t JsonRules::object() {
   if (object_ >= 0) return g_.ref(object_);
   ensure(object_, "json_object", false);
   auto member = [&] { return g_.seq({string(), g_.byte(':'), value()}); };
-  g_.set_body(object_, g_.seq({g_.byte('{'),
-                               g_.optional(g_.seq({member(), g_.star(g_.seq({g_.byte(','), member()}))})),
+  g_.set_body(object_, g_.seq({g_.byte('{'), g_.optional(g_.seq({member(), g_.star(g_.seq({g_.byte(','), member()}))})),
                                g_.byte('}')}));
   return g_.ref(object_);
 }
@@ -101,8 +101,7 @@ int32_t JsonRules::object() {
 int32_t JsonRules::array() {
   if (array_ >= 0) return g_.ref(array_);
   ensure(array_, "json_array", false);
-  g_.set_body(array_, g_.seq({g_.byte('['),
-                              g_.optional(g_.seq({value(), g_.star(g_.seq({g_.byte(','), value()}))})),
+  g_.set_body(array_, g_.seq({g_.byte('['), g_.optional(g_.seq({value(), g_.star(g_.seq({g_.byte(','), value()}))})),
                               g_.byte(']')}));
   return g_.ref(array_);
 }
@@ -220,9 +219,12 @@ class DigitRanges {
     const bool y_rest_max = y.find_first_not_of('9', size_t(pos) + 1) == std::string::npos;
     std::vector<int32_t> alts;
     const char mid_lo = x_rest_min ? a : char(a + 1), mid_hi = y_rest_max ? b : char(b - 1);
-    if (!x_rest_min) alts.push_back(g_.seq({at(pos, g_.byte(uint8_t(a))), range(x, std::string(x.size(), '9'), pos + 1)}));
-    if (mid_lo <= mid_hi) alts.push_back(g_.seq({at(pos, g_.byte_range(uint8_t(mid_lo), uint8_t(mid_hi))), any_digits(pos + 1)}));
-    if (!y_rest_max) alts.push_back(g_.seq({at(pos, g_.byte(uint8_t(b))), range(std::string(y.size(), '0'), y, pos + 1)}));
+    if (!x_rest_min)
+      alts.push_back(g_.seq({at(pos, g_.byte(uint8_t(a))), range(x, std::string(x.size(), '9'), pos + 1)}));
+    if (mid_lo <= mid_hi)
+      alts.push_back(g_.seq({at(pos, g_.byte_range(uint8_t(mid_lo), uint8_t(mid_hi))), any_digits(pos + 1)}));
+    if (!y_rest_max)
+      alts.push_back(g_.seq({at(pos, g_.byte(uint8_t(b))), range(std::string(y.size(), '0'), y, pos + 1)}));
     return g_.alt(std::move(alts));
   }
 
@@ -255,10 +257,12 @@ int32_t scaled_range(Grammar& g, int64_t n_lo, int64_t n_hi, int scale_digits) {
 int32_t bounded(Grammar& g, const NumberBounds& b, int int_digits, int frac_digits) {
   const int64_t cap = pow10(int_digits + frac_digits) - 1;
   int64_t lo = -cap, hi = cap;
-  if (b.minimum) lo = b.exclusive_minimum ? scaled(*b.minimum, frac_digits, false, cap) + 1
-                                          : scaled(*b.minimum, frac_digits, true, cap);
-  if (b.maximum) hi = b.exclusive_maximum ? scaled(*b.maximum, frac_digits, true, cap) - 1
-                                          : scaled(*b.maximum, frac_digits, false, cap);
+  if (b.minimum)
+    lo = b.exclusive_minimum ? scaled(*b.minimum, frac_digits, false, cap) + 1
+                             : scaled(*b.minimum, frac_digits, true, cap);
+  if (b.maximum)
+    hi = b.exclusive_maximum ? scaled(*b.maximum, frac_digits, true, cap) - 1
+                             : scaled(*b.maximum, frac_digits, false, cap);
   lo = std::max(lo, -cap);
   hi = std::min(hi, cap);
   if (lo > hi)
@@ -295,8 +299,7 @@ const std::map<std::string_view, std::string_view>& format_regexes() {
     t["ipv4"] = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)(\\.(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)){3}";
     t["ipv6"] = "[0-9a-fA-F]{1,4}(:[0-9a-fA-F]{1,4}){7}";
     // At most three labels of 63 characters: within the 253-character limit.
-    t["hostname"] =
-        "[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(\\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?){0,2}";
+    t["hostname"] = "[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(\\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?){0,2}";
     t["uri"] =
         "[a-zA-Z][a-zA-Z0-9+.-]*://[a-zA-Z0-9-]+(\\.[a-zA-Z0-9-]+)*(:\\d{1,5})?(/[a-zA-Z0-9._~!$&'()*+,;=:@-]*)*"
         "(\\?[a-zA-Z0-9._~!$&'()*+,;=:@/?-]*)?";
@@ -316,7 +319,8 @@ bool is_supported_format(std::string_view format) {
 
 int32_t format_content(Grammar& g, std::string_view format) {
   if (format == "date-time")
-    return g.seq({compile_full(g, format_regexes().at("date")), g.byte('T'), compile_full(g, format_regexes().at("time"))});
+    return g.seq(
+        {compile_full(g, format_regexes().at("date")), g.byte('T'), compile_full(g, format_regexes().at("time"))});
   auto it = format_regexes().find(format);
   if (it == format_regexes().end()) {
     std::string names = "date-time";

@@ -20,9 +20,9 @@
 
 namespace ossrt::structured {
 
-inline constexpr int kMaxIntegerDigits = 16;   // unbounded integers and numbers
-inline constexpr int kMaxBoundedIntDigits = 12; // numbers with a bound: |x| < 10^12
-inline constexpr int kMaxFractionDigits = 6;    // numbers with a bound
+inline constexpr int kMaxIntegerDigits = 16;     // unbounded integers and numbers
+inline constexpr int kMaxBoundedIntDigits = 12;  // numbers with a bound: |x| < 10^12
+inline constexpr int kMaxFractionDigits = 6;     // numbers with a bound
 inline constexpr int32_t kMaxStringLengthBound = 10'000;
 
 // Shared rules of a schema grammar, created on first use (rules stay calls: many uses share
@@ -50,7 +50,7 @@ class JsonRules {
 // A decimal bound parsed exactly from its JSON text ("1e-3", "-12.5", "7").
 struct Decimal {
   bool negative = false;
-  std::string digits;  // no leading zeros ("" = 0)
+  std::string digits;    // no leading zeros ("" = 0)
   int32_t exponent = 0;  // value = digits * 10^exponent
   static std::optional<Decimal> parse(std::string_view json_number_text);
 };

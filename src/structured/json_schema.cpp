@@ -19,29 +19,68 @@ using json = nlohmann::ordered_json;
 
 // Keywords that only annotate: ignored.
 const std::set<std::string>& annotation_keywords() {
-  static const std::set<std::string> k = {"title", "description", "default", "examples", "example", "$schema", "$id",
-                                          "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions",
-                                          "contentEncoding", "contentMediaType", "discriminator", "xml",
-                                          "externalDocs", "$anchor", "strict"};
+  static const std::set<std::string> k = {
+      "title",         "description", "default",      "examples",        "example",
+      "$schema",       "$id",         "$comment",     "deprecated",      "readOnly",
+      "writeOnly",     "$defs",       "definitions",  "contentEncoding", "contentMediaType",
+      "discriminator", "xml",         "externalDocs", "$anchor",         "strict"};
   return k;
 }
 
 // Keywords whose meaning we cannot enforce: refused, by name.
 const std::set<std::string>& unsupported_keywords() {
-  static const std::set<std::string> k = {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
-                                          "dependencies", "patternProperties", "contains", "minContains",
-                                          "maxContains", "contentSchema", "$dynamicRef", "$recursiveRef",
-                                          "$dynamicAnchor", "$recursiveAnchor"};
+  static const std::set<std::string> k = {"not",
+                                          "if",
+                                          "then",
+                                          "else",
+                                          "dependentRequired",
+                                          "dependentSchemas",
+                                          "dependencies",
+                                          "patternProperties",
+                                          "contains",
+                                          "minContains",
+                                          "maxContains",
+                                          "contentSchema",
+                                          "$dynamicRef",
+                                          "$recursiveRef",
+                                          "$dynamicAnchor",
+                                          "$recursiveAnchor"};
   return k;
 }
 
 // Keywords understood here (anything else unknown is ignored, as JSON Schema does).
 const std::set<std::string>& validation_keywords() {
-  static const std::set<std::string> k = {
-      "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "nullable", "properties", "required",
-      "additionalProperties", "unevaluatedProperties", "propertyNames", "minProperties", "maxProperties", "items",
-      "prefixItems", "additionalItems", "unevaluatedItems", "minItems", "maxItems", "uniqueItems", "minLength",
-      "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
+  static const std::set<std::string> k = {"type",
+                                          "enum",
+                                          "const",
+                                          "anyOf",
+                                          "oneOf",
+                                          "allOf",
+                                          "$ref",
+                                          "nullable",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "unevaluatedProperties",
+                                          "propertyNames",
+                                          "minProperties",
+                                          "maxProperties",
+                                          "items",
+                                          "prefixItems",
+                                          "additionalItems",
+                                          "unevaluatedItems",
+                                          "minItems",
+                                          "maxItems",
+                                          "uniqueItems",
+                                          "minLength",
+                                          "maxLength",
+                                          "pattern",
+                                          "format",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "multipleOf"};
   return k;
 }
 
@@ -90,7 +129,9 @@ class SchemaCompiler {
 
  private:
   [[noreturn]] static void fail(const std::string& where, const std::string& msg) { throw StructuredError(where, msg); }
-  static std::string at(const std::string& path, const std::string& key) { return path + "/" + escape_pointer_token(key); }
+  static std::string at(const std::string& path, const std::string& key) {
+    return path + "/" + escape_pointer_token(key);
+  }
 
   std::string literal_of(const json& v, const std::string& where) {
     try {
@@ -167,11 +208,11 @@ class SchemaCompiler {
 
   // Without "type", the keywords present say which types they constrain; none -> any value.
   static std::vector<std::string> inferred_types(const json& s) {
-    static const std::set<std::string> object_kw = {"properties", "required", "additionalProperties",
-                                                    "propertyNames", "minProperties", "maxProperties",
+    static const std::set<std::string> object_kw = {"properties",           "required",      "additionalProperties",
+                                                    "propertyNames",        "minProperties", "maxProperties",
                                                     "unevaluatedProperties"};
-    static const std::set<std::string> array_kw = {"items", "prefixItems", "additionalItems", "minItems", "maxItems",
-                                                   "unevaluatedItems"};
+    static const std::set<std::string> array_kw = {"items",    "prefixItems", "additionalItems",
+                                                   "minItems", "maxItems",    "unevaluatedItems"};
     static const std::set<std::string> string_kw = {"minLength", "maxLength", "pattern", "format"};
     static const std::set<std::string> number_kw = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                                     "multipleOf"};
@@ -232,7 +273,8 @@ class SchemaCompiler {
       auto& current = is_min ? b.minimum : b.maximum;
       // Two lower bounds: keep the tighter (compare as doubles; they are JSON numbers).
       const double dv = v.get<double>();
-      const bool tighter = !current || (is_min ? dv >= s.at("minimum").get<double>() : dv <= s.at("maximum").get<double>());
+      const bool tighter =
+          !current || (is_min ? dv >= s.at("minimum").get<double>() : dv <= s.at("maximum").get<double>());
       if (tighter) {
         current = d;
         (is_min ? b.exclusive_minimum : b.exclusive_maximum) = true;
@@ -336,8 +378,7 @@ class SchemaCompiler {
       additional = &s.at("unevaluatedProperties");
     const bool additional_false = additional && additional->is_boolean() && !additional->get<bool>();
     const int32_t min_props = s.contains("minProperties") ? int_keyword(s, "minProperties", path, 1 << 20) : 0;
-    const int32_t max_props =
-        s.contains("maxProperties") ? int_keyword(s, "maxProperties", path, 1 << 20) : kUnbounded;
+    const int32_t max_props = s.contains("maxProperties") ? int_keyword(s, "maxProperties", path, 1 << 20) : kUnbounded;
 
     if (props.empty()) {
       if (additional_false) {
@@ -354,8 +395,9 @@ class SchemaCompiler {
         as_string["type"] = "string";
         key = value_ref(as_string, at(path, "propertyNames"), "key", depth);
       }
-      const int32_t value_rule_id =
-          additional && additional->is_object() ? value_rule(*additional, at(path, "additionalProperties"), "value", depth) : -1;
+      const int32_t value_rule_id = additional && additional->is_object()
+                                        ? value_rule(*additional, at(path, "additionalProperties"), "value", depth)
+                                        : -1;
       auto member = [&] {
         return g_.seq({key >= 0 ? g_.ref(g_.node(key).rule) : rules_.string(), g_.byte(':'),
                        value_rule_id >= 0 ? g_.ref(value_rule_id) : rules_.value()});
@@ -447,7 +489,8 @@ class SchemaCompiler {
       take_rest("items");
     }
     if (!rest && !rest_forbidden && s.contains("unevaluatedItems")) take_rest("unevaluatedItems");
-    const int32_t rest_rule = rest ? value_rule(*rest, at(path, prefix.empty() ? "items" : "additionalItems"), "item", depth) : -1;
+    const int32_t rest_rule =
+        rest ? value_rule(*rest, at(path, prefix.empty() ? "items" : "additionalItems"), "item", depth) : -1;
 
     constexpr int64_t kMaxItemsBound = 10'000;
     const int32_t min_items = s.contains("minItems") ? int_keyword(s, "minItems", path, kMaxItemsBound) : 0;
@@ -484,7 +527,8 @@ class SchemaCompiler {
     if (s.contains("anyOf") && s.contains("oneOf")) fail(path, "'anyOf' together with 'oneOf' is not supported");
     const std::string key = s.contains("anyOf") ? "anyOf" : "oneOf";
     const json& branches = s.at(key);
-    if (!branches.is_array() || branches.empty()) fail(at(path, key), fmt::format("'{}' must be a non-empty array", key));
+    if (!branches.is_array() || branches.empty())
+      fail(at(path, key), fmt::format("'{}' must be a non-empty array", key));
     // Keywords beside anyOf apply to every branch: merge them in.
     json base = json::object();
     for (const auto& [k, v] : s.items())
@@ -537,7 +581,8 @@ class SchemaCompiler {
             fail(at(at(path, k), name), "property defined differently in several allOf members is not supported");
         }
       } else if (into[k] != v) {
-        fail(at(path, k), fmt::format("keyword '{}' with different values in several allOf/anyOf parts is not supported", k));
+        fail(at(path, k),
+             fmt::format("keyword '{}' with different values in several allOf/anyOf parts is not supported", k));
       }
     }
   }
@@ -565,7 +610,8 @@ class SchemaCompiler {
     // "#/a/b%20c" -> "/a/b c" (URI fragment: percent-decoded)
     std::string out;
     for (size_t i = 1; i < ref.size(); ++i) {
-      if (ref[i] == '%' && i + 2 < ref.size() && std::isxdigit(uint8_t(ref[i + 1])) && std::isxdigit(uint8_t(ref[i + 2]))) {
+      if (ref[i] == '%' && i + 2 < ref.size() && std::isxdigit(uint8_t(ref[i + 1])) &&
+          std::isxdigit(uint8_t(ref[i + 2]))) {
         out += char(std::stoi(ref.substr(i + 1, 2), nullptr, 16));
         i += 2;
       } else {
@@ -578,7 +624,8 @@ class SchemaCompiler {
   const json& resolve(const std::string& pointer, const std::string& where) {
     const json* cur = &root_;
     size_t i = 0;
-    if (!pointer.empty() && pointer[0] != '/') fail(where, fmt::format("reference '#{}' is not a JSON pointer", pointer));
+    if (!pointer.empty() && pointer[0] != '/')
+      fail(where, fmt::format("reference '#{}' is not a JSON pointer", pointer));
     while (i < pointer.size()) {
       const size_t next = pointer.find('/', i + 1);
       std::string token = pointer.substr(i + 1, next == std::string::npos ? std::string::npos : next - i - 1);
@@ -593,8 +640,9 @@ class SchemaCompiler {
       }
       if (cur->is_object() && cur->contains(unescaped)) {
         cur = &cur->at(unescaped);
-      } else if (cur->is_array() && !unescaped.empty() && unescaped.find_first_not_of("0123456789") == std::string::npos &&
-                 unescaped.size() < 9 && std::stoul(unescaped) < cur->size()) {
+      } else if (cur->is_array() && !unescaped.empty() &&
+                 unescaped.find_first_not_of("0123456789") == std::string::npos && unescaped.size() < 9 &&
+                 std::stoul(unescaped) < cur->size()) {
         cur = &(*cur)[std::stoul(unescaped)];
       } else {
         fail(where, fmt::format("reference '#{}' does not resolve", pointer));

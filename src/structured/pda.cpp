@@ -13,7 +13,8 @@ int32_t StackArena::push(int32_t ret, int32_t parent) {
   return it->second;
 }
 
-ClosureResult closure(const Automaton& a, StackArena& arena, const std::vector<Config>& seeds, std::vector<Config>& out) {
+ClosureResult closure(const Automaton& a, StackArena& arena, const std::vector<Config>& seeds,
+                      std::vector<Config>& out) {
   ClosureResult result;
   out.clear();
   // Configurations seen in this closure; small, so a sorted vector beats a hash set.

@@ -61,7 +61,8 @@ struct ClosureResult {
 // Expands `seeds` over call edges (push) and accepting states (pop) into `out`: the sorted,
 // unique configurations that can consume a byte. Never loops (the automaton has no left
 // recursion; pops are deduplicated).
-ClosureResult closure(const Automaton& a, StackArena& arena, const std::vector<Config>& seeds, std::vector<Config>& out);
+ClosureResult closure(const Automaton& a, StackArena& arena, const std::vector<Config>& seeds,
+                      std::vector<Config>& out);
 
 // One byte from closed configurations: the successors, not yet closed.
 void step(const Automaton& a, const std::vector<Config>& from, uint8_t byte, std::vector<Config>& out);

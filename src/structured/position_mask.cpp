@@ -61,8 +61,8 @@ SuffixTrie build_suffix_trie(const Vocabulary& v, std::vector<std::pair<int32_t,
       }
       for (size_t d = lcp; d < s.size(); ++d) {
         path.push_back(int32_t(t.nodes.size()));
-        t.nodes.push_back(SuffixTrie::Node{uint8_t(s[d]), uint16_t(d + 1), -1, int32_t(t.tokens.size()),
-                                           int32_t(t.tokens.size())});
+        t.nodes.push_back(
+            SuffixTrie::Node{uint8_t(s[d]), uint16_t(d + 1), -1, int32_t(t.tokens.size()), int32_t(t.tokens.size())});
       }
     }
     // Suffixes are never empty here, so the path is never empty.
@@ -104,8 +104,7 @@ PositionMask compute_position_mask(const Automaton& a, const Vocabulary& v, int3
     // An ambiguous grammar keeps many configurations alive through every trie node; bound the
     // walk so that such a grammar fails its request instead of stalling the engine.
     work += int64_t(levels[size_t(nd.depth - 1)].size());
-    if (work > kMaxMaskWalkWork)
-      throw StructuredError("", "the grammar is too ambiguous to compute token masks for");
+    if (work > kMaxMaskWalkWork) throw StructuredError("", "the grammar is too ambiguous to compute token masks for");
     const bool ended = advance(a, arena, levels[size_t(nd.depth - 1)], nd.byte, stepped, cur);
     if (nd.token >= 0 && (ended || !cur.empty())) {
       accept(nd.token);
@@ -174,8 +173,8 @@ void PositionMask::apply(std::span<uint32_t> mask, const Vocabulary& vocab, std:
 }
 
 size_t PositionMask::memory_bytes() const {
-  return sizeof(*this) + ids.capacity() * 4 + bits.capacity() * 4 + uncertain.nodes.capacity() * sizeof(SuffixTrie::Node) +
-         uncertain.tokens.capacity() * 4;
+  return sizeof(*this) + ids.capacity() * 4 + bits.capacity() * 4 +
+         uncertain.nodes.capacity() * sizeof(SuffixTrie::Node) + uncertain.tokens.capacity() * 4;
 }
 
 void walk_uncertain(const Automaton& a, StackArena& arena, const SuffixTrie& trie, const std::vector<Config>& start,

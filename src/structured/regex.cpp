@@ -190,22 +190,17 @@ class RegexParser {
         ++pos_;
         return inner;
       }
-      case ')':
-        error(at, "unmatched ')'");
+      case ')': error(at, "unmatched ')'");
       case '*':
       case '+':
-      case '?':
-        error(at, fmt::format("nothing to repeat before '{}'", c));
+      case '?': error(at, fmt::format("nothing to repeat before '{}'", c));
       case '{': {
         int32_t a, b;
         if (parse_braces(a, b)) error(at, "nothing to repeat before '{'");
         error(at, "lone '{' (escape it as \\{)");
       }
-      case '[':
-        return char_node(g_, parse_class(), o_.spelling);
-      case '.':
-        ++pos_;
-        return char_node(g_, dot_set(), o_.spelling);
+      case '[': return char_node(g_, parse_class(), o_.spelling);
+      case '.': ++pos_; return char_node(g_, dot_set(), o_.spelling);
       case '\\': {
         CodepointSet set;
         parse_escape(set, false);
@@ -264,7 +259,8 @@ class RegexParser {
         uint32_t cp;
         if (peek('{')) {
           const size_t close = p_.find('}', pos_);
-          if (close == std::string_view::npos || close == pos_ + 1 || close - pos_ > 7) error(at, "invalid \\u{...} escape");
+          if (close == std::string_view::npos || close == pos_ + 1 || close - pos_ > 7)
+            error(at, "invalid \\u{...} escape");
           ++pos_;
           cp = hex(at, int(close - pos_));
           ++pos_;
@@ -281,7 +277,8 @@ class RegexParser {
               pos_ = save;
           }
         }
-        if (cp > kMaxCodepoint || (cp >= 0xD800 && cp <= 0xDFFF)) error(at, "escape of a lone surrogate or beyond U+10FFFF");
+        if (cp > kMaxCodepoint || (cp >= 0xD800 && cp <= 0xDFFF))
+          error(at, "escape of a lone surrogate or beyond U+10FFFF");
         set = CodepointSet::of(cp);
         return false;
       }

@@ -65,9 +65,7 @@ void merge_by_heap(const BpeVocab& vocab, std::string_view piece, std::vector<in
     int32_t rank, left, right;
     uint32_t left_version, right_version;
     int32_t merged_id;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
   std::vector<Node> nodes(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) {

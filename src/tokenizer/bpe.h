@@ -15,9 +15,9 @@
 namespace ossrt::tokenizer_detail {
 
 struct BpeVocab {
-  std::vector<std::string> token_bytes;  // indexed by id; regular tokens come first
-  int32_t regular_count = 0;             // ids [0, regular_count) are BPE tokens
-  std::array<int32_t, 256> byte_token{}; // the token of each single byte (all 256 must exist)
+  std::vector<std::string> token_bytes;   // indexed by id; regular tokens come first
+  int32_t regular_count = 0;              // ids [0, regular_count) are BPE tokens
+  std::array<int32_t, 256> byte_token{};  // the token of each single byte (all 256 must exist)
   bool ignore_merges = false;
   PieceTable pieces;
   MergeTable merges;

@@ -70,7 +70,8 @@ void MergeTable::grow() {
   std::vector<Slot> old = std::move(slots_);
   reserve(old.size());  // capacity_for doubles
   for (const Slot& s : old) {
-    if (s.key != kEmpty) insert_or_assign(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xFFFFFFFF), s.merge);
+    if (s.key != kEmpty)
+      insert_or_assign(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xFFFFFFFF), s.merge);
   }
 }
 

@@ -90,10 +90,10 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& p
   size_t gap_start = 0;
   while (pos < n) {
     // The text was validated by the caller, so both paths skip PCRE2's own UTF check.
-    const int rc = compiled_->jit
-                       ? pcre2_jit_match(compiled_->code, subject, n, pos, 0, state.match_data, state.context)
-                       : pcre2_match(compiled_->code, subject, n, pos, PCRE2_NO_UTF_CHECK, state.match_data,
-                                     state.context);
+    const int rc =
+        compiled_->jit
+            ? pcre2_jit_match(compiled_->code, subject, n, pos, 0, state.match_data, state.context)
+            : pcre2_match(compiled_->code, subject, n, pos, PCRE2_NO_UTF_CHECK, state.match_data, state.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) fail("tokenizer: pre-tokenizer regex failed at byte {}: {}", pos, pcre2_message(rc));
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.match_data);

@@ -178,9 +178,10 @@ std::string default_tokenizer_path() {
   const std::filesystem::path bundled = std::filesystem::path(OSSRT_SOURCE_DIR) / "third_party" / "npm" /
                                         "node_modules" / "@lenml" / "tokenizer-gptoss" / "models" / "tokenizer.json";
   if (std::filesystem::exists(bundled)) return bundled.string();
-  fail("no tokenizer: $OSSRT_TOKENIZER is not set and {} does not exist (run scripts/install-deps.sh, "
-       "or pass --tokenizer PATH)",
-       bundled.string());
+  fail(
+      "no tokenizer: $OSSRT_TOKENIZER is not set and {} does not exist (run scripts/install-deps.sh, "
+      "or pass --tokenizer PATH)",
+      bundled.string());
 }
 
 }  // namespace ossrt

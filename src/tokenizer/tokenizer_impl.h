@@ -38,7 +38,8 @@ class TokenizerImpl {
   // Whether `bytes` more bytes are sure to take `out` past `limit` (each token is at most
   // max_token_bytes long): then they need not be encoded to know the answer.
   bool surely_exceeds(size_t out_size, size_t bytes, size_t limit) const {
-    return limit != std::numeric_limits<size_t>::max() && out_size + (bytes + max_token_bytes - 1) / max_token_bytes > limit;
+    return limit != std::numeric_limits<size_t>::max() &&
+           out_size + (bytes + max_token_bytes - 1) / max_token_bytes > limit;
   }
 };
 

@@ -77,7 +77,8 @@ std::string read_pre_tokenizer(const Context& ctx, const json& doc) {
       if (pattern.empty()) ctx.error("Split pattern is empty");
       const std::string behavior = ctx.string_field(step, "behavior", "Split pre-tokenizer");
       if (behavior != "Isolated") ctx.error("Split behavior \"{}\" is not supported (only Isolated)", behavior);
-      if (ctx.bool_field_or(step, "invert", false, "Split pre-tokenizer")) ctx.error("Split invert=true is not supported");
+      if (ctx.bool_field_or(step, "invert", false, "Split pre-tokenizer"))
+        ctx.error("Split invert=true is not supported");
     } else if (type == "ByteLevel") {
       if (ctx.bool_field_or(step, "add_prefix_space", false, "ByteLevel")) {
         ctx.error("ByteLevel add_prefix_space=true is not supported");

@@ -29,9 +29,10 @@ std::shared_ptr<const structured::Vocabulary> fuzz_vocab() {
     std::vector<std::string> bytes;
     std::vector<bool> ordinary;
     for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, char(b))), ordinary.push_back(true);
-    for (const char* t : {"\":", "\",", "\"}", "\"]", "{\"", "[\"", "[{", "}]", "},", "],", "true", "false", "null",
-                          "\":\"", "\",\"", "12", "0.", "-1", "e+", "\\n", "\\u00", "ab", "abc", " a", "é", "\xe2\x82",
-                          "\xac\"", "\"a", "a\"", "\":{\"", "\":[", "1,", ",\"a\":", "yes", "no", "-0"})
+    for (const char* t :
+         {"\":",  "\",",      "\"}",    "\"]", "{\"", "[\"",    "[{",   "}]",  "},",      "],",  "true", "false",
+          "null", "\":\"",    "\",\"",  "12",  "0.",  "-1",     "e+",   "\\n", "\\u00",   "ab",  "abc",  " a",
+          "é",    "\xe2\x82", "\xac\"", "\"a", "a\"", "\":{\"", "\":[", "1,",  ",\"a\":", "yes", "no",   "-0"})
       bytes.push_back(t), ordinary.push_back(true);
     bytes.push_back("<|end|>"), ordinary.push_back(false);
     return std::make_shared<const structured::Vocabulary>(std::move(bytes), std::move(ordinary));

@@ -3,11 +3,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -15,10 +15,10 @@
 #include <mutex>
 #include <string_view>
 
+#include "config/gpt_oss_config.h"
 #include "core/error.h"
 #include "harmony/special_tokens.h"
 #include "model/checkpoint.h"
-#include "config/gpt_oss_config.h"
 #include "server/api_error.h"
 #include "server/chat_completions.h"
 #include "server/chat_output.h"
@@ -171,7 +171,8 @@ void request_json(const uint8_t* data, size_t size) {
   ServerUnderTest& s = server_under_test();
   const char* targets[] = {"/v1/chat/completions", "/v1/completions", "/v1/responses"};
   const int which = data[0] % 3;
-  auto exchange = std::make_shared<FuzzExchange>(targets[which], std::string(reinterpret_cast<const char*>(data + 1), size - 1));
+  auto exchange =
+      std::make_shared<FuzzExchange>(targets[which], std::string(reinterpret_cast<const char*>(data + 1), size - 1));
   try {
     server::Json body = server::parse_json_body(exchange->take_body(), s.ctx.config.limits);
     switch (which) {
@@ -195,9 +196,12 @@ void harmony_parser(const uint8_t* data, size_t size) {
   std::vector<int32_t> ids;
   for (size_t i = 0; i + 1 < size; i += 2) {
     const uint32_t v = data[i] | (uint32_t(data[i + 1]) << 8);
-    if (v % 61 == 0) ids.push_back(201088 + int32_t(v % 7) - 3);         // past the vocabulary (and -1..)
-    else if (v & 1) ids.push_back(199990 + int32_t((v >> 1) % 40));      // the special/reserved region
-    else ids.push_back(int32_t((uint64_t(v >> 1) * 6151) % 199990));    // ordinary text tokens
+    if (v % 61 == 0)
+      ids.push_back(201088 + int32_t(v % 7) - 3);  // past the vocabulary (and -1..)
+    else if (v & 1)
+      ids.push_back(199990 + int32_t((v >> 1) % 40));  // the special/reserved region
+    else
+      ids.push_back(int32_t((uint64_t(v >> 1) * 6151) % 199990));  // ordinary text tokens
   }
   std::set<std::string> declared = {"f", "get_weather"};
   server::ChatOutputMapper whole(tok, declared), chunked(tok, declared);
@@ -286,9 +290,13 @@ void config_json(const uint8_t* data, size_t size) {
 
 const std::vector<Target>& targets() {
   static const std::vector<Target> all = {
-      {"http_request", http_request},     {"request_json", request_json}, {"harmony_parser", harmony_parser},
-      {"tokenizer", tokenizer},           {"safetensors_header", safetensors_header},
-      {"config_json", config_json},       {"structured_source", structured_source},
+      {"http_request", http_request},
+      {"request_json", request_json},
+      {"harmony_parser", harmony_parser},
+      {"tokenizer", tokenizer},
+      {"safetensors_header", safetensors_header},
+      {"config_json", config_json},
+      {"structured_source", structured_source},
   };
   return all;
 }

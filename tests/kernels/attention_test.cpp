@@ -51,7 +51,9 @@ class DeviceArray {
     cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, n_) * sizeof(T)), "cudaMalloc");
     if (n_) cuda_ok(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
   }
-  explicit DeviceArray(size_t bytes_only) : n_(0) { cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, bytes_only)), "cudaMalloc"); }
+  explicit DeviceArray(size_t bytes_only) : n_(0) {
+    cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, bytes_only)), "cudaMalloc");
+  }
   ~DeviceArray() { cudaFree(ptr_); }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
@@ -105,7 +107,9 @@ Problem make_problem(const Case& c) {
 
   // Logical blocks each sequence keeps in the group under test; sliding tables start at the block
   // holding the first key the step's first query can see (older blocks are released).
-  struct Range { int first_block, end_block; };
+  struct Range {
+    int first_block, end_block;
+  };
   std::vector<Range> ranges;
   int needed = 0;
   for (const SeqSpec& s : c.seqs) {
@@ -225,8 +229,12 @@ struct DevicePlanStorage {
   DevicePlan view;
 
   explicit DevicePlanStorage(const StepPlan& plan)
-      : positions(plan.positions), token_seq(plan.token_seq), full_slots(plan.full_slots),
-        window_slots(plan.window_slots), full_table(plan.full_block_table), window_table(plan.window_block_table),
+      : positions(plan.positions),
+        token_seq(plan.token_seq),
+        full_slots(plan.full_slots),
+        window_slots(plan.window_slots),
+        full_table(plan.full_block_table),
+        window_table(plan.window_block_table),
         seqs(plan.seqs) {
     view.num_tokens = plan.num_tokens();
     view.num_seqs = plan.num_seqs();
@@ -385,8 +393,7 @@ TEST(AttentionKernels, LongSequenceDecode) {
   // Fewer splits than the context wants: slices grow to cover it (still exact).
   const Problem p = make_problem(full_causal({{4999, 1}, {300, 1}}, 53));
   const DeviceProblem dev(p);
-  for (int splits : {1, 3})
-    expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::Decode, splits));
+  for (int splits : {1, 3}) expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::Decode, splits));
 }
 
 std::vector<SeqSpec> random_decode_batch(int n, int max_context, uint64_t seed) {
@@ -443,7 +450,8 @@ TEST(AttentionKernels, DecodeIsBatchInvariant) {
   alone.max_context = seqs[0].cached + 1;
   const std::vector<float> single = run_attention(p, dev, alone, Kernel::Decode);
   ASSERT_EQ(single.size(), size_t(kHq) * kD);
-  for (int i = 0; i < kHq * kD; ++i) ASSERT_EQ(std::memcmp(&single[i], &batched[i], sizeof(float)), 0) << "element " << i;
+  for (int i = 0; i < kHq * kD; ++i)
+    ASSERT_EQ(std::memcmp(&single[i], &batched[i], sizeof(float)), 0) << "element " << i;
   expect_matches_reference(p, batched);
 }
 

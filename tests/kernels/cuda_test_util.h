@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <string>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -20,8 +20,8 @@
 
 namespace ossrt::test {
 
-#define OSSRT_SKIP_WITHOUT_GPU()                                                    \
-  do {                                                                              \
+#define OSSRT_SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                               \
     if (!::ossrt::CudaBackend::device_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
@@ -96,14 +96,14 @@ inline ErrorStats compare(const std::vector<float>& got, const std::vector<float
 }
 
 // The bar of the issue: relative L2 under `tol` (1e-2 for bf16) and no NaN/Inf, ever.
-#define OSSRT_EXPECT_CLOSE(got, ref, tol, what)                                                             \
-  do {                                                                                                      \
-    const auto ossrt_stats_ = ::ossrt::test::compare((got), (ref));                                         \
+#define OSSRT_EXPECT_CLOSE(got, ref, tol, what)                                                            \
+  do {                                                                                                     \
+    const auto ossrt_stats_ = ::ossrt::test::compare((got), (ref));                                        \
     EXPECT_EQ(ossrt_stats_.nan_count, 0u) << what << ": non-finite values";                                \
-    EXPECT_LT(ossrt_stats_.rel_l2, (tol)) << what << ": rel L2 " << ossrt_stats_.rel_l2 << " max |d| "      \
-                                          << ossrt_stats_.max_abs;                                          \
+    EXPECT_LT(ossrt_stats_.rel_l2, (tol))                                                                  \
+        << what << ": rel L2 " << ossrt_stats_.rel_l2 << " max |d| " << ossrt_stats_.max_abs;              \
     std::printf("[metric] %s: rel_l2 %.3g max_abs %.3g\n", std::string(what).c_str(), ossrt_stats_.rel_l2, \
-                ossrt_stats_.max_abs);                                                                      \
+                ossrt_stats_.max_abs);                                                                     \
   } while (0)
 
 // An observer for a CPU-backend GptOssModel that rounds every activation the CUDA backend stores in
@@ -115,8 +115,8 @@ inline ErrorStats compare(const std::vector<float>& got, const std::vector<float
 // this emulation's, not just "small".
 inline ActivationObserver bf16_storage_emulation() {
   return [](const std::string& name, const Tensor& t) {
-    const bool stays_f32 = name == "embed" || name == "residual" || name == "logits" ||
-                           name.find("router") != std::string::npos;
+    const bool stays_f32 =
+        name == "embed" || name == "residual" || name == "logits" || name.find("router") != std::string::npos;
     if (stays_f32 || t.dtype != DType::F32 || t.device != Device::CPU) return;
     float* p = static_cast<float*>(const_cast<void*>(t.data));
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = round_to_bf16(p[i]);
@@ -157,10 +157,11 @@ inline ErrorProfile profile(std::vector<double> e) {
 // against the same reference): a real bug (wrong weights, unwritten rows, a race) moves the median
 // and the 90th percentile by far more than these margins.
 inline void expect_within_bf16_floor(const ErrorProfile& gpu, const ErrorProfile& floor, const std::string& what) {
-  std::printf("[metric] %s: GPU worst %.3g p90 %.3g median %.3g (%zu of %zu positions >= 2e-2) | CPU at bf16 "
-              "storage: worst %.3g p90 %.3g median %.3g (%zu >= 2e-2)\n",
-              what.c_str(), gpu.worst, gpu.p90, gpu.median, gpu.over_2e2, gpu.n, floor.worst, floor.p90, floor.median,
-              floor.over_2e2);
+  std::printf(
+      "[metric] %s: GPU worst %.3g p90 %.3g median %.3g (%zu of %zu positions >= 2e-2) | CPU at bf16 "
+      "storage: worst %.3g p90 %.3g median %.3g (%zu >= 2e-2)\n",
+      what.c_str(), gpu.worst, gpu.p90, gpu.median, gpu.over_2e2, gpu.n, floor.worst, floor.p90, floor.median,
+      floor.over_2e2);
   EXPECT_LE(gpu.median, 2.0 * floor.median + 2e-3) << what;
   EXPECT_LE(gpu.p90, 2.0 * floor.p90 + 5e-3) << what;
   EXPECT_LE(gpu.worst, 1.5 * floor.worst + 5e-2) << what;

@@ -40,8 +40,8 @@ std::unique_ptr<SmallModel> cuda_small_model() {
   BackendOptions options;
   options.max_step_tokens = kMaxStepTokens;  // the model's limits: graph buckets stay within them
   options.max_seqs = kMaxSeqs;
-  return std::make_unique<SmallModel>(std::make_unique<CudaBackend>(options), small_engine_config_gqa8(), kMaxStepTokens,
-                                      kMaxSeqs);
+  return std::make_unique<SmallModel>(std::make_unique<CudaBackend>(options), small_engine_config_gqa8(),
+                                      kMaxStepTokens, kMaxSeqs);
 }
 CudaBackend& cuda(SmallModel& m) { return static_cast<CudaBackend&>(*m.backend); }
 
@@ -118,14 +118,16 @@ void expect_reference_agrees(const Case& c, const std::vector<int32_t>& got, boo
       return;
     }
     agreement.worst_deficit = std::max(agreement.worst_deficit, deficit);
-    if (i + 1 < got.size()) logits = runner.run(std::span<const int32_t>(&got[i], 1), 1, SingleSequenceRunner::Logits::LastRow);
+    if (i + 1 < got.size())
+      logits = runner.run(std::span<const int32_t>(&got[i], 1), 1, SingleSequenceRunner::Logits::LastRow);
   }
 }
 
 void expect_mostly_exact(const Agreement& a, const std::string& what) {
-  std::printf("[metric] %s: %d sequences, %d tokens re-scored: %d the reference's argmax, %d within %.3g of it "
-              "(worst %.3g below)\n",
-              what.c_str(), a.sequences, a.tokens, a.exact, a.within_near_tie, kNearTieMargin, a.worst_deficit);
+  std::printf(
+      "[metric] %s: %d sequences, %d tokens re-scored: %d the reference's argmax, %d within %.3g of it "
+      "(worst %.3g below)\n",
+      what.c_str(), a.sequences, a.tokens, a.exact, a.within_near_tie, kNearTieMargin, a.worst_deficit);
   EXPECT_GT(a.tokens, 0) << what;
   EXPECT_GE(a.exact * 2, a.tokens) << what << ": fewer than half the tokens are the reference's argmax";
 }
@@ -211,7 +213,8 @@ TEST_F(EngineCuda, PreemptionAndCancellationMatchTheReferenceAndReturnEveryBlock
   // 24 blocks of 4 tokens for requests needing up to 20 each: preemption after preemption.
   Engine engine(m->model, engine_config(/*budget=*/32, /*num_full_blocks=*/24));
   EventLog log;
-  for (const auto& c : cases) ASSERT_TRUE(engine.submit(greedy_request(c.id, c.prompt, c.max_tokens), log.callback(c.id)));
+  for (const auto& c : cases)
+    ASSERT_TRUE(engine.submit(greedy_request(c.id, c.prompt, c.max_tokens), log.callback(c.id)));
   for (int i = 0; i < 6; ++i) engine.run_step();
   const std::vector<std::string> cancelled = {"r2", "r9", "r15"};  // running or waiting, whatever they are by now
   for (const auto& id : cancelled) engine.cancel(id);
@@ -248,10 +251,12 @@ TEST_F(EngineCuda, PrefixCacheHitsGiveTheReferenceTokens) {
   Engine engine(m->model, engine_config(/*budget=*/11));
   // The first request fills the cache; the other 15 then run together and hit it.
   EventLog log;
-  ASSERT_TRUE(engine.submit(greedy_request(cases[0].id, cases[0].prompt, cases[0].max_tokens), log.callback(cases[0].id)));
+  ASSERT_TRUE(
+      engine.submit(greedy_request(cases[0].id, cases[0].prompt, cases[0].max_tokens), log.callback(cases[0].id)));
   engine.run_until_idle();
   for (size_t i = 1; i < cases.size(); ++i)
-    ASSERT_TRUE(engine.submit(greedy_request(cases[i].id, cases[i].prompt, cases[i].max_tokens), log.callback(cases[i].id)));
+    ASSERT_TRUE(
+        engine.submit(greedy_request(cases[i].id, cases[i].prompt, cases[i].max_tokens), log.callback(cases[i].id)));
   engine.run_until_idle();
 
   Agreement agreement;
@@ -294,8 +299,8 @@ GenerationRequest seeded_request(std::string id, std::vector<int32_t> prompt, ui
 // a uniform within kDrawGuard of a CDF step may legitimately land on the neighbour: such draws are
 // counted as unchecked (at most a third may be); and where the k-th and (k+1)-th logits are within
 // kLogitNoise the top-k support may differ, so the draws under k - 1 and k + 1 are accepted too (the
-// one such draw in 24 picked token 432 instead of 343 on the first H200 run). A wrong draw index, seed or row mapping picks
-// unrelated tokens and fails. Equality of the two runs is printed, not required, for that reason.
+// one such draw in 24 picked token 432 instead of 343 on the first H200 run). A wrong draw index, seed or row mapping
+// picks unrelated tokens and fails. Equality of the two runs is printed, not required, for that reason.
 constexpr double kDrawGuard = 1e-2;
 constexpr float kLogitNoise = 2e-2f;  // the greedy tests' near-tie margin
 
@@ -331,7 +336,8 @@ void expect_seeded_draws_agree(const std::vector<int32_t>& prompt, const std::ve
           << what << ": draw " << n << " (u " << u << ") is " << got[n] << ", the reference draws "
           << fmt::format("{}", fmt::join(allowed, " or "));
     }
-    if (n + 1 < got.size()) logits = runner.run(std::span<const int32_t>(&got[n], 1), 1, SingleSequenceRunner::Logits::LastRow);
+    if (n + 1 < got.size())
+      logits = runner.run(std::span<const int32_t>(&got[n], 1), 1, SingleSequenceRunner::Logits::LastRow);
   }
 }
 
@@ -378,9 +384,11 @@ TEST_F(EngineCuda, SeededSamplingOnTheGpuIsTheSameAloneAndInABatchOfSixteen) {
   expect_seeded_draws_agree(prompt, batched, policy, "seeded request in a batch of 16", check);
   size_t same = 0;
   while (same < alone.size() && alone[same] == batched[same]) ++same;
-  std::printf("[metric] seeded request: %d of %d draws re-scored exactly (the rest within %.3g of a CDF step or at a top-k edge tie); "
-              "alone and batched agree on the first %zu of %d tokens\n",
-              check.checked, check.draws, kDrawGuard, same, kTokens);
+  std::printf(
+      "[metric] seeded request: %d of %d draws re-scored exactly (the rest within %.3g of a CDF step or at a top-k "
+      "edge tie); "
+      "alone and batched agree on the first %zu of %d tokens\n",
+      check.checked, check.draws, kDrawGuard, same, kTokens);
   EXPECT_GE(check.checked * 3, check.draws * 2) << "too many draws next to a CDF step to check";
   for (int i = 1; i < 15; i += 3) {
     size_t logprobs = 0;
@@ -456,8 +464,8 @@ TEST_F(EngineCuda, ConstrainedRowsAreSampledOnTheGpuWithTheirMasks) {
         ++constrained.exact;
       } else {
         ++constrained.within_near_tie;
-        ASSERT_LT(deficit, kNearTieMargin) << c.id << ": token " << k << " is " << s.tokens[k]
-                                           << ", the allowed argmax is " << best;
+        ASSERT_LT(deficit, kNearTieMargin)
+            << c.id << ": token " << k << " is " << s.tokens[k] << ", the allowed argmax is " << best;
       }
       constrained.worst_deficit = std::max(constrained.worst_deficit, deficit);
       if (k + 1 < s.tokens.size())

@@ -15,9 +15,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/registry/registry.h"
 #include "core/npy.h"
 #include "cuda_test_util.h"
-#include "backend/registry/registry.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"
@@ -57,8 +57,10 @@ GoldenCase load_case(const fs::path& dir) {
 float top2_margin(const float* row, size_t v) {
   float a = -INFINITY, b = -INFINITY;
   for (size_t i = 0; i < v; ++i) {
-    if (row[i] > a) b = a, a = row[i];
-    else if (row[i] > b) b = row[i];
+    if (row[i] > a)
+      b = a, a = row[i];
+    else if (row[i] > b)
+      b = row[i];
   }
   return a - b;
 }

@@ -10,12 +10,12 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "cuda_test_util.h"
-#include "router_robust_prompt.h"
 #include "backend/registry/registry.h"
+#include "cuda_test_util.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"
+#include "router_robust_prompt.h"
 
 namespace ossrt {
 namespace {
@@ -123,7 +123,8 @@ TEST(CudaModel, TinyActivationsMatchCpuOpByOp) {
     double worst = 0;
     size_t worst_row = 0, bad_rows = 0;
     for (size_t r = 0; cols > 0 && r < rows && want.size() == rows * cols; ++r) {
-      std::vector<float> g(gpu_acts[i].second.begin() + std::ptrdiff_t(r * cols), gpu_acts[i].second.begin() + std::ptrdiff_t((r + 1) * cols));
+      std::vector<float> g(gpu_acts[i].second.begin() + std::ptrdiff_t(r * cols),
+                           gpu_acts[i].second.begin() + std::ptrdiff_t((r + 1) * cols));
       std::vector<float> w(want.begin() + std::ptrdiff_t(r * cols), want.begin() + std::ptrdiff_t((r + 1) * cols));
       const double e = ids ? double(g != w) : test::compare(g, w).rel_l2;
       if (e > (ids ? 0.5 : 2e-2)) ++bad_rows;
@@ -180,7 +181,8 @@ TEST(CudaBench, GptOss20bDummyDecodeAndPrefill) {
   shape.num_kv_heads = config.num_key_value_heads;
   shape.head_dim = config.head_dim;
   const MemoryUse memory = backend.memory_use();
-  const size_t budget = size_t(std::max(0.0, 0.9 * double(memory.capacity) - double(memory.in_use) - double(memory.reserve)));
+  const size_t budget =
+      size_t(std::max(0.0, 0.9 * double(memory.capacity) - double(memory.in_use) - double(memory.reserve)));
   backend.allocate_kv_cache(shape);
   std::vector<LinearKvLayout> layouts;
   for (int s = 0; s < max_seqs; ++s) layouts.push_back({kBlock, s * full_per_seq, s * ring, ring});

@@ -125,8 +125,8 @@ const Experts& experts(int num_experts) {
 }
 
 struct Routing {
-  std::vector<int32_t> ids;   // [T, k]
-  std::vector<float> weights; // [T, k]
+  std::vector<int32_t> ids;    // [T, k]
+  std::vector<float> weights;  // [T, k]
 };
 
 // k distinct experts per token with softmax weights, as the router produces.
@@ -341,7 +341,8 @@ TEST(MoeKernels, TokenOutputIsBatchInvariant) {
   const Routing r0{{r.ids.begin(), r.ids.begin() + kTopK}, {r.weights.begin(), r.weights.begin() + kTopK}};
   const std::vector<float> single = run_moe(ex, x0, r0, 1);
   ASSERT_EQ(single.size(), size_t(kHidden));
-  for (int n = 0; n < kHidden; ++n) ASSERT_EQ(std::memcmp(&single[n], &batched[n], sizeof(float)), 0) << "feature " << n;
+  for (int n = 0; n < kHidden; ++n)
+    ASSERT_EQ(std::memcmp(&single[n], &batched[n], sizeof(float)), 0) << "feature " << n;
   expect_matches_reference(ex, x0, r0, 1, single, {0});
 }
 

@@ -11,9 +11,9 @@
 #include <numeric>
 #include <thread>
 
-#include "cuda_test_util.h"
 #include "backend/registry/registry.h"
 #include "config/gpt_oss_config.h"
+#include "cuda_test_util.h"
 #include "model/gpt_oss.h"
 
 namespace ossrt {
@@ -56,7 +56,8 @@ TEST(CudaOps, RmsNormAddRmsNormAndAdd) {
     Tensor dc = put_act(*b.cpu, {t, kHidden}, delta), dg = put_act(*b.gpu, {t, kHidden}, delta);
     b.cpu->add_rmsnorm(xc, dc, w_cpu, 1e-5f, oc);
     b.gpu->add_rmsnorm(xg, dg, w_gpu, 1e-5f, og);
-    OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(xg), b.cpu->to_host_f32(xc), 1e-5, fmt::format("add_rmsnorm residual T={}", t));
+    OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(xg), b.cpu->to_host_f32(xc), 1e-5,
+                       fmt::format("add_rmsnorm residual T={}", t));
     OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2, fmt::format("add_rmsnorm out T={}", t));
     // add
     b.cpu->add(xc, dc);
@@ -80,7 +81,8 @@ TEST(CudaOps, LinearQkvOutputAndUnembedding) {
                         {kHidden, kQHeads * kHeadDim, true, false, {1, 33}},
                         {201088, kHidden, false, true, {1, 3}}};
   for (const Case& c : cases) {
-    auto w = test::host_bf16(random_floats(rng, size_t(c.out * c.in), 1.0f / std::sqrt(float(c.in))), {c.out, c.in}, "w");
+    auto w =
+        test::host_bf16(random_floats(rng, size_t(c.out * c.in), 1.0f / std::sqrt(float(c.in))), {c.out, c.in}, "w");
     auto bias = test::host_bf16(random_floats(rng, size_t(c.out), 0.5f), {c.out}, "b");
     Tensor wc = b.cpu->upload(w->view), wg = b.gpu->upload(w->view);
     Tensor bc = b.cpu->upload(bias->view), bg = b.gpu->upload(bias->view);
@@ -100,7 +102,8 @@ TEST(CudaOps, LinearQkvOutputAndUnembedding) {
 TEST(CudaOps, LinearRejectsMismatchedShapes) {
   OSSRT_SKIP_WITHOUT_GPU();
   auto gpu = make_backend("cuda");
-  Tensor x = gpu->alloc(DType::BF16, {4, 64}), w = gpu->alloc(DType::BF16, {32, 65}), y = gpu->alloc(DType::BF16, {4, 32});
+  Tensor x = gpu->alloc(DType::BF16, {4, 64}), w = gpu->alloc(DType::BF16, {32, 65}),
+         y = gpu->alloc(DType::BF16, {4, 32});
   EXPECT_THROW(gpu->linear(x, w, nullptr, y), Error);
 }
 
@@ -325,7 +328,8 @@ class PlanBuilder {
     s.window_first_block = first;
     s.window_table_begin = int32_t(plan.window_block_table.size());
     s.window_table_len = blocks - first;
-    plan.window_block_table.insert(plan.window_block_table.end(), seq.window.begin() + first, seq.window.begin() + blocks);
+    plan.window_block_table.insert(plan.window_block_table.end(), seq.window.begin() + first,
+                                   seq.window.begin() + blocks);
     const int seq_index = plan.num_seqs();
     for (int i = 0; i < n; ++i) {
       const int pos = cb + i;
@@ -493,9 +497,10 @@ TEST(CudaOps, RopeMatchesCpuElementwiseAtLongPositions) {
     if (!(err <= bound)) ++outside;
     if (err / bound > worst_ratio) worst_ratio = err / bound, worst_at = i;
   }
-  std::printf("[metric] rope at positions up to 131071: worst |err| / bf16 half-ulp bound %.3g (row %zu), %zu of %zu "
-              "elements outside\n",
-              worst_ratio, worst_at / size_t(kQkvDim), outside, want.size());
+  std::printf(
+      "[metric] rope at positions up to 131071: worst |err| / bf16 half-ulp bound %.3g (row %zu), %zu of %zu "
+      "elements outside\n",
+      worst_ratio, worst_at / size_t(kQkvDim), outside, want.size());
   EXPECT_EQ(outside, 0u) << "worst element " << worst_at << ": got " << got[worst_at] << " want " << want[worst_at];
   OSSRT_EXPECT_CLOSE(got, want, 4e-3, "rope long positions");
 }

@@ -51,7 +51,7 @@ inline RouterRobustPrompt router_robust_prompt(const HostModelWeights& w, int n,
     const std::string suffix = ".mlp_in";
     if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return;
     const size_t layer = size_t(std::stoi(name.substr(5)));  // "layer<N>.mlp_in"
-    const float* x = static_cast<const float*>(t.data);     // one row: the step has one token
+    const float* x = static_cast<const float*>(t.data);      // one row: the step has one token
     std::vector<double> logits(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) {
       double acc = router_b[layer][size_t(e)];
@@ -82,7 +82,8 @@ inline RouterRobustPrompt router_robust_prompt(const HostModelWeights& w, int n,
       out.redraws += attempt > 0;
     }
     // The runner holds the last token tried; make it the chosen one.
-    if (try_token(p, best) < min_gap) ADD_FAILURE() << "no token with router gap >= " << min_gap << " at position " << p;
+    if (try_token(p, best) < min_gap)
+      ADD_FAILURE() << "no token with router gap >= " << min_gap << " at position " << p;
     out.tokens.push_back(best);
     out.min_gap = std::min(out.min_gap, best_gap);
   }

@@ -11,9 +11,9 @@
 
 #include "backend/cuda/kernels/sample_philox.cuh"
 #include "core/error.h"
+#include "cuda_test_util.h"
 #include "sample_reference.h"
 #include "sampling/sampler.h"
-#include "cuda_test_util.h"
 
 namespace ossrt {
 namespace {
@@ -62,9 +62,9 @@ TEST_F(CudaSample, GreedyIsExactArgmaxWithLowestIdOnTies) {
 TEST_F(CudaSample, DrawsMatchReferenceInverseCdfAtRealVocab) {
   // Hand-made rows: a few strong candidates at scattered ids over a floor of -20 logits.
   const int64_t v = 201088;
-  const std::vector<SamplingRowParams> p = {params(1.f, 0, 1.f, 7, 0),    params(0.7f, 3, 1.f, 7, 1),
-                                            params(1.f, 0, 0.8f, 7, 2),   params(1.3f, 5, 0.9f, 9, 3),
-                                            params(1.f, 1, 1.f, 7, 4),    params(2.f, 0, 0.5f, 11, 5)};
+  const std::vector<SamplingRowParams> p = {params(1.f, 0, 1.f, 7, 0),  params(0.7f, 3, 1.f, 7, 1),
+                                            params(1.f, 0, 0.8f, 7, 2), params(1.3f, 5, 0.9f, 9, 3),
+                                            params(1.f, 1, 1.f, 7, 4),  params(2.f, 0, 0.5f, 11, 5)};
   const int64_t r = int64_t(p.size()) * 8;
   std::vector<float> logits(size_t(r * v), -20.f);
   const int hot_ids[] = {3, 4096, 65535, 100001, 150000, 200000, 201087};
@@ -110,8 +110,8 @@ TEST_F(CudaSample, FrequenciesFollowTheTruncatedDistribution) {
     const Reference ref = reference_distribution(base, p);
     std::map<int, int> counts;
     for (int id : ids) {
-      ASSERT_GT(ref.prob[size_t(id)], 0.0) << "sampled outside the support: id " << id << " (top_k " << p.top_k
-                                           << " top_p " << p.top_p << ")";
+      ASSERT_GT(ref.prob[size_t(id)], 0.0)
+          << "sampled outside the support: id " << id << " (top_k " << p.top_k << " top_p " << p.top_p << ")";
       ++counts[id];
     }
     for (int i = 0; i < int(v); ++i) {
@@ -150,7 +150,8 @@ bool allows(const std::vector<uint32_t>& m, int id) {
   return size_t(id) / 32 < m.size() && ((m[size_t(id) / 32] >> (id % 32)) & 1u);
 }
 // The row with every disallowed logit at -inf: what the reference distribution is computed over.
-std::vector<float> masked_row(const std::vector<float>& logits, int64_t row, int64_t v, const std::vector<uint32_t>& m) {
+std::vector<float> masked_row(const std::vector<float>& logits, int64_t row, int64_t v,
+                              const std::vector<uint32_t>& m) {
   std::vector<float> out(logits.begin() + row * v, logits.begin() + (row + 1) * v);
   if (m.empty()) return out;
   for (int i = 0; i < int(v); ++i)
@@ -172,19 +173,19 @@ TEST_F(CudaSample, MaskedGreedyEqualsTheHostSamplersMaskedGreedy) {
     auto logits = test::random_floats(rng, size_t(r * v), 3.0f);  // bf16-rounded: ties are common
     const int top0 = int(std::max_element(logits.begin(), logits.begin() + v) - logits.begin());
     std::vector<std::vector<uint32_t>> masks(static_cast<size_t>(r));
-    masks[0] = mask_of({int(v / 3)}, v);                                   // one token, whatever its logit
-    masks[1] = mask_of(scattered(rng, v, 6), v);                           // a few scattered tokens
-    masks[2] = mask_of({int(v) - 1, int(v) - 2, int(v / 2)}, v);           // the last (partial) word
-    masks[3] = mask_of({}, v);                                             // nothing: raw argmax
-    masks[4] = std::vector<uint32_t>(size_t((v + 31) / 32), ~0u);         // all, bits past v set too
-    masks[6] = mask_of({top0, 17}, v);                                     // row 0's argmax, on row 6
-    masks[7] = mask_of({5, 9, 33}, v);                                     // all allowed at -inf: lowest
+    masks[0] = mask_of({int(v / 3)}, v);                           // one token, whatever its logit
+    masks[1] = mask_of(scattered(rng, v, 6), v);                   // a few scattered tokens
+    masks[2] = mask_of({int(v) - 1, int(v) - 2, int(v / 2)}, v);   // the last (partial) word
+    masks[3] = mask_of({}, v);                                     // nothing: raw argmax
+    masks[4] = std::vector<uint32_t>(size_t((v + 31) / 32), ~0u);  // all, bits past v set too
+    masks[6] = mask_of({top0, 17}, v);                             // row 0's argmax, on row 6
+    masks[7] = mask_of({5, 9, 33}, v);                             // all allowed at -inf: lowest
     for (int id : {5, 9, 33}) logits[size_t(7 * v + id)] = -INFINITY;
-    masks[8] = mask_of({40, 41, 42, 43}, v);                               // a tie among allowed
+    masks[8] = mask_of({40, 41, 42, 43}, v);  // a tie among allowed
     for (int id : {41, 43}) logits[size_t(8 * v + id)] = 100.f;
-    masks[9] = {0x0u, 0x10u};                                              // shorter than the vocab: id 36 only
+    masks[9] = {0x0u, 0x10u};  // shorter than the vocab: id 36 only
     masks[10] = mask_of(scattered(rng, v, 40), v);
-    logits[size_t(10 * v + 3)] = 1e30f;                                    // a huge disallowed logit
+    logits[size_t(10 * v + 3)] = 1e30f;  // a huge disallowed logit
     // rows 5 and 11 unmasked
     std::vector<SamplingRowParams> p(size_t(r), params(0.f, 0, 1.f, 1, 0));
     const auto ids = sample(logits, r, v, p, masks);
@@ -213,8 +214,8 @@ TEST_F(CudaSample, MaskedGreedyEqualsTheHostSamplersMaskedGreedy) {
 }
 
 TEST_F(CudaSample, MaskedDrawsMatchTheReferenceOverTheMaskedLogitsAndAreAlwaysAllowed) {
-  const std::vector<SamplingRowParams> kinds = {params(1.f, 0, 1.f, 7, 0),  params(0.7f, 3, 1.f, 8, 0),
-                                                params(1.f, 0, 0.8f, 9, 0), params(1.3f, 5, 0.9f, 10, 0),
+  const std::vector<SamplingRowParams> kinds = {params(1.f, 0, 1.f, 7, 0),    params(0.7f, 3, 1.f, 8, 0),
+                                                params(1.f, 0, 0.8f, 9, 0),   params(1.3f, 5, 0.9f, 10, 0),
                                                 params(2.f, 40, 0.5f, 11, 0), params(1.f, 1, 1.f, 12, 0)};
   for (const int64_t v : {int64_t(201088), int64_t(1000)}) {
     SCOPED_TRACE("vocab " + std::to_string(v));
@@ -290,11 +291,13 @@ TEST_F(CudaSample, AllAllowedMasksAndMaskedNeighboursChangeNoUnmaskedDraw) {
   const auto logits = test::random_floats(rng, size_t(r * v), 2.0f);
   std::vector<SamplingRowParams> p;
   for (int64_t i = 0; i < r; ++i)
-    p.push_back(i % 3 == 0 ? params(0.f, 0, 1.f, 1, 0) : params(1.f + 0.1f * float(i % 5), int(i % 4) * 10, 0.9f, 99, uint32_t(i)));
+    p.push_back(i % 3 == 0 ? params(0.f, 0, 1.f, 1, 0)
+                           : params(1.f + 0.1f * float(i % 5), int(i % 4) * 10, 0.9f, 99, uint32_t(i)));
   const auto plain = sample(logits, r, v, p);
 
   // Every row masked with everything allowed: the same tokens for the same seeds.
-  EXPECT_EQ(sample(logits, r, v, p, std::vector<std::vector<uint32_t>>(size_t(r), std::vector<uint32_t>(size_t(v / 32), ~0u))),
+  EXPECT_EQ(sample(logits, r, v, p,
+                   std::vector<std::vector<uint32_t>>(size_t(r), std::vector<uint32_t>(size_t(v / 32), ~0u))),
             plain);
 
   // Odd rows masked to a few tokens: even rows draw exactly what they drew alone.

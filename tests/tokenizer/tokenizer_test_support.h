@@ -4,12 +4,12 @@
 // generators for long inputs.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
-#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -37,12 +37,12 @@ inline std::shared_ptr<const Tokenizer> real_tokenizer() {
   return tok;
 }
 
-#define OSSRT_REQUIRE_REAL_TOKENIZER()                                                             \
-  do {                                                                                             \
-    if (!::ossrt::tokenizer_test::real_tokenizer()) {                                              \
-      GTEST_SKIP() << "gpt-oss tokenizer.json not installed (run scripts/install-deps.sh): "       \
-                   << ::ossrt::tokenizer_test::real_tokenizer_json();                              \
-    }                                                                                              \
+#define OSSRT_REQUIRE_REAL_TOKENIZER()                                                       \
+  do {                                                                                       \
+    if (!::ossrt::tokenizer_test::real_tokenizer()) {                                        \
+      GTEST_SKIP() << "gpt-oss tokenizer.json not installed (run scripts/install-deps.sh): " \
+                   << ::ossrt::tokenizer_test::real_tokenizer_json();                        \
+    }                                                                                        \
   } while (0)
 
 inline std::string read_text_file(const std::filesystem::path& path) {

@@ -47,16 +47,16 @@ std::string words(int n) {
 TEST_F(BenchDataset, ShareGptPairsAndFilters) {
   nlohmann::json doc = nlohmann::json::array();
   auto conv = [](const std::string& human, const std::string& gpt) {
-    return nlohmann::json{{"id", "x"},
-                          {"conversations", {{{"from", "human"}, {"value", human}}, {{"from", "gpt"}, {"value", gpt}}}}};
+    return nlohmann::json{
+        {"id", "x"}, {"conversations", {{{"from", "human"}, {"value", human}}, {{"from", "gpt"}, {"value", gpt}}}}};
   };
-  doc.push_back(conv(words(20), words(30)));                       // kept
-  doc.push_back(conv("hi", words(30)));                            // prompt < 4 tokens: dropped
-  doc.push_back(conv(words(20), "ok"));                            // reply < 4 tokens: dropped
-  doc.push_back(conv(words(1100), words(10)));                     // prompt > 1024 tokens: dropped
-  doc.push_back(conv(words(900), words(1200)));                    // prompt + reply > 2048: dropped
+  doc.push_back(conv(words(20), words(30)));     // kept
+  doc.push_back(conv("hi", words(30)));          // prompt < 4 tokens: dropped
+  doc.push_back(conv(words(20), "ok"));          // reply < 4 tokens: dropped
+  doc.push_back(conv(words(1100), words(10)));   // prompt > 1024 tokens: dropped
+  doc.push_back(conv(words(900), words(1200)));  // prompt + reply > 2048: dropped
   doc.push_back({{"conversations", {{{"from", "human"}, {"value", "only one turn"}}}}});  // one turn: skipped
-  doc.push_back(conv(words(40), words(50)));                       // kept
+  doc.push_back(conv(words(40), words(50)));                                              // kept
   const std::string path = write("sharegpt.json", doc.dump());
   EXPECT_EQ(read_sharegpt_pairs(path).size(), 6u);
 
@@ -93,11 +93,12 @@ TEST_F(BenchDataset, ShareGptPairsAndFilters) {
 }
 
 TEST_F(BenchDataset, JsonlRequestFile) {
-  const std::string path = write("requests.jsonl",
-                                 "{\"prompt\": [1, 2, 3, 4], \"max_tokens\": 9}\n"
-                                 "\n"
-                                 "{\"messages\": [{\"role\": \"user\", \"content\": \"hello there\"}], \"max_completion_tokens\": 5}\n"
-                                 "{\"prompt\": \"plain text prompt\"}\n");
+  const std::string path =
+      write("requests.jsonl",
+            "{\"prompt\": [1, 2, 3, 4], \"max_tokens\": 9}\n"
+            "\n"
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"hello there\"}], \"max_completion_tokens\": 5}\n"
+            "{\"prompt\": \"plain text prompt\"}\n");
   DatasetOptions o;
   o.name = "file";
   o.path = path;

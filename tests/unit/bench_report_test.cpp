@@ -7,11 +7,11 @@
 
 #include "bench/cost_bench.h"
 #include "bench/cost_report.h"
-#include "core/error.h"
 #include "bench/kernel_floors.h"
 #include "bench/serve_report.h"
 #include "bench/svg_plot.h"
 #include "bench/table.h"
+#include "core/error.h"
 
 namespace ossrt::bench {
 namespace {
@@ -92,8 +92,8 @@ TEST(BenchKernelFloors, BytesAndFlopsByHand) {
   EXPECT_NEAR(expected_distinct_experts(1000, 32, 4), 32, 1e-9);
   EXPECT_NEAR(expected_distinct_experts(8, 32, 4), 32 * (1 - std::pow(28.0 / 32, 8)), 1e-12);
   // Floor: the larger term.
-  EXPECT_DOUBLE_EQ(floor_seconds({4e9, 1e11}, 4e12, 800e12), 1e-3);      // memory: 1 ms > 0.125 ms
-  EXPECT_DOUBLE_EQ(floor_seconds({4e9, 1e12}, 4e12, 800e12), 1.25e-3);   // compute: 1.25 ms > 1 ms
+  EXPECT_DOUBLE_EQ(floor_seconds({4e9, 1e11}, 4e12, 800e12), 1e-3);     // memory: 1 ms > 0.125 ms
+  EXPECT_DOUBLE_EQ(floor_seconds({4e9, 1e12}, 4e12, 800e12), 1.25e-3);  // compute: 1.25 ms > 1 ms
   EXPECT_DOUBLE_EQ(floor_seconds({4e6, 800e12}, 4e12, 800e12), 1.0);
 }
 
@@ -102,7 +102,10 @@ ServeBenchResult two_runs() {
   ServeBenchResult r;
   r.model = "m";
   r.date = "2026-12-02T00:00:00Z";
-  r.settings = {{"endpoint", "/v1/completions"}, {"base_url", "http://127.0.0.1:1"}, {"gpus", 2}, {"usd_per_hour", 3.0},
+  r.settings = {{"endpoint", "/v1/completions"},
+                {"base_url", "http://127.0.0.1:1"},
+                {"gpus", 2},
+                {"usd_per_hour", 3.0},
                 {"dataset", {{"name", "random"}, {"input_len", 1024}, {"output_len", 1024}}}};
   for (int c : {1, 8}) {
     ServeRun run;
@@ -214,8 +217,8 @@ TEST(BenchCostReport, JsonRoundTripMergeAndPlots) {
   const CostBenchResult n = merge_cost_results({b, c, a}, {"b.json", "c.json", "a.json"});
   std::vector<std::pair<int, int>> order;
   for (const DecodePoint& d : n.decode) order.emplace_back(d.context, d.batch);
-  EXPECT_EQ(order, (std::vector<std::pair<int, int>>{{1024, 1}, {1024, 8}, {1024, 512}, {32768, 1}, {32768, 4},
-                                                     {32768, 8}, {32768, 512}}));
+  EXPECT_EQ(order, (std::vector<std::pair<int, int>>{
+                       {1024, 1}, {1024, 8}, {1024, 512}, {32768, 1}, {32768, 4}, {32768, 8}, {32768, 512}}));
   // Another device, commit or price is not merged.
   CostBenchResult other = cost_run(8192);
   other.device = "NVIDIA H100";

@@ -20,7 +20,9 @@ HttpResult ok_answer() {
 }
 
 std::string completion_chunk(const std::string& text) {
-  return "data: " + nlohmann::json{{"choices", {{{"index", 0}, {"text", text}, {"finish_reason", nullptr}}}}, {"usage", nullptr}}.dump() +
+  return "data: " +
+         nlohmann::json{{"choices", {{{"index", 0}, {"text", text}, {"finish_reason", nullptr}}}}, {"usage", nullptr}}
+             .dump() +
          "\n\n";
 }
 
@@ -28,15 +30,20 @@ TEST(BenchRecord, CompletionsStreamTimings) {
   RequestRecord r;
   const auto t0 = Clock::now();
   StreamRecorder rec(r, t0, /*chat=*/false);
-  rec.on_bytes(": ping\n\n", t0 + 5ms);                   // a comment is not a token
-  rec.on_bytes(completion_chunk("a"), t0 + 100ms);        // TTFT 0.1
+  rec.on_bytes(": ping\n\n", t0 + 5ms);                                     // a comment is not a token
+  rec.on_bytes(completion_chunk("a"), t0 + 100ms);                          // TTFT 0.1
   rec.on_bytes(completion_chunk("b") + completion_chunk("c"), t0 + 130ms);  // two events in one read
   rec.on_bytes(completion_chunk("d").substr(0, 10), t0 + 150ms);            // an event split across reads:
-  rec.on_bytes(completion_chunk("d").substr(10), t0 + 170ms);              // it arrives with its end
-  rec.on_bytes("data: " + nlohmann::json{{"choices", nlohmann::json::array()},
-                                        {"usage", {{"prompt_tokens", 12}, {"completion_tokens", 4},
-                                                   {"prompt_tokens_details", {{"cached_tokens", 3}}}}}}.dump() + "\n\n",
-               t0 + 180ms);
+  rec.on_bytes(completion_chunk("d").substr(10), t0 + 170ms);               // it arrives with its end
+  rec.on_bytes(
+      "data: " +
+          nlohmann::json{
+              {"choices", nlohmann::json::array()},
+              {"usage",
+               {{"prompt_tokens", 12}, {"completion_tokens", 4}, {"prompt_tokens_details", {{"cached_tokens", 3}}}}}}
+              .dump() +
+          "\n\n",
+      t0 + 180ms);
   rec.on_bytes("data: [DONE]\n\n", t0 + 190ms);
   rec.finish(ok_answer(), nullptr);
   ASSERT_TRUE(r.success) << r.error;
@@ -115,7 +122,8 @@ TEST(BenchRecord, FailuresKeepTheServersWords) {
   }
 }
 
-RequestRecord ok(size_t i, double start, double ttft, double e2el, int64_t out, int64_t prompt, std::vector<double> itl) {
+RequestRecord ok(size_t i, double start, double ttft, double e2el, int64_t out, int64_t prompt,
+                 std::vector<double> itl) {
   RequestRecord r;
   r.index = i;
   r.success = true;

@@ -16,7 +16,8 @@ struct Ev {
   bool operator==(const Ev&) const = default;
 };
 
-std::vector<Ev> parse_pieces(const std::vector<std::string>& pieces, size_t* comments = nullptr, bool* pending = nullptr) {
+std::vector<Ev> parse_pieces(const std::vector<std::string>& pieces, size_t* comments = nullptr,
+                             bool* pending = nullptr) {
   std::vector<Ev> out;
   SseParser p([&](const SseEvent& e) { out.push_back({e.event, e.data, e.id}); });
   for (const auto& piece : pieces) p.feed(piece);
@@ -28,8 +29,10 @@ std::vector<Ev> parse_pieces(const std::vector<std::string>& pieces, size_t* com
 std::string with_endings(const std::string& lf_text, const std::string& eol) {
   std::string out;
   for (char c : lf_text) {
-    if (c == '\n') out += eol;
-    else out += c;
+    if (c == '\n')
+      out += eol;
+    else
+      out += c;
   }
   return out;
 }
@@ -75,7 +78,8 @@ TEST(BenchSse, EverySingleCutGivesTheSameEvents) {
   for (const char* eol : {"\n", "\r\n", "\r"}) {
     const std::string s = with_endings(kStream, eol);
     for (size_t cut = 0; cut <= s.size(); ++cut)
-      ASSERT_EQ(parse_pieces({s.substr(0, cut), s.substr(cut)}), kExpected) << "cut at " << cut << " eol " << int(eol[0]);
+      ASSERT_EQ(parse_pieces({s.substr(0, cut), s.substr(cut)}), kExpected)
+          << "cut at " << cut << " eol " << int(eol[0]);
   }
 }
 

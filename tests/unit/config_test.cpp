@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
 #include "config/gpt_oss_config.h"
+#include "core/error.h"
 
 namespace ossrt {
 namespace {
@@ -223,12 +223,14 @@ TEST(ConfigParse, SmallHeadCountsAreAcceptedOnCpu) {
 }
 
 TEST(ConfigParse, OriginalOpenAiConfig) {
-  json j = {{"num_hidden_layers", 36}, {"num_experts", 128}, {"experts_per_token", 4},
-            {"vocab_size", 201088}, {"hidden_size", 2880}, {"intermediate_size", 2880},
-            {"swiglu_limit", 7.0}, {"head_dim", 64}, {"num_attention_heads", 64},
-            {"num_key_value_heads", 8}, {"sliding_window", 128}, {"initial_context_length", 4096},
-            {"rope_theta", 150000}, {"rope_scaling_factor", 32.0}, {"rope_ntk_alpha", 1},
-            {"rope_ntk_beta", 32}};
+  json j = {{"num_hidden_layers", 36},   {"num_experts", 128},
+            {"experts_per_token", 4},    {"vocab_size", 201088},
+            {"hidden_size", 2880},       {"intermediate_size", 2880},
+            {"swiglu_limit", 7.0},       {"head_dim", 64},
+            {"num_attention_heads", 64}, {"num_key_value_heads", 8},
+            {"sliding_window", 128},     {"initial_context_length", 4096},
+            {"rope_theta", 150000},      {"rope_scaling_factor", 32.0},
+            {"rope_ntk_alpha", 1},       {"rope_ntk_beta", 32}};
   GptOssConfig c = parse_config(j, "original/config.json");
   GptOssConfig p = preset_config("gpt-oss-120b");
   EXPECT_EQ(c.num_layers, p.num_layers);
@@ -248,8 +250,18 @@ struct BadConfig {
 
 TEST(ConfigParse, Errors) {
   const std::vector<BadConfig> cases = {
-      {"llama", [](json& j) { j["model_type"] = "llama"; j["architectures"] = {"LlamaForCausalLM"}; }, "not a gpt-oss config"},
-      {"heads", [](json& j) { j["num_attention_heads"] = 60; j["num_key_value_heads"] = 8; }, "num_key_value_heads"},
+      {"llama",
+       [](json& j) {
+         j["model_type"] = "llama";
+         j["architectures"] = {"LlamaForCausalLM"};
+       },
+       "not a gpt-oss config"},
+      {"heads",
+       [](json& j) {
+         j["num_attention_heads"] = 60;
+         j["num_key_value_heads"] = 8;
+       },
+       "num_key_value_heads"},
       {"layer_types length", [](json& j) { j["num_hidden_layers"] = 23; }, "layer_types has 24 entries"},
       {"layer_types value", [](json& j) { j["layer_types"][3] = "local"; }, "layer_types[3]"},
       {"mxfp4 width", [](json& j) { j["hidden_size"] = 2888; }, "multiple of 32"},

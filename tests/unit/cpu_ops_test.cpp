@@ -10,8 +10,8 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
-#include "core/error.h"
 #include "config/gpt_oss_config.h"
+#include "core/error.h"
 #include "model/gpt_oss.h"
 
 namespace ossrt {
@@ -181,7 +181,7 @@ constexpr int kHq = 8, kHkv = 2, kD = 32, kBlock = 16, kBlocksPerGroup = 96;
 constexpr int kRow = (kHq + 2 * kHkv) * kD;
 
 struct TestSequence {
-  std::vector<float> qkv;  // every position's qkv row, as rope_and_cache_write receives it
+  std::vector<float> qkv;                       // every position's qkv row, as rope_and_cache_write receives it
   std::vector<int> full_blocks, window_blocks;  // logical block -> physical block
   int cached = 0;
 };
@@ -193,8 +193,12 @@ struct Chunk {
 class AttentionTest : public CpuOpsTest {
  protected:
   AttentionTest() {
-    KvCacheShape shape{.num_full_layers = 2, .num_sliding_layers = 2, .num_full_blocks = kBlocksPerGroup,
-                       .num_window_blocks = kBlocksPerGroup, .block_size = kBlock, .num_kv_heads = kHkv,
+    KvCacheShape shape{.num_full_layers = 2,
+                       .num_sliding_layers = 2,
+                       .num_full_blocks = kBlocksPerGroup,
+                       .num_window_blocks = kBlocksPerGroup,
+                       .block_size = kBlock,
+                       .num_kv_heads = kHkv,
                        .head_dim = kD};
     backend_->allocate_kv_cache(shape);
     for (auto* pool : {&free_full_, &free_window_}) {
@@ -226,7 +230,8 @@ class AttentionTest : public CpuOpsTest {
       }
       st.full_table_begin = int(plan.full_block_table.size());
       st.full_table_len = last_block + 1;
-      plan.full_block_table.insert(plan.full_block_table.end(), s.full_blocks.begin(), s.full_blocks.begin() + last_block + 1);
+      plan.full_block_table.insert(plan.full_block_table.end(), s.full_blocks.begin(),
+                                   s.full_blocks.begin() + last_block + 1);
       const int oldest = params.window > 0 ? std::max(0, s.cached - params.window + 1) : 0;
       st.window_first_block = minimal_window_table ? oldest / kBlock : 0;
       st.window_table_begin = int(plan.window_block_table.size());
@@ -296,8 +301,13 @@ class AttentionTest : public CpuOpsTest {
   }
 
   static AttentionParams params(KvGroup group, int window, int layer = 1) {
-    return AttentionParams{.group = group, .layer_in_group = layer, .window = window, .num_q_heads = kHq,
-                           .num_kv_heads = kHkv, .head_dim = kD, .sm_scale = float(1.0 / std::sqrt(kD))};
+    return AttentionParams{.group = group,
+                           .layer_in_group = layer,
+                           .window = window,
+                           .num_q_heads = kHq,
+                           .num_kv_heads = kHkv,
+                           .head_dim = kD,
+                           .sm_scale = float(1.0 / std::sqrt(kD))};
   }
 
   std::vector<TestSequence> seqs_;
@@ -346,7 +356,8 @@ TEST_F(AttentionTest, SeveralSequencesInOnePlan) {
     for (auto& s : seqs_) s.cached = 0, s.full_blocks.clear(), s.window_blocks.clear();
     free_full_.resize(kBlocksPerGroup), free_window_.resize(kBlocksPerGroup);
     std::iota(free_full_.begin(), free_full_.end(), 0), std::iota(free_window_.begin(), free_window_.end(), 0);
-    std::shuffle(free_full_.begin(), free_full_.end(), rng_), std::shuffle(free_window_.begin(), free_window_.end(), rng_);
+    std::shuffle(free_full_.begin(), free_full_.end(), rng_),
+        std::shuffle(free_window_.begin(), free_window_.end(), rng_);
     run_step({{a, 200}, {b, 139}}, params(group, window));
     EXPECT_LT(max_rel_diff(got_, ref_), 1e-5);
     run_step({{a, 100}, {b, 1}, {c, 20}}, params(group, window));
@@ -363,8 +374,8 @@ TEST_F(AttentionTest, WindowEdgeKeysAt127And128Back) {
     for (int p = 0; p < 200; ++p)
       for (int g = 0; g < kHkv; ++g)
         for (int d = 0; d < kD; ++d) {
-          rows[size_t(p) * kRow + (kHq + g) * kD + d] = p == spike ? 1.0f : 0.0f;           // k
-          rows[size_t(p) * kRow + (kHq + kHkv + g) * kD + d] = p == spike ? 1.0f : 0.0f;    // v
+          rows[size_t(p) * kRow + (kHq + g) * kD + d] = p == spike ? 1.0f : 0.0f;         // k
+          rows[size_t(p) * kRow + (kHq + kHkv + g) * kD + d] = p == spike ? 1.0f : 0.0f;  // v
         }
     for (int h = 0; h < kHq; ++h)
       for (int d = 0; d < kD; ++d) rows[size_t(i) * kRow + h * kD + d] = 3.0f;  // q.k_spike * scale = 17
@@ -389,8 +400,12 @@ TEST_F(AttentionTest, PlanThatDoesNotCoverTheWindowIsAnError) {
   plan.full_slots = {0};
   plan.window_slots = {0};
   // The query at 150 sees keys from 23 (block 1), but the window table starts at block 9.
-  plan.seqs = {SeqStep{.token_begin = 0, .num_tokens = 1, .context_begin = 150, .window_table_begin = 0,
-                       .window_table_len = 1, .window_first_block = 9}};
+  plan.seqs = {SeqStep{.token_begin = 0,
+                       .num_tokens = 1,
+                       .context_begin = 150,
+                       .window_table_begin = 0,
+                       .window_table_len = 1,
+                       .window_first_block = 9}};
   plan.window_block_table = {0};
   backend_->begin_step(plan);
   Tensor qkv = backend_->alloc(DType::F32, {1, kRow}), out = backend_->alloc(DType::F32, {1, kHq * kD});
@@ -403,8 +418,9 @@ TEST_F(AttentionTest, PlanThatDoesNotCoverTheWindowIsAnError) {
   EXPECT_THROW(backend_->attention(qkv, sinks, params(KvGroup::Sliding, 128), out), Error);
   plan.window_slots = {kBlocksPerGroup * kBlock};  // a write slot past the cache
   backend_->begin_step(plan);
-  EXPECT_THROW(backend_->rope_and_cache_write(qkv, RopeParams{.inv_freq = std::vector<float>(kD / 2, 0.0f), .concentration = 1.0f},
-                                              params(KvGroup::Sliding, 128)),
+  EXPECT_THROW(backend_->rope_and_cache_write(
+                   qkv, RopeParams{.inv_freq = std::vector<float>(kD / 2, 0.0f), .concentration = 1.0f},
+                   params(KvGroup::Sliding, 128)),
                Error);
 }
 
@@ -412,8 +428,13 @@ TEST_F(CpuOpsTest, RopeRotatesQAndKHalvesAndLeavesV) {
   const int T = 4;
   const std::vector<int> positions = {0, 1, 4097, 131000};
   auto qkv = random_vector(rng_, size_t(T) * kRow);
-  KvCacheShape shape{.num_full_layers = 1, .num_sliding_layers = 0, .num_full_blocks = 1, .num_window_blocks = 0,
-                     .block_size = kBlock, .num_kv_heads = kHkv, .head_dim = kD};
+  KvCacheShape shape{.num_full_layers = 1,
+                     .num_sliding_layers = 0,
+                     .num_full_blocks = 1,
+                     .num_window_blocks = 0,
+                     .block_size = kBlock,
+                     .num_kv_heads = kHkv,
+                     .head_dim = kD};
   backend_->allocate_kv_cache(shape);
   StepPlan plan;
   plan.block_size = kBlock;
@@ -428,8 +449,12 @@ TEST_F(CpuOpsTest, RopeRotatesQAndKHalvesAndLeavesV) {
   const RopeParams rope = compute_rope_params(config);
   Tensor t = tensor(qkv, {T, kRow});
   // No block tables: rope_and_cache_write only needs the write slots.
-  AttentionParams ap{.group = KvGroup::Full, .layer_in_group = 0, .window = 0, .num_q_heads = kHq,
-                     .num_kv_heads = kHkv, .head_dim = kD};
+  AttentionParams ap{.group = KvGroup::Full,
+                     .layer_in_group = 0,
+                     .window = 0,
+                     .num_q_heads = kHq,
+                     .num_kv_heads = kHkv,
+                     .head_dim = kD};
   backend_->begin_step(plan);
   backend_->rope_and_cache_write(t, rope, ap);
   auto got = host(t);
@@ -480,7 +505,8 @@ TEST_F(CpuOpsTest, MoeMatchesPerTokenLoopWithClamps) {
   const int64_t T = 7, H = 40, I = 24, E = 6;
   const int k = 3;
   // Large enough weights that gate/up values cross +-7, so both clamps are exercised.
-  auto x = random_vector(rng_, T * H), w1 = random_vector(rng_, E * 2 * I * H, 1.5f), b1 = random_vector(rng_, E * 2 * I);
+  auto x = random_vector(rng_, T * H), w1 = random_vector(rng_, E * 2 * I * H, 1.5f),
+       b1 = random_vector(rng_, E * 2 * I);
   auto w2 = random_vector(rng_, E * H * I, 0.3f), b2 = random_vector(rng_, E * H);
   std::vector<float> ids_f, wts;
   std::vector<int32_t> ids;

@@ -40,7 +40,8 @@ class EngineBatchingTest : public ::testing::Test {
     static std::map<std::string, std::vector<int32_t>> memo;
     const std::string key = std::to_string(c.max_tokens) + ":" + fmt::format("{}", fmt::join(c.prompt, ","));
     auto it = memo.find(key);
-    if (it == memo.end()) it = memo.emplace(key, reference_greedy(reference_model_->model, c.prompt, c.max_tokens)).first;
+    if (it == memo.end())
+      it = memo.emplace(key, reference_greedy(reference_model_->model, c.prompt, c.max_tokens)).first;
     return it->second;
   }
 
@@ -56,7 +57,8 @@ class EngineBatchingTest : public ::testing::Test {
 
   // Runs the cases together and checks each one's tokens against the reference.
   static void expect_reference_tokens(Engine& engine, const std::vector<Case>& cases, EventLog& log) {
-    for (const auto& c : cases) ASSERT_TRUE(engine.submit(greedy_request(c.id, c.prompt, c.max_tokens), log.callback(c.id)));
+    for (const auto& c : cases)
+      ASSERT_TRUE(engine.submit(greedy_request(c.id, c.prompt, c.max_tokens), log.callback(c.id)));
     engine.run_until_idle();
     for (const auto& c : cases) {
       const auto s = log.get(c.id);
@@ -172,7 +174,8 @@ TEST_F(EngineBatchingTest, MaxNumSeqsBoundsTheRunningBatch) {
   Engine engine(model_->model, config(/*budget=*/256, /*max_seqs=*/3));
   EventLog log;
   const auto cases = mixed_cases();
-  for (const auto& c : cases) ASSERT_TRUE(engine.submit(greedy_request(c.id, c.prompt, c.max_tokens), log.callback(c.id)));
+  for (const auto& c : cases)
+    ASSERT_TRUE(engine.submit(greedy_request(c.id, c.prompt, c.max_tokens), log.callback(c.id)));
   int max_running = 0;
   while (engine.run_step()) max_running = std::max(max_running, engine.stats().running);
   engine.run_until_idle();

@@ -7,8 +7,8 @@
 
 #include <limits>
 
-#include "engine_test_model.h"
 #include "engine/step_sampling.h"
+#include "engine_test_model.h"
 #include "sampling/logits_processing.h"
 #include "sampling/sampler.h"
 #include "structured/ebnf.h"
@@ -32,10 +32,10 @@ std::shared_ptr<const structured::Vocabulary> vocab512() {
 }
 
 std::shared_ptr<const CompiledGrammar> grammar() {
-  static auto g = std::make_shared<const CompiledGrammar>(
-      structured::parse_ebnf(R"(root ::= [a-c]{2,6} ("," num){0,3} ";"
+  static auto g =
+      std::make_shared<const CompiledGrammar>(structured::parse_ebnf(R"(root ::= [a-c]{2,6} ("," num){0,3} ";"
                                 num ::= [1-9] [0-9]{0,2})"),
-      vocab512());
+                                              vocab512());
   return g;
 }
 
@@ -140,8 +140,11 @@ TEST(EngineConstraint, TheMaskDecidesAndErrorsEndOnlyTheirRequest) {
   throwing->throw_in_mask = true;
   auto wrong_vocab = std::make_shared<Stubborn>();
   wrong_vocab->vocab = 1000;
-  const std::pair<const char*, std::shared_ptr<Stubborn>> cases[] = {
-      {"forced", forced}, {"rejecting", rejecting}, {"throwing", throwing}, {"wrong_vocab", wrong_vocab}, {"plain", nullptr}};
+  const std::pair<const char*, std::shared_ptr<Stubborn>> cases[] = {{"forced", forced},
+                                                                     {"rejecting", rejecting},
+                                                                     {"throwing", throwing},
+                                                                     {"wrong_vocab", wrong_vocab},
+                                                                     {"plain", nullptr}};
   for (const auto& [id, c] : cases) {
     GenerationRequest r = greedy_request(id, random_prompt(5, 9), 6);
     r.sampling.temperature = 1.0f;  // sampled: the mask must still decide

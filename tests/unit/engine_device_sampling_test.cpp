@@ -35,7 +35,7 @@ class RecordingDeviceSamplerBackend final : public Backend {
     std::vector<int32_t> ids;
   };
   std::vector<Call> calls;
-  int to_host_calls = 0;         // logits transfers the caller asked for
+  int to_host_calls = 0;  // logits transfers the caller asked for
   int64_t rows_to_host = 0;
   bool return_out_of_range = false;
 
@@ -156,7 +156,7 @@ struct RowFixture {
 TEST(DeviceSamplingRow, GreedyRowsMapToTemperatureZeroWithTheirSeedAndDrawIndex) {
   RowFixture f;
   f.params.temperature = 0.0f;
-  f.params.top_k = 5;   // ignored by greedy, on the host too
+  f.params.top_k = 5;  // ignored by greedy, on the host too
   f.params.min_p = 0.3f;
   f.generated = 4;
   const auto d = f.map();
@@ -347,8 +347,8 @@ TEST(StepSampler, MaskedRowsAreSampledOnTheDeviceWithTheirMasks) {
   with_logprobs.logprobs = 1;
   StepFixture f({greedy(), greedy(), sampled(0.8f, 20, 0.9f), greedy(), with_logprobs});
   const int64_t v = StepFixture::kVocab;
-  const std::vector<std::vector<uint32_t>> masks = {mask_of({3, 40, 70}, v), {}, mask_of({7, 64, 96}, v),
-                                                    mask_of({}, v), mask_of({5, 6}, v)};
+  const std::vector<std::vector<uint32_t>> masks = {
+      mask_of({3, 40, 70}, v), {}, mask_of({7, 64, 96}, v), mask_of({}, v), mask_of({5, 6}, v)};
   auto rows = f.rows();
   for (size_t i = 0; i < rows.size(); ++i) rows[i].allowed = masks[i];
   StepSampler sampler;
@@ -466,14 +466,15 @@ TEST(EngineDeviceSampling, GreedyBatchMatchesTheReferenceWithoutCopyingLogits) {
   for (int i = 0; i < 12; ++i) {
     const int max_tokens = 2 + (i * 5) % 9;
     total_tokens += max_tokens;
-    ASSERT_TRUE(engine.submit(greedy_request("g" + std::to_string(i), random_prompt(1 + (i * 37) % 61, 100 + uint32_t(i)), max_tokens),
-                              log.callback("g" + std::to_string(i))));
+    ASSERT_TRUE(engine.submit(
+        greedy_request("g" + std::to_string(i), random_prompt(1 + (i * 37) % 61, 100 + uint32_t(i)), max_tokens),
+        log.callback("g" + std::to_string(i))));
   }
   engine.run_until_idle();
   for (int i = 0; i < 12; ++i) {
     const auto s = log.get("g" + std::to_string(i));
-    EXPECT_EQ(s.tokens, reference_greedy(reference.model, random_prompt(1 + (i * 37) % 61, 100 + uint32_t(i)),
-                                         2 + (i * 5) % 9))
+    EXPECT_EQ(s.tokens,
+              reference_greedy(reference.model, random_prompt(1 + (i * 37) % 61, 100 + uint32_t(i)), 2 + (i * 5) % 9))
         << "g" << i;
   }
   EXPECT_EQ(backend.to_host_calls, 0);
@@ -509,7 +510,8 @@ TEST(EngineDeviceSampling, ConstrainedGreedyRowsStayOnTheDeviceAndEqualTheHostSa
     Engine engine(m.model, engine_config(/*budget=*/21));
     EventLog log;
     for (int i = 0; i < 8; ++i) {
-      GenerationRequest r = greedy_request("c" + std::to_string(i), random_prompt(2 + (i * 13) % 30, 500 + uint32_t(i)), 7);
+      GenerationRequest r =
+          greedy_request("c" + std::to_string(i), random_prompt(2 + (i * 13) % 30, 500 + uint32_t(i)), 7);
       if (i % 4 != 3) r.constraint = std::make_shared<EveryNth>(2 + i % 4 * 3);
       ASSERT_TRUE(engine.submit(r, log.callback(r.id)));
     }
@@ -584,9 +586,10 @@ TEST(EngineDeviceSampling, SeededDrawsAreAPureFunctionOfSeedAndTokenIndexInAnyBa
   Engine engine(m.model, engine_config(/*budget=*/19, /*num_full_blocks=*/30));
   EventLog log;
   for (int i = 0; i < 15; ++i) {
-    GenerationRequest r = i % 3 == 0 ? greedy_request("o" + std::to_string(i), random_prompt(5 + i * 3, 300 + uint32_t(i)), 9)
-                                     : seeded_request("o" + std::to_string(i), random_prompt(5 + i * 3, 300 + uint32_t(i)),
-                                                      7000 + uint64_t(i), 9);
+    GenerationRequest r = i % 3 == 0
+                              ? greedy_request("o" + std::to_string(i), random_prompt(5 + i * 3, 300 + uint32_t(i)), 9)
+                              : seeded_request("o" + std::to_string(i), random_prompt(5 + i * 3, 300 + uint32_t(i)),
+                                               7000 + uint64_t(i), 9);
     if (i % 3 == 1) r.sampling.logprobs = 2;
     if (i % 3 == 2 && i % 2 == 0) r.sampling.presence_penalty = 0.5f;
     ASSERT_TRUE(engine.submit(r, log.callback(r.id)));

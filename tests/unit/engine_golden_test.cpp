@@ -3,8 +3,8 @@
 // HF's. Skips with a message when no fixtures are present.
 #include <gtest/gtest.h>
 
-#include "../test_paths.h"
 #include <nlohmann/json.hpp>
+#include "../test_paths.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -19,9 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace testing_engine;
 
-fs::path golden_dir() {
-  return ossrt::testing::golden_dir();
-}
+fs::path golden_dir() { return ossrt::testing::golden_dir(); }
 
 std::vector<fs::path> greedy_cases() {
   std::vector<fs::path> cases;

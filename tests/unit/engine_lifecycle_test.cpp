@@ -166,8 +166,9 @@ TEST_F(EngineLifecycleTest, SeededSamplingIsReproducibleAcrossBatchingAndPreempt
     Engine engine(model_->model, cfg);
     EventLog log;
     for (int i = 0; i < 5; ++i)
-      ASSERT_TRUE(engine.submit(sampled_request("x" + std::to_string(i), random_prompt(20, 30 + uint32_t(i)), 99 + uint64_t(i)),
-                                log.callback("x" + std::to_string(i))));
+      ASSERT_TRUE(
+          engine.submit(sampled_request("x" + std::to_string(i), random_prompt(20, 30 + uint32_t(i)), 99 + uint64_t(i)),
+                        log.callback("x" + std::to_string(i))));
     ASSERT_TRUE(engine.submit(sampled_request("s", prompt, 1234), log.callback("s")));
     ASSERT_TRUE(engine.submit(sampled_request("t", prompt, 4321), log.callback("t")));
     engine.run_until_idle();

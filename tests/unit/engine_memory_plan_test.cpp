@@ -19,7 +19,7 @@ constexpr size_t GiB = size_t(1) << 30;
 TEST(MemoryBudget, UtilizationOfCapacityMinusWhatIsInUseExceptTheProfileCache) {
   MemoryUse m;
   m.capacity = 100 * GiB;
-  m.in_use = 20 * GiB;   // includes the profiling step's 1 GiB cache
+  m.in_use = 20 * GiB;  // includes the profiling step's 1 GiB cache
   m.kv_cache = 1 * GiB;
   m.reserve = GiB / 2;
   EXPECT_EQ(kv_budget_after_profile(m, 0.9), size_t(90 * GiB - 19 * GiB - GiB / 2));

@@ -2,9 +2,9 @@
 // shapes (hand-computed here): 20b and 120b in bf16, and the CPU backend's f32.
 #include <gtest/gtest.h>
 
+#include "config/gpt_oss_config.h"
 #include "engine/memory_profile.h"
 #include "kvcache/memory_plan.h"
-#include "config/gpt_oss_config.h"
 
 namespace ossrt {
 namespace {
@@ -22,7 +22,8 @@ std::string report_for(const std::string& preset, size_t elem_bytes) {
 TEST(EngineMemoryReportTest, TwentyBInBf16) {
   const std::string s = report_for("gpt-oss-20b", 2);
   // 2 (K, V) x 12 full layers x 8 heads x 64 dims x 2 bytes
-  EXPECT_NE(s.find("full layers 24576 B per token (2 x 12 layers x 8 kv heads x 64 dims x 2 B)"), std::string::npos) << s;
+  EXPECT_NE(s.find("full layers 24576 B per token (2 x 12 layers x 8 kv heads x 64 dims x 2 B)"), std::string::npos)
+      << s;
   // 2 x 12 sliding layers x 128 positions x 8 x 64 x 2
   EXPECT_NE(s.find("window layers 3145728 B per sequence (2 x 12 layers x 128 positions"), std::string::npos) << s;
 }

@@ -10,8 +10,8 @@ namespace ossrt {
 namespace {
 
 // A toy vocabulary: each id spells a short string.
-const std::map<int32_t, std::string> kVocab = {{1, "Hel"}, {2, "lo"}, {3, " wor"}, {4, "ld"}, {5, "!"},
-                                              {6, "<"}, {7, "END"}, {8, ">"}, {9, "x"}, {10, "lo wo"}};
+const std::map<int32_t, std::string> kVocab = {{1, "Hel"}, {2, "lo"},  {3, " wor"}, {4, "ld"}, {5, "!"},
+                                               {6, "<"},   {7, "END"}, {8, ">"},    {9, "x"},  {10, "lo wo"}};
 std::string spell(int32_t id) { return kVocab.at(id); }
 
 struct FedStream {

@@ -10,8 +10,7 @@ namespace ossrt {
 namespace {
 
 struct Harness {
-  explicit Harness(int full_blocks, SchedulerConfig sc = {4, 10})
-      : kv(make_kv(full_blocks)), scheduler(sc, kv) {}
+  explicit Harness(int full_blocks, SchedulerConfig sc = {4, 10}) : kv(make_kv(full_blocks)), scheduler(sc, kv) {}
   static KvCacheConfig make_kv(int full_blocks) {
     KvCacheConfig c;
     c.block_size = 4;

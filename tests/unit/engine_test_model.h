@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "engine/engine.h"
 #include "config/gpt_oss_config.h"
+#include "engine/engine.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"
@@ -50,8 +50,7 @@ struct SmallModel {
       : SmallModel(make_cpu_backend(BackendOptions{.threads = 2}), max_step_tokens, max_logit_rows, seed) {}
   // The same model on another backend (the GPU engine tests pass a CudaBackend, the device-sampler
   // tests a recording wrapper).
-  SmallModel(std::unique_ptr<Backend> on_backend, int max_step_tokens = 256, int max_logit_rows = 64,
-             uint64_t seed = 5)
+  SmallModel(std::unique_ptr<Backend> on_backend, int max_step_tokens = 256, int max_logit_rows = 64, uint64_t seed = 5)
       : SmallModel(std::move(on_backend), small_engine_config(), max_step_tokens, max_logit_rows, seed) {}
   SmallModel(std::unique_ptr<Backend> on_backend, const GptOssConfig& config, int max_step_tokens, int max_logit_rows,
              uint64_t seed = 5)

@@ -172,7 +172,8 @@ Mat reference_forward(const HostModelWeights& w, const std::vector<int32_t>& ids
         for (double lg : logits) denom += std::exp(lg - m);
         for (int64_t j = 0; j <= i; ++j)
           for (int64_t d = 0; d < D; ++d)
-            attn[size_t((i * Hq + hd) * D + d)] += std::exp(logits[size_t(j)] - m) / denom * v[size_t((j * Hkv + g) * D + d)];
+            attn[size_t((i * Hq + hd) * D + d)] +=
+                std::exp(logits[size_t(j)] - m) / denom * v[size_t((j * Hkv + g) * D + d)];
       }
     const Mat o = linear_ref(attn, T, Hq * D, lw.o_w, &lw.o_b);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
@@ -256,7 +257,8 @@ TEST_F(ForwardTest, MatchesNaiveDoubleForward) {
   const std::vector<float> ref_f(ref.begin(), ref.end());
   const int64_t V = small_config().vocab_size;
   for (size_t t = 0; t < ids.size(); ++t) {
-    std::vector<float> a(got.begin() + t * V, got.begin() + (t + 1) * V), b(ref_f.begin() + t * V, ref_f.begin() + (t + 1) * V);
+    std::vector<float> a(got.begin() + t * V, got.begin() + (t + 1) * V),
+        b(ref_f.begin() + t * V, ref_f.begin() + (t + 1) * V);
     EXPECT_LT(max_rel_diff(a, b), 1e-4) << "position " << t;
   }
   // The reference itself is not degenerate: logits spread over several units.
@@ -278,11 +280,16 @@ TEST_F(ForwardTest, BatchedWithAnotherSequence) {
   // Two sequences with their own blocks in one cache; three steps mixing prefill chunks and decodes.
   const int window = small_config().sliding_window, ring = window_ring_blocks(window, 128, bs);
   const LinearKvLayout la{.block_size = bs, .full_block_base = 0, .window_block_base = 0, .num_window_blocks = ring};
-  const LinearKvLayout lb{.block_size = bs, .full_block_base = 20, .window_block_base = ring, .num_window_blocks = ring};
+  const LinearKvLayout lb{
+      .block_size = bs, .full_block_base = 20, .window_block_base = ring, .num_window_blocks = ring};
   const GptOssConfig& c = model_.config();
-  backend_->allocate_kv_cache(KvCacheShape{.num_full_layers = c.num_full_layers(), .num_sliding_layers = c.num_sliding_layers(),
-                                           .num_full_blocks = 40, .num_window_blocks = 2 * ring, .block_size = bs,
-                                           .num_kv_heads = c.num_key_value_heads, .head_dim = c.head_dim});
+  backend_->allocate_kv_cache(KvCacheShape{.num_full_layers = c.num_full_layers(),
+                                           .num_sliding_layers = c.num_sliding_layers(),
+                                           .num_full_blocks = 40,
+                                           .num_window_blocks = 2 * ring,
+                                           .block_size = bs,
+                                           .num_kv_heads = c.num_key_value_heads,
+                                           .head_dim = c.head_dim});
   std::vector<float> a_batched, b_batched;
   const std::vector<std::pair<int, int>> steps = {{30, 13}, {1, 31}, {29, 1}};  // tokens of a, of b per step
   int pa = 0, pb = 0;

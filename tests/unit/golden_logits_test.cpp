@@ -3,8 +3,8 @@
 // with max|diff| / max|ref| < 1e-4, and reproduce HF's 20-token greedy continuation.
 #include <gtest/gtest.h>
 
-#include "../test_paths.h"
 #include <nlohmann/json.hpp>
+#include "../test_paths.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,15 +29,14 @@ namespace fs = std::filesystem;
 constexpr double kMaxRelDiff = 1e-4;
 constexpr int kChunk = 512;  // the long case runs as chunked prefill, as the engine would run it
 
-fs::path golden_dir() {
-  return ossrt::testing::golden_dir();
-}
+fs::path golden_dir() { return ossrt::testing::golden_dir(); }
 
 std::vector<std::string> golden_cases() {
   std::vector<std::string> cases;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(golden_dir(), ec))
-    if (entry.is_directory() && fs::exists(entry.path() / "case.json")) cases.push_back(entry.path().filename().string());
+    if (entry.is_directory() && fs::exists(entry.path() / "case.json"))
+      cases.push_back(entry.path().filename().string());
   std::sort(cases.begin(), cases.end());
   return cases;
 }
@@ -95,15 +94,15 @@ TEST_P(GoldenLogitsTest, PromptLogitsMatchHfAtEveryPosition) {
   std::nth_element(sorted_rel.begin(), sorted_rel.begin() + T / 2, sorted_rel.end());
   const std::string reference =
       case_.contains("rope") ? case_["rope"].value("rope_angles", std::string("?")) : std::string("?");
-  std::printf("[golden] %s: %lld positions, worst max|diff|/max|ref| = %.3g at position %lld, median %.3g "
-              "(reference RoPE: %s)\n",
-              GetParam().c_str(), (long long)T, worst, (long long)worst_pos, sorted_rel[size_t(T / 2)],
-              reference.c_str());
+  std::printf(
+      "[golden] %s: %lld positions, worst max|diff|/max|ref| = %.3g at position %lld, median %.3g "
+      "(reference RoPE: %s)\n",
+      GetParam().c_str(), (long long)T, worst, (long long)worst_pos, sorted_rel[size_t(T / 2)], reference.c_str());
   std::string first_over;
   for (size_t i = 0; i < std::min<size_t>(over.size(), 10); ++i) first_over += std::to_string(over[i]) + " ";
-  EXPECT_TRUE(over.empty()) << GetParam() << ": " << over.size() << " of " << T << " positions have max|diff|/max|ref| >= "
-                            << kMaxRelDiff << " (first: " << first_over << "); worst " << worst << " at position "
-                            << worst_pos;
+  EXPECT_TRUE(over.empty()) << GetParam() << ": " << over.size() << " of " << T
+                            << " positions have max|diff|/max|ref| >= " << kMaxRelDiff << " (first: " << first_over
+                            << "); worst " << worst << " at position " << worst_pos;
   RecordProperty("worst_rel_diff", std::to_string(worst));
   RecordProperty("worst_position", std::to_string(worst_pos));
 }
@@ -176,7 +175,8 @@ TEST_P(GoldenLogitsTest, GreedyContinuationMatchesHf) {
     // Ties go to the lower id, as torch.argmax does.
     const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
     generated.push_back(next);
-    if (i + 1 < expected.size()) logits = runner.run(std::vector<int32_t>{next}, 1, SingleSequenceRunner::Logits::LastRow);
+    if (i + 1 < expected.size())
+      logits = runner.run(std::vector<int32_t>{next}, 1, SingleSequenceRunner::Logits::LastRow);
   }
   EXPECT_EQ(generated, expected) << GetParam();
 }

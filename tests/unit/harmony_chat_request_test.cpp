@@ -68,9 +68,11 @@ TEST(HarmonyChatRequest, CompletedTurnReasoningIsDroppedButTheToolLoopsIsKept) {
 
 TEST(HarmonyChatRequest, ReasoningEffortFromEverySpelling) {
   EXPECT_EQ(convert(R"({"reasoning_effort": "low", "messages": [{"role": "user", "content": "x"}]})")
-                .conversation.system.effort, ReasoningEffort::Low);
+                .conversation.system.effort,
+            ReasoningEffort::Low);
   EXPECT_EQ(convert(R"({"reasoning": {"effort": "high"}, "messages": [{"role": "user", "content": "x"}]})")
-                .conversation.system.effort, ReasoningEffort::High);
+                .conversation.system.effort,
+            ReasoningEffort::High);
   ChatConversation kw = convert(
       R"({"chat_template_kwargs": {"reasoning_effort": "low"}, "messages": [{"role": "user", "content": "x"}]})");
   EXPECT_EQ(kw.conversation.system.effort, ReasoningEffort::Low);
@@ -79,19 +81,21 @@ TEST(HarmonyChatRequest, ReasoningEffortFromEverySpelling) {
                                   {.current_date = "2026-01-02", .default_effort = ReasoningEffort::High});
   EXPECT_EQ(dflt.conversation.system.effort, ReasoningEffort::High);
   EXPECT_EQ(dflt.conversation.system.current_date, "2026-01-02");
-  EXPECT_NE(system_message_body(dflt.conversation).find("Current date: 2026-01-02\n\nReasoning: high"), std::string::npos);
+  EXPECT_NE(system_message_body(dflt.conversation).find("Current date: 2026-01-02\n\nReasoning: high"),
+            std::string::npos);
 }
 
 TEST(HarmonyChatRequest, ToolChoiceModes) {
-  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
   const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
   ChatConversation none = convert("{" + tools + ", " + msgs + R"(, "tool_choice": "none"})");
   EXPECT_EQ(none.tool_choice, ToolChoice::None);
   EXPECT_TRUE(none.conversation.tools.empty());
   EXPECT_EQ(system_message_body(none.conversation).find("Calls to these tools"), std::string::npos);
   EXPECT_EQ(convert("{" + tools + ", " + msgs + R"(, "tool_choice": "required"})").tool_choice, ToolChoice::Required);
-  ChatConversation named = convert("{" + tools + ", " + msgs +
-                                   R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+  ChatConversation named =
+      convert("{" + tools + ", " + msgs + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})");
   EXPECT_EQ(named.tool_choice, ToolChoice::Named);
   EXPECT_EQ(named.forced_tool, "f");
   ChatConversation with_tools = convert("{" + tools + ", " + msgs + "}");
@@ -107,7 +111,8 @@ TEST(HarmonyChatRequest, ResponseFormats) {
   EXPECT_EQ(developer_message_body(schema.conversation),
             "# Response Formats\n\n## answer\n\n// The answer\n"
             R"({"type":"object","properties":{"z":{"type":"string"},"a":{"type":"number"}}})");
-  ChatConversation object = convert(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})");
+  ChatConversation object =
+      convert(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})");
   ASSERT_TRUE(object.conversation.response_format);
   EXPECT_EQ(object.conversation.response_format->kind, ResponseFormat::Kind::JsonObject);
   EXPECT_FALSE(convert(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"}})")
@@ -153,14 +158,16 @@ TEST(HarmonyChatRequest, MalformedRequestsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]})",
        "tools[0].function.parameters"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}},
-           {"type": "function", "function": {"name": "f"}}]})", "tools[1].function.name"},
+           {"type": "function", "function": {"name": "f"}}]})",
+       "tools[1].function.name"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes"})", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", "function": {"name": "g"}}})",
        "tool_choice.function.name"},
       {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "extreme"})", "reasoning_effort"},
       {R"({"messages": [{"role": "user", "content": "x"}], "reasoning": {"effort": 1}})", "reasoning.effort"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})", "response_format.type"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})",
+       "response_format.type"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}})",
        "response_format.json_schema"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}})",

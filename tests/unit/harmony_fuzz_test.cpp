@@ -21,8 +21,8 @@ using testing::tokenizer;
 constexpr uint32_t kSeed = 20260807;
 
 std::vector<int32_t> special_pool() {
-  return {kStartId, kEndId, kMessageId, kChannelId, kConstrainId, kReturnId, kCallId, kEndOfTextId,
-          199998, 200000, 200001, 200004, 200009, 200010, 200011, 200013, 200018, 200500, 201087,
+  return {kStartId, kEndId, kMessageId, kChannelId, kConstrainId, kReturnId, kCallId, kEndOfTextId, 199998, 200000,
+          200001, 200004, 200009, 200010, 200011, 200013, 200018, 200500, 201087,
           // out of range: a random-weight model or a bad client can produce anything
           -1, 201088, 1 << 30};
 }
@@ -145,8 +145,12 @@ TEST(HarmonyFuzz, CorruptedAndCutRealCompletions) {
     for (int e = 0; e < edits; ++e) {
       const size_t at = first_change + rng() % (ids.size() - first_change + 1);
       switch (rng() % 3) {
-        case 0: if (at < ids.size()) ids.erase(ids.begin() + at); break;
-        case 1: if (at < ids.size()) ids.insert(ids.begin() + at, ids[at]); break;
+        case 0:
+          if (at < ids.size()) ids.erase(ids.begin() + at);
+          break;
+        case 1:
+          if (at < ids.size()) ids.insert(ids.begin() + at, ids[at]);
+          break;
         default: ids.insert(ids.begin() + at, specials[rng() % specials.size()]); break;
       }
     }
@@ -171,9 +175,25 @@ TEST(HarmonyFuzz, CorruptedAndCutRealCompletions) {
 
 TEST(HarmonyFuzz, HeaderParserAcceptsAnyText) {
   std::mt19937 rng(kSeed + 3);
-  const std::vector<std::string> pieces = {"<|channel|>", "<|constrain|>", "to=", "to=functions.f", " ", "  ",
-                                           "assistant", "user", "analysis", "final", "commentary", "json",
-                                           ":", "x", "\t", "\xff", "\xe2\x80\x93", "<", "|>"};
+  const std::vector<std::string> pieces = {"<|channel|>",
+                                           "<|constrain|>",
+                                           "to=",
+                                           "to=functions.f",
+                                           " ",
+                                           "  ",
+                                           "assistant",
+                                           "user",
+                                           "analysis",
+                                           "final",
+                                           "commentary",
+                                           "json",
+                                           ":",
+                                           "x",
+                                           "\t",
+                                           "\xff",
+                                           "\xe2\x80\x93",
+                                           "<",
+                                           "|>"};
   for (int iteration = 0; iteration < 5000; ++iteration) {
     std::string header;
     const int n = std::uniform_int_distribution<int>(0, 12)(rng);
@@ -182,7 +202,8 @@ TEST(HarmonyFuzz, HeaderParserAcceptsAnyText) {
     HeaderParse parsed = parse_header(header, preset);
     // The channel is always one of the known ones or empty; nothing carries a raw marker.
     EXPECT_TRUE(parsed.start.channel.empty() || parsed.start.channel == "analysis" ||
-                parsed.start.channel == "commentary" || parsed.start.channel == "final") << header;
+                parsed.start.channel == "commentary" || parsed.start.channel == "final")
+        << header;
     EXPECT_EQ(parsed.start.recipient.find("<|channel|>"), std::string::npos) << header;
     SalvagedHeader salvaged = salvage_header(header);
     EXPECT_EQ(salvaged.text.find("<|channel|>"), std::string::npos) << header;

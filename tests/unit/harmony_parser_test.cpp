@@ -132,11 +132,10 @@ TEST(HarmonyParser, ToolCallOutputOfExampleC) {
 TEST(HarmonyParser, ToolCallHeaderVariantsAllParseTheSame) {
   // harmony tests/test_harmony.py: constrain tokenized correctly, marker adjacent, channel before
   // recipient with the marker adjacent; plus recipient before the channel.
-  for (std::string_view header :
-       {"<|channel|>commentary to=functions.get_weather <|constrain|>json",
-        "<|channel|>commentary to=functions.get_weather<|constrain|>json",
-        " to=functions.get_weather<|channel|>commentary <|constrain|>json",
-        "<|channel|>commentary<|constrain|>json to=functions.get_weather"}) {
+  for (std::string_view header : {"<|channel|>commentary to=functions.get_weather <|constrain|>json",
+                                  "<|channel|>commentary to=functions.get_weather<|constrain|>json",
+                                  " to=functions.get_weather<|channel|>commentary <|constrain|>json",
+                                  "<|channel|>commentary<|constrain|>json to=functions.get_weather"}) {
     ParseResult result = parse_text(std::string(header) + "<|message|>{\"location\": \"Tokyo\"}<|call|>");
     ASSERT_EQ(result.messages.size(), 1u) << header;
     EXPECT_EQ(result.messages[0].recipient, "functions.get_weather") << header;
@@ -175,8 +174,8 @@ TEST(HarmonyParser, HarmonyHeaderWordRules) {
 }
 
 TEST(HarmonyParser, ToolResponseWithoutPresetRole) {
-  ParseResult result = parse_text(
-      "<|start|>browser.search to=assistant<|channel|>commentary<|message|>results<|end|>", std::nullopt);
+  ParseResult result =
+      parse_text("<|start|>browser.search to=assistant<|channel|>commentary<|message|>results<|end|>", std::nullopt);
   ASSERT_EQ(result.messages.size(), 1u);
   EXPECT_EQ(result.messages[0].role, Role::Tool);
   EXPECT_EQ(result.messages[0].author, "browser.search");
@@ -217,8 +216,8 @@ TEST(HarmonyParser, StraySpecialTokensNeverBecomeText) {
   ids.push_back(kConstrainId);
   ids.push_back(200013);  // reserved
   ids.push_back(kMessageId);
-  ids.push_back(-7);       // out of range
-  ids.push_back(999999);   // out of range
+  ids.push_back(-7);      // out of range
+  ids.push_back(999999);  // out of range
   for (int32_t id : ids_of("b<|return|>")) ids.push_back(id);
   ParseResult result = parse_completion(tokenizer(), ids);
   ASSERT_EQ(result.messages.size(), 1u);
@@ -251,7 +250,8 @@ TEST(HarmonyParser, TextWhereStartWasExpected) {
 }
 
 TEST(HarmonyParser, WhitespaceBetweenMessagesMakesNoEmptyMessage) {
-  ParseResult result = parse_text("<|channel|>final<|message|>a<|end|> \n<|end|><|start|>assistant<|channel|>final<|message|>b<|return|>");
+  ParseResult result = parse_text(
+      "<|channel|>final<|message|>a<|end|> \n<|end|><|start|>assistant<|channel|>final<|message|>b<|return|>");
   ASSERT_EQ(result.messages.size(), 2u);
   EXPECT_EQ(result.messages[0].content, "a");
   EXPECT_EQ(result.messages[1].content, "b");
@@ -274,8 +274,8 @@ TEST(HarmonyParser, GoldenPromptsParseFromStart) {
     StreamParser streamed = stream(ids, std::nullopt);
     EXPECT_EQ(streamed.messages(), result.messages) << name;
   }
-  ParseResult doubled = parse_text("<|start|>assistant<|start|>assistant<|channel|>final<|message|>x<|return|>",
-                                   std::nullopt);
+  ParseResult doubled =
+      parse_text("<|start|>assistant<|start|>assistant<|channel|>final<|message|>x<|return|>", std::nullopt);
   ASSERT_EQ(doubled.messages.size(), 1u);
   EXPECT_EQ(doubled.messages[0].content, "x");
 }
@@ -348,8 +348,9 @@ TEST(HarmonyParser, ReturnBecomesEndWhenStoredInHistory) {
 
 Message random_message(std::mt19937& rng) {
   static const std::vector<std::string> words = {
-      "hello", "world", "2 + 2 = 4.", "\u00e9t\u00e9", "\u4e2d\u6587", "\U0001F600", "{\"a\": [1, 2]}",
-      "line\nbreak", "  spaced  ", "to=functions.fake", "<|start|>", "<|end|>", "quote\"d", "tab\t"};
+      "hello",      "world",           "2 + 2 = 4.",  "\u00e9t\u00e9", "\u4e2d\u6587",
+      "\U0001F600", "{\"a\": [1, 2]}", "line\nbreak", "  spaced  ",    "to=functions.fake",
+      "<|start|>",  "<|end|>",         "quote\"d",    "tab\t"};
   auto text = [&] {
     std::string out;
     int n = std::uniform_int_distribution<int>(0, 6)(rng);
@@ -378,15 +379,14 @@ TEST(HarmonyParser, RenderThenParseRoundTripsGeneratedConversations) {
     Conversation c;
     int n = std::uniform_int_distribution<int>(1, 8)(rng);
     for (int i = 0; i < n; ++i) c.messages.push_back(random_message(rng));
-    RenderedPrompt prompt =
-        render_conversation(c, *tokenizer(), {.analysis_history = AnalysisHistory::KeepAll,
-                                              .add_generation_prompt = false});
+    RenderedPrompt prompt = render_conversation(
+        c, *tokenizer(), {.analysis_history = AnalysisHistory::KeepAll, .add_generation_prompt = false});
     ParseResult parsed = parse_completion(tokenizer(), prompt.token_ids, std::nullopt);
     ASSERT_EQ(parsed.messages.size(), c.messages.size() + 1) << prompt.text;  // + system
     EXPECT_EQ(parsed.messages[0].role, Role::System);
     for (size_t i = 0; i < c.messages.size(); ++i) {
-      EXPECT_EQ(parsed.messages[i + 1].to_message(), c.messages[i]) << "trial " << trial << " message " << i
-                                                                    << "\n" << prompt.text;
+      EXPECT_EQ(parsed.messages[i + 1].to_message(), c.messages[i]) << "trial " << trial << " message " << i << "\n"
+                                                                    << prompt.text;
     }
     EXPECT_EQ(parsed.recoveries.total(), 0) << prompt.text;
   }
@@ -400,8 +400,8 @@ TEST(HarmonyParser, CompletionRoundTripWithStreamingEqualsBatch) {
     c.messages.push_back(assistant_message("analysis", "thinking " + std::to_string(trial)));
     c.messages.push_back(rng() % 2 ? function_call_message("lookup", "{\"q\": 1}")
                                    : assistant_message("final", "answer \u00e9"));
-    RenderedPrompt prompt = render_conversation(c, *tokenizer(), {.analysis_history = AnalysisHistory::KeepAll,
-                                                                  .add_generation_prompt = false});
+    RenderedPrompt prompt = render_conversation(
+        c, *tokenizer(), {.analysis_history = AnalysisHistory::KeepAll, .add_generation_prompt = false});
     RenderedPrompt head = render_conversation(Conversation{}, *tokenizer(), {.add_generation_prompt = false});
     // Drop the system message and the first "<|start|>assistant" (the prompt's generation prompt).
     std::vector<int32_t> completion(prompt.token_ids.begin() + head.token_ids.size() + 2, prompt.token_ids.end());

@@ -49,10 +49,10 @@ void expect_suffix_matches_golden(const Conversation& conversation, const std::s
 }
 
 TEST(HarmonyRender, SpecialTokenIdsMatchTheTokenizer) {
-  const std::pair<int32_t, std::string_view> specials[] = {
-      {kEndOfTextId, kEndOfTextText}, {kReturnId, kReturnText}, {kConstrainId, kConstrainText},
-      {kChannelId, kChannelText},     {kStartId, kStartText},   {kEndId, kEndText},
-      {kMessageId, kMessageText},     {kCallId, kCallText}};
+  const std::pair<int32_t, std::string_view> specials[] = {{kEndOfTextId, kEndOfTextText}, {kReturnId, kReturnText},
+                                                           {kConstrainId, kConstrainText}, {kChannelId, kChannelText},
+                                                           {kStartId, kStartText},         {kEndId, kEndText},
+                                                           {kMessageId, kMessageText},     {kCallId, kCallText}};
   for (auto [id, text] : specials) {
     EXPECT_EQ(tokenizer()->token_id(text), id) << text;
     EXPECT_EQ(tokenizer()->token_bytes(id), text);
@@ -63,8 +63,7 @@ TEST(HarmonyRender, GoldenA_SimpleConversationMediumEffort) {
   Conversation c;
   c.developer_instructions = "Answer the user's questions like a robot.";
   c.messages.push_back(user_message("What is the capital of the largest country in the world?"));
-  expect_matches_golden(render_for_completion(c, *tokenizer()),
-                        read_golden("A_simple_convo_medium_effort.txt"));
+  expect_matches_golden(render_for_completion(c, *tokenizer()), read_golden("A_simple_convo_medium_effort.txt"));
 }
 
 ChatConversation golden_request(const std::string& name) {
@@ -106,8 +105,8 @@ TEST(HarmonyRender, GoldenC_HarmonyRendererFormOfTheSameHistory) {
 TEST(HarmonyRender, GoldenD_AnalysisOfACompletedTurnIsDropped) {
   Conversation c;
   c.messages.push_back(user_message("What is 2 + 2?"));
-  c.messages.push_back(assistant_message(
-      "analysis", "User asks: \u201cWhat is 2 + 2?\u201d Simple arithmetic. Provide answer."));
+  c.messages.push_back(
+      assistant_message("analysis", "User asks: \u201cWhat is 2 + 2?\u201d Simple arithmetic. Provide answer."));
   c.messages.push_back(assistant_message("final", "2 + 2 equals 4."));
   c.messages.push_back(user_message("What about 9 / 2?"));
   expect_suffix_matches_golden(c, read_golden("D_dropping_cot_suffix.txt"));
@@ -118,8 +117,7 @@ TEST(HarmonyRender, GoldenE_BuiltinBrowserAndPythonTools) {
   c.system.current_date = "2025-06-28";
   c.system.browser_tool = true;
   c.system.python_tool = true;
-  expect_matches_golden(render_for_completion(c, *tokenizer()),
-                        read_golden("E_browser_and_python_tool.txt"));
+  expect_matches_golden(render_for_completion(c, *tokenizer()), read_golden("E_browser_and_python_tool.txt"));
 }
 
 TEST(HarmonyRender, NestedSchemaFollowsHarmonysRules) {
@@ -173,7 +171,8 @@ TEST(HarmonyRender, UntypedEnumAndAnyOfAreSpelledOut) {
 }
 
 TEST(HarmonyRender, SchemaPropertyOrderIsTheRequestOrder) {
-  ToolDefinition tool{"f", "", Json::parse(R"({"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"number"}}})")};
+  ToolDefinition tool{
+      "f", "", Json::parse(R"({"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"number"}}})")};
   std::string section = tools_section({ToolNamespace{"functions", "", {tool}}});
   EXPECT_LT(section.find("zeta?: string"), section.find("alpha?: number"));
 }

@@ -107,10 +107,10 @@ TEST(BlockPoolTest, DuplicateContentStaysAnonymous) {
 
 TEST(BlockPoolTest, MisuseIsAnErrorNotACrash) {
   BlockPool pool(2, 2);
-  EXPECT_THROW(pool.release(0), Error);     // not in use
-  EXPECT_THROW(pool.release(7), Error);     // out of range
+  EXPECT_THROW(pool.release(0), Error);  // not in use
+  EXPECT_THROW(pool.release(7), Error);  // out of range
   EXPECT_THROW(pool.retain(-1), Error);
-  EXPECT_THROW(pool.retain(1), Error);      // free and uncached
+  EXPECT_THROW(pool.retain(1), Error);  // free and uncached
   const int32_t a = *pool.allocate();
   EXPECT_THROW(pool.register_content(a, key_for({1, 2, 3})), Error);  // wrong token count
   EXPECT_THROW(BlockPool(-1, 2), Error);

@@ -2,9 +2,9 @@
 // per sequence for the 20b in bf16; 36 KiB and 4.7 MB for the 120b).
 #include <gtest/gtest.h>
 
+#include "config/gpt_oss_config.h"
 #include "core/error.h"
 #include "kvcache/memory_plan.h"
-#include "config/gpt_oss_config.h"
 
 namespace ossrt {
 namespace {
@@ -20,9 +20,9 @@ TEST(KvMemoryPlanTest, BytesPerTokenAndPerSequenceOf20bInBf16) {
 
 TEST(KvMemoryPlanTest, BytesPerTokenAndPerSequenceOf120bInBf16) {
   const GptOssConfig c = preset_config("gpt-oss-120b");
-  EXPECT_EQ(kv_bytes_per_token_full_layers(c, 2), size_t(36864));          // 36 KiB
-  EXPECT_EQ(kv_bytes_per_sequence_window_layers(c, 2), size_t(4718592));   // 4.7 MB
-  EXPECT_EQ(kv_bytes_per_token_full_layers(c, 4), size_t(73728));          // fp32 (CPU oracle)
+  EXPECT_EQ(kv_bytes_per_token_full_layers(c, 2), size_t(36864));         // 36 KiB
+  EXPECT_EQ(kv_bytes_per_sequence_window_layers(c, 2), size_t(4718592));  // 4.7 MB
+  EXPECT_EQ(kv_bytes_per_token_full_layers(c, 4), size_t(73728));         // fp32 (CPU oracle)
 }
 
 TEST(KvMemoryPlanTest, WindowPoolGetsItsWorstCaseAndFullPoolTheRest) {

@@ -13,8 +13,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "../test_paths.h"
 #include <nlohmann/json.hpp>
+#include "../test_paths.h"
 
 #include "core/error.h"
 #include "model/checkpoint.h"
@@ -103,7 +103,8 @@ std::string write_safetensors(const fs::path& path, const std::vector<TestTensor
   json header = json::object();
   std::vector<uint8_t> data;
   for (const auto& t : tensors) {
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
     data.insert(data.end(), t.bytes.begin(), t.bytes.end());
   }
   header["__metadata__"] = {{"format", "pt"}};
@@ -118,13 +119,27 @@ std::string write_safetensors(const fs::path& path, const std::vector<TestTensor
 constexpr int kL = 2, kH = 64, kI = 96, kE = 4, kHeads = 4, kKv = 2, kD = 16, kV = 40;
 
 json tiny_config(bool mxfp4) {
-  json j = {{"architectures", {"GptOssForCausalLM"}}, {"model_type", "gpt_oss"},
-            {"num_hidden_layers", kL}, {"hidden_size", kH}, {"intermediate_size", kI},
-            {"num_local_experts", kE}, {"num_experts_per_tok", 2}, {"num_attention_heads", kHeads},
-            {"num_key_value_heads", kKv}, {"head_dim", kD}, {"vocab_size", kV}, {"sliding_window", 8},
-            {"rope_theta", 150000}, {"max_position_embeddings", 131072},
-            {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 32.0}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
-                              {"original_max_position_embeddings", 4096}, {"truncate", false}}}};
+  json j = {{"architectures", {"GptOssForCausalLM"}},
+            {"model_type", "gpt_oss"},
+            {"num_hidden_layers", kL},
+            {"hidden_size", kH},
+            {"intermediate_size", kI},
+            {"num_local_experts", kE},
+            {"num_experts_per_tok", 2},
+            {"num_attention_heads", kHeads},
+            {"num_key_value_heads", kKv},
+            {"head_dim", kD},
+            {"vocab_size", kV},
+            {"sliding_window", 8},
+            {"rope_theta", 150000},
+            {"max_position_embeddings", 131072},
+            {"rope_scaling",
+             {{"rope_type", "yarn"},
+              {"factor", 32.0},
+              {"beta_fast", 32.0},
+              {"beta_slow", 1.0},
+              {"original_max_position_embeddings", 4096},
+              {"truncate", false}}}};
   if (mxfp4) j["quantization_config"] = {{"quant_method", "mxfp4"}};
   return j;
 }
@@ -211,14 +226,15 @@ void write_sharded(const fs::path& dir, const std::vector<TestTensor>& ts, bool 
   }
   write_safetensors(dir / "model-00001-of-00002.safetensors", a);
   write_safetensors(dir / "model-00002-of-00002.safetensors", b);
-  std::ofstream(dir / "model.safetensors.index.json") << json{{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}}.dump();
+  std::ofstream(dir / "model.safetensors.index.json")
+      << json{{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}}.dump();
 }
 
 std::vector<const HostTensor*> plain_tensors(const HostModelWeights& w) {
   std::vector<const HostTensor*> out = {&w.embed, &w.final_norm, &w.lm_head};
   for (const auto& l : w.layers)
-    for (const HostTensor* t : {&l.attn_norm, &l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.o_w, &l.o_b,
-                                &l.sinks, &l.mlp_norm, &l.router_w, &l.router_b, &l.gate_up.bias, &l.down.bias})
+    for (const HostTensor* t : {&l.attn_norm, &l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.o_w, &l.o_b, &l.sinks,
+                                &l.mlp_norm, &l.router_w, &l.router_b, &l.gate_up.bias, &l.down.bias})
       out.push_back(t);
   return out;
 }
@@ -314,7 +330,8 @@ TEST(LoaderRoundTrip, ShardedMxfp4) {
       for (int64_t k = 0; k < kI; ++k) {
         const uint8_t byte = blocks.bytes[size_t(((e * kH + r) * (kI / 32) + k / 32) * 16 + (k % 32) / 2)];
         const int code = (k % 2 == 0) ? (byte & 15) : (byte >> 4);
-        const float mag = magnitudes[code & 7] * std::pow(2.0f, float(scales.bytes[size_t((e * kH + r) * (kI / 32) + k / 32)]) - 127.0f);
+        const float mag = magnitudes[code & 7] *
+                          std::pow(2.0f, float(scales.bytes[size_t((e * kH + r) * (kI / 32) + k / 32)]) - 127.0f);
         ASSERT_EQ(row[size_t(k)], (code & 8) ? -mag : mag) << e << "," << r << "," << k;
       }
     }
@@ -414,9 +431,9 @@ TEST(LoaderRoundTrip, OriginalOpenAiNamesWithFusedQkv) {
 TEST(HostExperts, Mxfp4RowDecodeHandComputed) {
   // One expert, one row of 32 elements: byte j holds element 2j (low nibble) and 2j+1 (high).
   std::vector<uint8_t> blocks(16, 0), scales = {128};  // 2^(128-127) = 2
-  blocks[0] = 0x21;  // element 0: code 1 (+0.5), element 1: code 2 (+1.0)
-  blocks[1] = 0xF7;  // element 2: code 7 (+6.0), element 3: code 15 (-6.0)
-  blocks[15] = 0x9C;  // element 30: code 12 (-2.0), element 31: code 9 (-0.5)
+  blocks[0] = 0x21;                                    // element 0: code 1 (+0.5), element 1: code 2 (+1.0)
+  blocks[1] = 0xF7;                                    // element 2: code 7 (+6.0), element 3: code 15 (-6.0)
+  blocks[15] = 0x9C;                                   // element 30: code 12 (-2.0), element 31: code 9 (-0.5)
   HostExperts x;
   x.format = HostExperts::Format::Mxfp4;
   x.experts = 1, x.out = 1, x.in = 32;
@@ -467,7 +484,8 @@ TEST_F(LoaderErrors, MissingTensorInShardedCheckpointNamesTheIndex) {
 }
 
 TEST_F(LoaderErrors, WrongShape) {
-  tensor("model.layers.1.self_attn.q_proj.weight") = float_tensor("model.layers.1.self_attn.q_proj.weight", {kH, kHeads * kD + 1});
+  tensor("model.layers.1.self_attn.q_proj.weight") =
+      float_tensor("model.layers.1.self_attn.q_proj.weight", {kH, kHeads * kD + 1});
   write_sharded(dir_.path(), ts_, true);
   EXPECT_THAT(load_error(dir_.str()),
               AllOf(HasSubstr("model-00002-of-00002.safetensors"), HasSubstr("model.layers.1.self_attn.q_proj.weight"),
@@ -475,9 +493,11 @@ TEST_F(LoaderErrors, WrongShape) {
 }
 
 TEST_F(LoaderErrors, WrongExpertShape) {
-  tensor("model.layers.0.mlp.experts.down_proj_scales") = byte_tensor("model.layers.0.mlp.experts.down_proj_scales", {kE, kH, 2}, 120, 121);
+  tensor("model.layers.0.mlp.experts.down_proj_scales") =
+      byte_tensor("model.layers.0.mlp.experts.down_proj_scales", {kE, kH, 2}, 120, 121);
   write_single(dir_.path(), ts_, true);
-  EXPECT_THAT(load_error(dir_.str()), AllOf(HasSubstr("model.safetensors"), HasSubstr("down_proj_scales"), HasSubstr("expected")));
+  EXPECT_THAT(load_error(dir_.str()),
+              AllOf(HasSubstr("model.safetensors"), HasSubstr("down_proj_scales"), HasSubstr("expected")));
 }
 
 TEST_F(LoaderErrors, WrongDtype) {
@@ -499,7 +519,8 @@ TEST_F(LoaderErrors, TruncatedFile) {
   const std::string last = write_single(dir_.path(), ts_, true);
   const fs::path file = dir_.path() / "model.safetensors";
   fs::resize_file(file, fs::file_size(file) - 3);
-  EXPECT_THAT(load_error(dir_.str()), AllOf(HasSubstr("model.safetensors"), HasSubstr(last), HasSubstr("out of range")));
+  EXPECT_THAT(load_error(dir_.str()),
+              AllOf(HasSubstr("model.safetensors"), HasSubstr(last), HasSubstr("out of range")));
 }
 
 TEST_F(LoaderErrors, FileShorterThanLengthField) {
@@ -528,22 +549,35 @@ struct RawCase {
 
 TEST_F(LoaderErrors, MalformedHeaders) {
   const std::vector<RawCase> cases = {
-      {"offsets out of range", R"({"w.a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 1000]}})", 8,
+      {"offsets out of range",
+       R"({"w.a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 1000]}})",
+       8,
        {"w.a", "out of range"}},
-      {"span != numel * size", R"({"w.a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 6]}})", 8,
+      {"span != numel * size",
+       R"({"w.a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 6]}})",
+       8,
        {"w.a", "span 6 bytes", "needs 8"}},
-      {"begin after end", R"({"w.a": {"dtype": "U8", "shape": [0], "data_offsets": [6, 2]}})", 8,
+      {"begin after end",
+       R"({"w.a": {"dtype": "U8", "shape": [0], "data_offsets": [6, 2]}})",
+       8,
        {"w.a", "begin is after end"}},
-      {"negative offset", R"({"w.a": {"dtype": "BF16", "shape": [4], "data_offsets": [-8, 0]}})", 8,
+      {"negative offset",
+       R"({"w.a": {"dtype": "BF16", "shape": [4], "data_offsets": [-8, 0]}})",
+       8,
        {"w.a", "non-negative"}},
-      {"negative dim", R"({"w.a": {"dtype": "BF16", "shape": [-4], "data_offsets": [0, 8]}})", 8,
-       {"w.a", "negative"}},
-      {"overflowing shape", R"({"w.a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})", 8,
+      {"negative dim", R"({"w.a": {"dtype": "BF16", "shape": [-4], "data_offsets": [0, 8]}})", 8, {"w.a", "negative"}},
+      {"overflowing shape",
+       R"({"w.a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})",
+       8,
        {"w.a", "more than 2^64"}},
       {"overlap",
        R"({"w.a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}, "w.b": {"dtype": "BF16", "shape": [4], "data_offsets": [4, 12]}})",
-       16, {"w.a", "w.b", "overlap"}},
-      {"unknown dtype", R"({"w.a": {"dtype": "Q4", "shape": [4], "data_offsets": [0, 2]}})", 8, {"w.a", "unknown dtype"}},
+       16,
+       {"w.a", "w.b", "overlap"}},
+      {"unknown dtype",
+       R"({"w.a": {"dtype": "Q4", "shape": [4], "data_offsets": [0, 2]}})",
+       8,
+       {"w.a", "unknown dtype"}},
       {"missing offsets", R"({"w.a": {"dtype": "BF16", "shape": [4]}})", 8, {"w.a", "data_offsets"}},
       {"garbage JSON", "{\"w.a\": {\"dtype\": ", 8, {"not valid JSON"}},
       {"not an object", "[1, 2, 3]", 8, {"JSON object"}},
@@ -575,8 +609,8 @@ TEST_F(LoaderErrors, MissingConfig) {
 TEST_F(LoaderErrors, ShardListedInIndexButMissing) {
   write_sharded(dir_.path(), ts_, true);
   fs::remove(dir_.path() / "model-00001-of-00002.safetensors");
-  EXPECT_THAT(load_error(dir_.str()), AllOf(HasSubstr("model-00001-of-00002.safetensors"), HasSubstr("model.layers.0."),
-                                            HasSubstr("missing")));
+  EXPECT_THAT(load_error(dir_.str()),
+              AllOf(HasSubstr("model-00001-of-00002.safetensors"), HasSubstr("model.layers.0."), HasSubstr("missing")));
 }
 
 TEST_F(LoaderErrors, IndexPointsToTheWrongShard) {

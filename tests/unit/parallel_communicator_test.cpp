@@ -105,7 +105,8 @@ TEST_P(CommunicatorTest, AllGatherColumnsPlacesEachRanksColumnsSideBySide) {
     for (int64_t row = 0; row < rows; ++row)
       for (int j = 0; j < ranks; ++j)
         for (int64_t col = 0; col < cols; ++col)
-          ASSERT_EQ(out[size_t(r)][size_t(row * cols * ranks + j * cols + col)], in[size_t(j)][size_t(row * cols + col)]);
+          ASSERT_EQ(out[size_t(r)][size_t(row * cols * ranks + j * cols + col)],
+                    in[size_t(j)][size_t(row * cols + col)]);
 }
 
 TEST_P(CommunicatorTest, ReduceScatterGivesEachRankTheSumOfItsChunk) {

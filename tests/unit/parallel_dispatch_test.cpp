@@ -7,8 +7,8 @@
 // fixtures at EP 4 with dispatch must match HF (1e-4, the CPU bar).
 #include <gtest/gtest.h>
 
-#include "../test_paths.h"
 #include <nlohmann/json.hpp>
+#include "../test_paths.h"
 
 #include <algorithm>
 #include <cmath>
@@ -89,13 +89,13 @@ class ParallelDispatchTest : public ::testing::Test {
     double worst = worst_row_rel_diff(prefill, ref.prefill, V);
     bool exact = prefill == ref.prefill;
     for (int s = 0; s < kDecodeSteps; ++s) {
-      const std::vector<float> got = runner.run(std::vector<int32_t>{ref.decode_tokens[size_t(s)]}, 1,
-                                                SingleSequenceRunner::Logits::LastRow);
+      const std::vector<float> got =
+          runner.run(std::vector<int32_t>{ref.decode_tokens[size_t(s)]}, 1, SingleSequenceRunner::Logits::LastRow);
       worst = std::max(worst, worst_row_rel_diff(got, ref.decode[size_t(s)], V));
       exact = exact && got == ref.decode[size_t(s)];
     }
-    std::printf("[dispatch] %-72s chunk %2d: worst max|diff|/max|ref| = %.3g%s\n", p.describe().c_str(), chunk,
-                worst, exact ? " (bitwise equal)" : "");
+    std::printf("[dispatch] %-72s chunk %2d: worst max|diff|/max|ref| = %.3g%s\n", p.describe().c_str(), chunk, worst,
+                exact ? " (bitwise equal)" : "");
     if (bitwise) *bitwise = exact;
     return worst;
   }
@@ -109,7 +109,8 @@ Trace ParallelDispatchTest::reference_[2];
 TEST_F(ParallelDispatchTest, ExpertParallelMatchesUnsharded) {
   for (int ep : {2, 4, 8}) {
     bool bitwise = false;
-    EXPECT_LE(compare({.expert_parallel = ep, .moe_dispatch = kAllToAll}, kChunk, &bitwise), kMaxRelDiff) << "ep " << ep;
+    EXPECT_LE(compare({.expert_parallel = ep, .moe_dispatch = kAllToAll}, kChunk, &bitwise), kMaxRelDiff)
+        << "ep " << ep;
     // One slice per expert: each pair's weighted output is computed as the unsharded moe() does, and
     // the k contributions are summed in slot order from zero, as it does: the same float operations.
     EXPECT_TRUE(bitwise) << "ep " << ep;
@@ -122,8 +123,8 @@ TEST_F(ParallelDispatchTest, ReplicateIsADifferentPath) {
   bool bitwise = true;
   EXPECT_LE(compare({.expert_parallel = 4}, kChunk, &bitwise), kMaxRelDiff);
   EXPECT_FALSE(bitwise);
-  ParallelModel model(*weights_, {.expert_parallel = 4, .moe_dispatch = kAllToAll}, "cpu",
-                      BackendOptions{.threads = 2}, limits());
+  ParallelModel model(*weights_, {.expert_parallel = 4, .moe_dispatch = kAllToAll}, "cpu", BackendOptions{.threads = 2},
+                      limits());
   for (int r = 0; r < model.world_size(); ++r) EXPECT_EQ(model.rank_model(r).shard().moe_dispatch, kAllToAll);
 }
 
@@ -233,12 +234,13 @@ TEST_F(ParallelDispatchTest, DataParallelAttentionMatchesUnsharded) {
       {.tensor_parallel = 1, .expert_parallel = 4, .data_parallel = 4, .moe_dispatch = kAllToAll},
       {.tensor_parallel = 1, .expert_parallel = 2, .data_parallel = 2, .moe_dispatch = kAllToAll},
       {.tensor_parallel = 2, .expert_parallel = 2, .data_parallel = 2, .moe_dispatch = kAllToAll}};
-  for (const ParallelConfig& p : configs) EXPECT_LE(run_data_parallel(p, *weights_, reference_), kMaxRelDiff) << p.describe();
+  for (const ParallelConfig& p : configs)
+    EXPECT_LE(run_data_parallel(p, *weights_, reference_), kMaxRelDiff) << p.describe();
 }
 
 TEST_F(ParallelDispatchTest, DispatchWithoutExpertParallelismIsRefused) {
-  for (const ParallelConfig& p : {ParallelConfig{.moe_dispatch = kAllToAll},
-                                  ParallelConfig{.tensor_parallel = 2, .moe_dispatch = kAllToAll}}) {
+  for (const ParallelConfig& p :
+       {ParallelConfig{.moe_dispatch = kAllToAll}, ParallelConfig{.tensor_parallel = 2, .moe_dispatch = kAllToAll}}) {
     try {
       ParallelModel model(*weights_, p, "cpu", BackendOptions{.threads = 2}, limits());
       ADD_FAILURE() << p.describe() << " was accepted";
@@ -302,9 +304,7 @@ TEST(ParallelDispatchOps, SumRowsAddsInIndexOrderFromZero) {
 
 // ---- HF golden fixtures (tests/golden) at EP 4 with dispatch
 
-std::filesystem::path golden_dir() {
-  return ossrt::testing::golden_dir();
-}
+std::filesystem::path golden_dir() { return ossrt::testing::golden_dir(); }
 
 TEST(ParallelDispatchGolden, FixturesAtEp4MatchHf) {
   // long_yarn (4,300 tokens) runs at TP4xEP4: EP alone would replicate its attention on 4 ranks.

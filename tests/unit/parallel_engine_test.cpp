@@ -10,10 +10,10 @@
 #include "../../tools/parallel_flags.h"
 #include "core/error.h"
 #include "engine/memory_profile.h"
-#include "runtime/model_runtime.h"
 #include "engine_test_model.h"
 #include "kvcache/memory_plan.h"
 #include "parallel/parallel_model.h"
+#include "runtime/model_runtime.h"
 #include "server/served_model.h"
 
 namespace ossrt {
@@ -162,8 +162,8 @@ TEST(ParallelEngineMemoryTest, TheKvBudgetIsPerRankAndCountsTheRanksHeads) {
   cfg.kv_cache_bytes = size_t(4) << 20;
   const size_t window_blocks =
       size_t(window_pool_blocks(c.sliding_window, cfg.block_size, cfg.max_num_seqs, cfg.max_num_batched_tokens));
-  const size_t window_bytes_per_block = full_block_bytes(1, cfg.block_size) / size_t(c.num_full_layers()) *
-                                        size_t(c.num_sliding_layers());  // per head
+  const size_t window_bytes_per_block =
+      full_block_bytes(1, cfg.block_size) / size_t(c.num_full_layers()) * size_t(c.num_sliding_layers());  // per head
   for (const auto& [tp, heads] : {std::pair{1, 2}, std::pair{2, 1}, std::pair{4, 1}}) {
     SCOPED_TRACE("tp " + std::to_string(tp));
     ParallelModel model(weights(), layout(tp, 1), "cpu", BackendOptions{.threads = 2}, kLimits);

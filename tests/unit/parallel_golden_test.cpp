@@ -4,8 +4,8 @@
 // max|diff| / max|ref| < 1e-4, the bar of golden_logits_test.cpp for the unsharded CPU backend.
 #include <gtest/gtest.h>
 
-#include "../test_paths.h"
 #include <nlohmann/json.hpp>
+#include "../test_paths.h"
 
 #include <algorithm>
 #include <cmath>
@@ -30,9 +30,7 @@ namespace fs = std::filesystem;
 constexpr double kMaxRelDiff = 1e-4;
 constexpr int kChunk = 512;
 
-fs::path golden_dir() {
-  return ossrt::testing::golden_dir();
-}
+fs::path golden_dir() { return ossrt::testing::golden_dir(); }
 
 struct Case {
   std::string fixture;
@@ -54,10 +52,10 @@ std::vector<Case> cases() {
       out.push_back({f, {.tensor_parallel = 8, .expert_parallel = 8}});
       continue;
     }
-    for (ParallelConfig p : {ParallelConfig{.tensor_parallel = 2}, ParallelConfig{.tensor_parallel = 8},
-                             ParallelConfig{.expert_parallel = 2}, ParallelConfig{.expert_parallel = 4},
-                             ParallelConfig{.expert_parallel = 8},
-                             ParallelConfig{.tensor_parallel = 2, .expert_parallel = 4}})
+    for (ParallelConfig p :
+         {ParallelConfig{.tensor_parallel = 2}, ParallelConfig{.tensor_parallel = 8},
+          ParallelConfig{.expert_parallel = 2}, ParallelConfig{.expert_parallel = 4},
+          ParallelConfig{.expert_parallel = 8}, ParallelConfig{.tensor_parallel = 2, .expert_parallel = 4}})
       out.push_back({f, p});
   }
   return out;

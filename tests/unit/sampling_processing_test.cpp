@@ -75,11 +75,11 @@ TEST(LogitsProcessingTest, PenaltiesFollowVllmsDefinitions) {
   const std::unordered_set<int32_t> prompt = {0, 1};
   const std::unordered_map<int32_t, int> out = {{2, 3}, {3, 1}};
   apply_penalties(l, PenaltyParams{/*repetition=*/2.0f, /*frequency=*/0.5f, /*presence=*/0.25f}, prompt, out);
-  EXPECT_FLOAT_EQ(l[0], 2.0f / 2.0f);                   // prompt, positive: divided
-  EXPECT_FLOAT_EQ(l[1], -2.0f * 2.0f);                  // prompt, negative: multiplied
+  EXPECT_FLOAT_EQ(l[0], 2.0f / 2.0f);                     // prompt, positive: divided
+  EXPECT_FLOAT_EQ(l[1], -2.0f * 2.0f);                    // prompt, negative: multiplied
   EXPECT_FLOAT_EQ(l[2], 1.0f / 2.0f - 0.5f * 3 - 0.25f);  // output x3: repetition, frequency, presence
   EXPECT_FLOAT_EQ(l[3], -1.0f * 2.0f - 0.5f - 0.25f);
-  EXPECT_FLOAT_EQ(l[4], 4.0f);                          // never seen
+  EXPECT_FLOAT_EQ(l[4], 4.0f);  // never seen
 }
 
 TEST(LogitsProcessingTest, RepetitionAppliesOnceToATokenInPromptAndOutput) {
@@ -90,7 +90,7 @@ TEST(LogitsProcessingTest, RepetitionAppliesOnceToATokenInPromptAndOutput) {
 
 TEST(LogitsProcessingTest, BiasSuppressionAndArgmax) {
   std::vector<float> l = {1.0f, 3.0f, 3.0f, std::nanf("")};
-  EXPECT_EQ(argmax_lowest_id(l), 1);  // tie -> lower id; NaN never wins
+  EXPECT_EQ(argmax_lowest_id(l), 1);                         // tie -> lower id; NaN never wins
   apply_logit_bias(l, {{0, 5.0f}, {99, 1.0f}, {-3, 1.0f}});  // out-of-row ids ignored
   EXPECT_FLOAT_EQ(l[0], 6.0f);
   EXPECT_EQ(argmax_lowest_id(l), 0);

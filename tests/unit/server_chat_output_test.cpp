@@ -24,7 +24,8 @@ struct Streamed {
   std::vector<ToolCall> calls;  // rebuilt from fragments
 };
 
-Streamed run_chunked(const std::vector<int32_t>& ids, size_t chunk, std::set<std::string> tools, ChatOutputMapper** keep = nullptr) {
+Streamed run_chunked(const std::vector<int32_t>& ids, size_t chunk, std::set<std::string> tools,
+                     ChatOutputMapper** keep = nullptr) {
   static std::unique_ptr<ChatOutputMapper> last;
   last = std::make_unique<ChatOutputMapper>(tokenizer(), std::move(tools));
   Streamed s;
@@ -104,8 +105,10 @@ TEST(ChatOutput, UndeclaredFunctionIsDroppedNotShown) {
 TEST(ChatOutput, PreambleIsContentAndParallelCallsGetIndexes) {
   const std::string text =
       "<|channel|>commentary<|message|>Checking both cities.<|end|>"
-      "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"A\"}<|call|>"
-      "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"B\"}<|call|>";
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather "
+      "<|constrain|>json<|message|>{\"city\":\"A\"}<|call|>"
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather "
+      "<|constrain|>json<|message|>{\"city\":\"B\"}<|call|>";
   Streamed s = run_chunked(ids_of(text), 2, {"get_weather"});
   EXPECT_EQ(s.content, "Checking both cities.");
   ASSERT_EQ(s.calls.size(), 2u);

@@ -57,8 +57,12 @@ Reply call(uint16_t port, http::verb method, const std::string& target, const st
   parser.body_limit(64 << 20);
   http::read(stream, buffer, parser);
   auto& res = parser.get();
-  Reply r{int(res.result_int()), res.body(), std::string(res[http::field::retry_after]),
-          std::string(res[http::field::content_type]), std::string(res[http::field::transfer_encoding]), std::nullopt};
+  Reply r{int(res.result_int()),
+          res.body(),
+          std::string(res[http::field::retry_after]),
+          std::string(res[http::field::content_type]),
+          std::string(res[http::field::transfer_encoding]),
+          std::nullopt};
   if (auto it = res.find("X-Request-Id"); it != res.end()) r.x_request_id = std::string(it->value());
   beast::error_code ec;
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -117,7 +121,8 @@ void expect_error_shape(const Reply& r, int status) {
   json j = r.j();
   ASSERT_TRUE(j.is_object()) << r.body;
   ASSERT_TRUE(j.contains("error")) << r.body;
-  for (const char* key : {"message", "type", "param", "code"}) EXPECT_TRUE(j["error"].contains(key)) << key << " in " << r.body;
+  for (const char* key : {"message", "type", "param", "code"})
+    EXPECT_TRUE(j["error"].contains(key)) << key << " in " << r.body;
   EXPECT_TRUE(j["error"]["message"].is_string());
 }
 
@@ -152,26 +157,32 @@ TEST_F(ServerFixture, ErrorCodesAndShapes) {
 
   expect_error_shape(call(port(), http::verb::get, "/v1/nope", "", "sekret"), 404);
   expect_error_shape(call(port(), http::verb::post, "/v1/chat/completions", "{not json", "sekret"), 400);
-  Reply wrong_type = call(port(), http::verb::post, "/v1/chat/completions", chat_body(false, R"(,"temperature":"hot")"), "sekret");
+  Reply wrong_type =
+      call(port(), http::verb::post, "/v1/chat/completions", chat_body(false, R"(,"temperature":"hot")"), "sekret");
   expect_error_shape(wrong_type, 400);
   EXPECT_EQ(wrong_type.j()["error"]["param"], "temperature");
   Reply bad_model = call(port(), http::verb::post, "/v1/chat/completions",
                          R"({"model":"gpt-5","messages":[{"role":"user","content":"x"}]})", "sekret");
   expect_error_shape(bad_model, 404);
   EXPECT_EQ(bad_model.j()["error"]["code"], "model_not_found");
-  Reply too_long = call(port(), http::verb::post, "/v1/chat/completions", chat_body(false, R"(,"max_tokens":5000)"), "sekret");
+  Reply too_long =
+      call(port(), http::verb::post, "/v1/chat/completions", chat_body(false, R"(,"max_tokens":5000)"), "sekret");
   expect_error_shape(too_long, 400);
   EXPECT_EQ(too_long.j()["error"]["code"], "context_length_exceeded");
-  EXPECT_NE(too_long.j()["error"]["message"].get<std::string>().find("maximum context length is 4096 tokens"), std::string::npos);
-  Reply bad_messages = call(port(), http::verb::post, "/v1/chat/completions", R"({"messages":[{"role":"user","content":5}]})", "sekret");
+  EXPECT_NE(too_long.j()["error"]["message"].get<std::string>().find("maximum context length is 4096 tokens"),
+            std::string::npos);
+  Reply bad_messages =
+      call(port(), http::verb::post, "/v1/chat/completions", R"({"messages":[{"role":"user","content":5}]})", "sekret");
   expect_error_shape(bad_messages, 400);
   std::string big(8000, 'x');
-  expect_error_shape(call(port(), http::verb::post, "/v1/chat/completions", R"({"messages":")" + big + "\"}", "sekret"), 413);
+  expect_error_shape(call(port(), http::verb::post, "/v1/chat/completions", R"({"messages":")" + big + "\"}", "sekret"),
+                     413);
   Reply get_missing = call(port(), http::verb::get, "/v1/responses/resp_missing", "", "sekret");
   expect_error_shape(get_missing, 404);
 
   std::string metrics = call(port(), http::verb::get, "/metrics").body;
-  EXPECT_NE(metrics.find(R"(http_requests_total{handler="/v1/chat/completions",method="POST",status="400"})"), std::string::npos)
+  EXPECT_NE(metrics.find(R"(http_requests_total{handler="/v1/chat/completions",method="POST",status="400"})"),
+            std::string::npos)
       << metrics;
 }
 
@@ -246,7 +257,8 @@ TEST_F(ServerFixture, ChatStreamIsWellFormedSse) {
 }
 
 TEST_F(ServerFixture, ClientDisconnectCancelsAndFreesBlocks) {
-  json slow = json::parse(R"({"token_interval_ms": 20, "replies": [{"ids": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30]}]})");
+  json slow = json::parse(
+      R"({"token_interval_ms": 20, "replies": [{"ids": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30]}]})");
   start(ServerConfig{}, slow);
   make_ready();
   for (bool stream : {true, false}) {
@@ -254,8 +266,9 @@ TEST_F(ServerFixture, ClientDisconnectCancelsAndFreesBlocks) {
     tcp::socket socket(io);
     socket.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
     std::string body = chat_body(stream, R"(,"max_tokens":1000)");
-    std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+    std::string request =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     net::write(socket, net::buffer(request));
     // Wait until the generator holds the request, then vanish.
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -272,7 +285,8 @@ TEST_F(ServerFixture, ClientDisconnectCancelsAndFreesBlocks) {
   }
   // The abort events reach the HTTP side just after the generator lets go.
   const MetricLabels aborted = {{"model_name", "gpt-oss"}, {"finished_reason", "abort"}};
-  EXPECT_TRUE(ossrt::testing::wait_until([&] { return ctx_->metrics.value("vllm:request_success_total", aborted) == 2; }));
+  EXPECT_TRUE(
+      ossrt::testing::wait_until([&] { return ctx_->metrics.value("vllm:request_success_total", aborted) == 2; }));
 }
 
 TEST_F(ServerFixture, RequestIdHeaderEchoedWhenEnabled) {
@@ -321,12 +335,14 @@ TEST(RequestId, OnlyVisibleAsciiUpTo128Chars) {
 TEST_F(ServerFixture, QueuedStreamGetsPingCommentsUntilItsFirstToken) {
   // One running slot: the streamed request waits behind a ~0.6 s non-stream one, and pings every
   // 50 ms while it waits; once its tokens flow, pings stop.
-  json slow = json::parse(R"({"token_interval_ms": 20, "replies": [{"ids": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30]}]})");
+  json slow = json::parse(
+      R"({"token_interval_ms": 20, "replies": [{"ids": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30]}]})");
   ServerConfig config;
   config.sse_ping_interval_ms = 50;
   start(config, slow, 64, 1 << 20, /*max_num_seqs=*/1);
   make_ready();
-  std::thread blocker([&] { call(port(), http::verb::post, "/v1/chat/completions", chat_body(false, R"(,"max_tokens":30)")); });
+  std::thread blocker(
+      [&] { call(port(), http::verb::post, "/v1/chat/completions", chat_body(false, R"(,"max_tokens":30)")); });
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (generator_->stats().running == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -83,7 +83,7 @@ TEST(JsonDepth, ParseRefusesTooDeepBodiesBeforeParsing) {
   EXPECT_EQ(status_of([&] { parse_json_body(body(65)); }), 400);
   // 100,000 levels: refused by the scan (a recursive copy of it overflowed the stack).
   EXPECT_EQ(status_of([&] { parse_json_body(body(100000)); }), 400);
-  EXPECT_EQ(status_of([&] { parse_json_body("[1]"); }), 400);   // not an object
+  EXPECT_EQ(status_of([&] { parse_json_body("[1]"); }), 400);  // not an object
   EXPECT_EQ(status_of([&] { parse_json_body("{\"a\":"); }), 400);
 }
 
@@ -104,10 +104,12 @@ TEST(RequestFields, SamplingValuesOutsideTheEngineAre400sNamingTheField) {
   const GenerationLimits limits{201088, 4096};
   auto param_of = [&](const std::string& extra) {
     std::string param;
-    int status = status_of([&] {
-      SamplingRequest s = parse_sampling(Json::parse("{" + extra + "}"), SamplingApi::Chat, limits);
-      resolve_max_tokens(s, 100, limits.max_model_len);
-    }, &param);
+    int status = status_of(
+        [&] {
+          SamplingRequest s = parse_sampling(Json::parse("{" + extra + "}"), SamplingApi::Chat, limits);
+          resolve_max_tokens(s, 100, limits.max_model_len);
+        },
+        &param);
     return status == 200 ? std::string("ok") : param;
   };
   EXPECT_EQ(param_of(R"("stop_token_ids": [-1])"), "stop_token_ids");
@@ -124,9 +126,10 @@ TEST(RequestFields, SamplingValuesOutsideTheEngineAre400sNamingTheField) {
   EXPECT_EQ(param_of(R"("top_k": 18446744073709551616)"), "top_k");
   EXPECT_EQ(param_of(R"("n": 17)"), "n");
 
-  SamplingRequest s = parse_sampling(Json::parse(R"({"top_k": 2147483648, "top_p": 1e-300})"), SamplingApi::Chat, limits);
-  EXPECT_EQ(s.params.top_k, 0);          // beyond the vocabulary: every token kept
-  EXPECT_EQ(s.params.top_p, FLT_MIN);    // positive, as asked
+  SamplingRequest s =
+      parse_sampling(Json::parse(R"({"top_k": 2147483648, "top_p": 1e-300})"), SamplingApi::Chat, limits);
+  EXPECT_EQ(s.params.top_k, 0);        // beyond the vocabulary: every token kept
+  EXPECT_EQ(s.params.top_p, FLT_MIN);  // positive, as asked
   EXPECT_FALSE(validate_generation_request(GenerationRequest{"x", {1, 2}, s.params}, limits));
 }
 
@@ -138,7 +141,8 @@ TEST(RequestFields, ContextOverflowMessageUses64BitSums) {
   } catch (const ApiError& e) {
     EXPECT_EQ(e.code(), "context_length_exceeded");
     EXPECT_NE(e.message().find("you requested 2147483747 tokens (100 in the messages, 2147483647 in the completion)"),
-              std::string::npos) << e.message();
+              std::string::npos)
+        << e.message();
   }
 }
 
@@ -268,13 +272,17 @@ TEST(BoundedTokenization, AgreesWithPlainEncoding) {
   const auto special = tok()->encode_with_special(text);
   for (size_t limit = 0; limit <= all.size() + 2; ++limit) {
     auto bounded = tok()->encode_at_most(text, limit);
-    if (all.size() <= limit) EXPECT_EQ(bounded, all) << limit;
-    else EXPECT_FALSE(bounded) << limit;
+    if (all.size() <= limit)
+      EXPECT_EQ(bounded, all) << limit;
+    else
+      EXPECT_FALSE(bounded) << limit;
   }
   for (size_t limit = 0; limit <= special.size() + 2; ++limit) {
     auto bounded = tok()->encode_with_special_at_most(text, limit);
-    if (special.size() <= limit) EXPECT_EQ(bounded, special) << limit;
-    else EXPECT_FALSE(bounded) << limit;
+    if (special.size() <= limit)
+      EXPECT_EQ(bounded, special) << limit;
+    else
+      EXPECT_FALSE(bounded) << limit;
   }
   // No token is longer than max_token_bytes(), so that bound never refuses what would fit.
   size_t longest = 0;

@@ -129,7 +129,8 @@ TEST(ScriptedGenerator, ScriptParsingValidatesAndMatchesLatestMarker) {
     for (int32_t id : ids) s += char('a' + id);
     return s;
   };
-  auto script = nlohmann::json::parse(R"({"replies": [{"match": "b", "ids": [1]}, {"match": "c", "ids": [2]}, {"ids": [3]}],
+  auto script =
+      nlohmann::json::parse(R"({"replies": [{"match": "b", "ids": [1]}, {"match": "c", "ids": [2]}, {"ids": [3]}],
                                           "token_interval_ms": 0})");
   ScriptedGenerator gen(parse_script(script, codec, "test.json"), codec);
   auto run = [&](std::vector<int32_t> prompt) {
@@ -146,5 +147,6 @@ TEST(ScriptedGenerator, ScriptParsingValidatesAndMatchesLatestMarker) {
 
   EXPECT_THROW(parse_script(nlohmann::json::parse(R"({"replies": []})"), codec, "x"), Error);
   EXPECT_THROW(parse_script(nlohmann::json::parse(R"({"replies": [{"ids": ["a"]}]})"), codec, "x"), Error);
-  EXPECT_THROW(parse_script(nlohmann::json::parse(R"({"replies": [{"text": "hi"}]})"), codec, "x"), Error);  // no encoder
+  EXPECT_THROW(parse_script(nlohmann::json::parse(R"({"replies": [{"text": "hi"}]})"), codec, "x"),
+               Error);  // no encoder
 }

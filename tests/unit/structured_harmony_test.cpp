@@ -94,13 +94,18 @@ int content_tokens_of_analysis(const std::vector<int32_t>& ids) {
   std::string header;
   for (int32_t id : ids) {
     if (in_analysis) {
-      if (id == harmony::kEndId) in_analysis = false;
-      else ++count;
+      if (id == harmony::kEndId)
+        in_analysis = false;
+      else
+        ++count;
       continue;
     }
-    if (id == harmony::kChannelId) header.clear(), in_analysis_header = true;
-    else if (id == harmony::kMessageId) in_analysis = in_analysis_header && header == "analysis", in_analysis_header = false;
-    else if (in_analysis_header) header += fx().tok->token_bytes(id);
+    if (id == harmony::kChannelId)
+      header.clear(), in_analysis_header = true;
+    else if (id == harmony::kMessageId)
+      in_analysis = in_analysis_header && header == "analysis", in_analysis_header = false;
+    else if (in_analysis_header)
+      header += fx().tok->token_bytes(id);
   }
   return count;
 }
@@ -137,9 +142,11 @@ TEST(StructuredHarmony, RandomTurnsEndWithValidFinalJson) {
 
 TEST(StructuredHarmony, MasksEqualBruteForceAlongATurn) {
   HarmonySpec spec;
-  spec.final_format = fx().compiler.json_schema(ojson::parse(R"({"type":"object","properties":{"a":{"type":"boolean"}},"required":["a"]})"));
-  spec.tools.push_back({"get_weather", fx().compiler.json_schema(ojson::parse(
-                                           R"({"type":"object","properties":{"q":{"type":"string"}},"required":["q"]})"))});
+  spec.final_format = fx().compiler.json_schema(
+      ojson::parse(R"({"type":"object","properties":{"a":{"type":"boolean"}},"required":["a"]})"));
+  spec.tools.push_back(
+      {"get_weather", fx().compiler.json_schema(
+                          ojson::parse(R"({"type":"object","properties":{"q":{"type":"string"}},"required":["q"]})"))});
   spec.reasoning_budget = 2;
   HarmonyConstraint c(spec, fx().vocab, fx().t, prompt_ending({"assistant"}));
   std::mt19937_64 rng(5);
@@ -180,7 +187,8 @@ TEST(StructuredHarmony, NamedToolChoiceStartsInsideTheArguments) {
 TEST(StructuredHarmony, RequiredToolChoicePicksADeclaredName) {
   HarmonySpec spec;
   spec.allow_final = false;
-  const auto small = fx().compiler.json_schema(ojson::parse(R"({"type":"object","properties":{"x":{"type":"integer"}}})"));
+  const auto small =
+      fx().compiler.json_schema(ojson::parse(R"({"type":"object","properties":{"x":{"type":"integer"}}})"));
   spec.tools.push_back({"get_weather", small});
   spec.tools.push_back({"get_time", small});
   const auto prompt = prompt_ending({"assistant", "<|channel|>", "commentary", " to=functions."});

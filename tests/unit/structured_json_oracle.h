@@ -122,7 +122,8 @@ inline bool validate(const ojson& x, const ojson& s, const ojson& root, int dept
     const std::string v = x.get<std::string>();
     if (s.contains("minLength") && code_points(v) < s.at("minLength").get<size_t>()) return false;
     if (s.contains("maxLength") && code_points(v) > s.at("maxLength").get<size_t>()) return false;
-    if (s.contains("pattern") && !std::regex_search(v, std::regex(s.at("pattern").get<std::string>(), std::regex::ECMAScript)))
+    if (s.contains("pattern") &&
+        !std::regex_search(v, std::regex(s.at("pattern").get<std::string>(), std::regex::ECMAScript)))
       return false;
     if (s.contains("format") && !valid_format(s.at("format"), v)) return false;
   }
@@ -166,11 +167,12 @@ class SchemaGen {
   ojson schema() {
     ojson s = node(0);
     if (pick(4) == 0) {  // a recursive definition
-      ojson def = {{"type", "object"},
-                   {"properties",
-                    {{"v", leaf()}, {"kids", {{"type", "array"}, {"items", {{"$ref", "#/$defs/node"}}}, {"maxItems", 2}}}}},
-                   {"required", {"v"}},
-                   {"additionalProperties", false}};
+      ojson def = {
+          {"type", "object"},
+          {"properties",
+           {{"v", leaf()}, {"kids", {{"type", "array"}, {"items", {{"$ref", "#/$defs/node"}}}, {"maxItems", 2}}}}},
+          {"required", {"v"}},
+          {"additionalProperties", false}};
       ojson root = {{"type", "object"},
                     {"properties", {{"tree", {{"$ref", "#/$defs/node"}}}, {"other", s}}},
                     {"required", {"tree"}},
@@ -190,8 +192,7 @@ class SchemaGen {
         return s;
       }
       case 1: {
-        static const char* patterns[] = {"^[a-c]{2,4}$", "^x\\d+$", "ab", "^(yes|no)$", "^[A-Z][a-z]*-\\d{2}$",
-                                         "\\.$"};
+        static const char* patterns[] = {"^[a-c]{2,4}$", "^x\\d+$", "ab", "^(yes|no)$", "^[A-Z][a-z]*-\\d{2}$", "\\.$"};
         ojson s = {{"type", "string"}, {"pattern", patterns[pick(6)]}};
         if (pick(3) == 0) s["maxLength"] = 8;
         return s;
@@ -258,7 +259,9 @@ class SchemaGen {
     }
     // anyOf of distinct types (disjoint, so oneOf would hold too)
     ojson a = {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}};
-    ojson b = {{"type", "object"}, {"properties", {{"z", node(depth + 1)}}}, {"required", {"z"}},
+    ojson b = {{"type", "object"},
+               {"properties", {{"z", node(depth + 1)}}},
+               {"required", {"z"}},
                {"additionalProperties", false}};
     return {{pick(2) ? "anyOf" : "oneOf", {a, b}}};
   }

@@ -38,7 +38,8 @@ class InstanceGen {
   int pick(int n) { return int(rng_() % uint64_t(n)); }
 
   std::string gen(const ojson& s, int depth = 0) {
-    if (s.contains("$ref")) return gen(root_.at(ojson::json_pointer(s.at("$ref").get<std::string>().substr(1))), depth + 1);
+    if (s.contains("$ref"))
+      return gen(root_.at(ojson::json_pointer(s.at("$ref").get<std::string>().substr(1))), depth + 1);
     if (s.contains("const")) return s.at("const").dump();
     if (s.contains("enum")) return s.at("enum")[size_t(pick(int(s.at("enum").size())))].dump();
     if (s.contains("anyOf")) return gen(s.at("anyOf")[size_t(pick(int(s.at("anyOf").size())))], depth + 1);
@@ -49,7 +50,7 @@ class InstanceGen {
     if (type == "boolean") return pick(2) ? "true" : "false";
     if (type == "integer") {
       int64_t lo = s.contains("minimum") ? s.at("minimum").get<int64_t>() : -100000;
-      int64_t hi = s.contains("maximum") ? s.at("maximum").get<int64_t>()
+      int64_t hi = s.contains("maximum")            ? s.at("maximum").get<int64_t>()
                    : s.contains("exclusiveMaximum") ? s.at("exclusiveMaximum").get<int64_t>() - 1
                                                     : 100000;
       return std::to_string(lo + int64_t(rng_() % uint64_t(hi - lo + 1)));
@@ -105,7 +106,9 @@ class InstanceGen {
         if (pick(5) == 0) return fmt::format("{:04d}-02-29", 4 * pick(500));  // leap years (incl. centuries / 400)
         return fmt::format("{:04d}-{}-{}", pick(10000), two(1, 12), two(1, 28));
       };
-      auto time = [&] { return two(0, 23) + ":" + two(0, 59) + ":" + two(0, 59) + (pick(2) ? "Z" : "+" + two(0, 23) + ":" + two(0, 59)); };
+      auto time = [&] {
+        return two(0, 23) + ":" + two(0, 59) + ":" + two(0, 59) + (pick(2) ? "Z" : "+" + two(0, 23) + ":" + two(0, 59));
+      };
       if (f == "date") {
         std::string d = date();
         while (!testing::valid_date(d)) d = date();  // 4 * k may be 100 * odd: not leap
@@ -191,7 +194,8 @@ TEST(StructuredJsonSchema, GeneratedSchemasAreSoundAndComplete) {
     InstanceGen inst(schema, uint64_t(i));
     for (int k = 0; k < 5; ++k) {
       const std::string doc = inst.gen(schema);
-      ASSERT_TRUE(testing::validate(ojson::parse(doc), schema, schema)) << "generator bug: " << doc << "\n" << schema.dump();
+      ASSERT_TRUE(testing::validate(ojson::parse(doc), schema, schema)) << "generator bug: " << doc << "\n"
+                                                                        << schema.dump();
       ASSERT_TRUE(accepts(g, doc)) << doc << "\n" << schema.dump() << "\n" << g->ebnf();
       ++instances;
     }
@@ -220,27 +224,31 @@ std::shared_ptr<const CompiledGrammar> compile(const char* schema) {
 }
 
 TEST(StructuredJsonSchema, Keywords) {
-  auto obj = compile(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},"c":{"type":"boolean"}},
+  auto obj =
+      compile(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},"c":{"type":"boolean"}},
                          "required":["b"],"additionalProperties":false})");
   EXPECT_TRUE(accepts(obj, R"({"b":"x"})"));
   EXPECT_TRUE(accepts(obj, R"({"a":1,"b":"x","c":true})"));
   EXPECT_TRUE(accepts(obj, R"({"a":-0,"b":""})"));
-  EXPECT_FALSE(accepts(obj, R"({"a":1})"));             // b required
-  EXPECT_FALSE(accepts(obj, R"({"b":"x","a":1})"));     // schema order
-  EXPECT_FALSE(accepts(obj, R"({"b":"x","d":1})"));     // no additional properties
-  EXPECT_FALSE(accepts(obj, R"({ "b":"x"})"));          // compact: no whitespace
+  EXPECT_FALSE(accepts(obj, R"({"a":1})"));          // b required
+  EXPECT_FALSE(accepts(obj, R"({"b":"x","a":1})"));  // schema order
+  EXPECT_FALSE(accepts(obj, R"({"b":"x","d":1})"));  // no additional properties
+  EXPECT_FALSE(accepts(obj, R"({ "b":"x"})"));       // compact: no whitespace
   EXPECT_FALSE(accepts(obj, R"({"a":1,"b":"x",})"));
 
   auto all_optional = compile(R"({"type":"object","properties":{"p":{"const":1},"q":{"const":2},"r":{"const":3}}})");
-  for (const char* ok : {"{}", R"({"q":2})", R"({"p":1,"r":3})", R"({"p":1,"q":2,"r":3})"}) EXPECT_TRUE(accepts(all_optional, ok)) << ok;
-  for (const char* bad : {R"({,"q":2})", R"({"q":2,})", R"({"r":3,"p":1})"}) EXPECT_FALSE(accepts(all_optional, bad)) << bad;
+  for (const char* ok : {"{}", R"({"q":2})", R"({"p":1,"r":3})", R"({"p":1,"q":2,"r":3})"})
+    EXPECT_TRUE(accepts(all_optional, ok)) << ok;
+  for (const char* bad : {R"({,"q":2})", R"({"q":2,})", R"({"r":3,"p":1})"})
+    EXPECT_FALSE(accepts(all_optional, bad)) << bad;
 
   auto map = compile(R"({"type":"object","additionalProperties":{"type":"integer","minimum":0},"maxProperties":2})");
   EXPECT_TRUE(accepts(map, R"({"any key":1,"k2":7})"));
   EXPECT_FALSE(accepts(map, R"({"a":1,"b":2,"c":3})"));
   EXPECT_FALSE(accepts(map, R"({"a":-1})"));
 
-  auto arr = compile(R"({"type":"array","prefixItems":[{"type":"string"}],"items":{"type":"null"},"minItems":2,"maxItems":3})");
+  auto arr = compile(
+      R"({"type":"array","prefixItems":[{"type":"string"}],"items":{"type":"null"},"minItems":2,"maxItems":3})");
   EXPECT_TRUE(accepts(arr, R"(["a",null])"));
   EXPECT_TRUE(accepts(arr, R"(["a",null,null])"));
   EXPECT_FALSE(accepts(arr, R"(["a"])"));
@@ -280,7 +288,8 @@ TEST(StructuredJsonSchema, Keywords) {
   EXPECT_FALSE(accepts(date, R"("1900-02-29")"));
   EXPECT_FALSE(accepts(date, R"("2023-04-31")"));
 
-  auto any_of = compile(R"({"anyOf":[{"type":"string","maxLength":1},{"type":"array","items":{"$ref":"#"},"maxItems":2}]})");
+  auto any_of =
+      compile(R"({"anyOf":[{"type":"string","maxLength":1},{"type":"array","items":{"$ref":"#"},"maxItems":2}]})");
   EXPECT_TRUE(accepts(any_of, R"([["a"],[]])"));
   EXPECT_FALSE(accepts(any_of, R"([1])"));
 
@@ -289,7 +298,8 @@ TEST(StructuredJsonSchema, Keywords) {
   EXPECT_TRUE(accepts(all_of, R"({"a":1,"b":true})"));
   EXPECT_FALSE(accepts(all_of, R"({"a":1})"));
 
-  auto defs = compile(R"({"$defs":{"t":{"type":"object","properties":{"n":{"$ref":"#/$defs/t"}},"additionalProperties":false}},
+  auto defs =
+      compile(R"({"$defs":{"t":{"type":"object","properties":{"n":{"$ref":"#/$defs/t"}},"additionalProperties":false}},
                           "$ref":"#/$defs/t"})");
   EXPECT_TRUE(accepts(defs, R"({"n":{"n":{}}})"));
   auto nullable = compile(R"({"type":["string","null"]})");
@@ -346,16 +356,22 @@ TEST(StructuredJsonSchema, HostileSchemasFailFastWithoutCrashing) {
   EXPECT_THROW(compiler.json_schema(deep), StructuredError);
   // Huge repetition bounds.
   EXPECT_THROW(compiler.json_schema(ojson::parse(R"({"type":"string","maxLength":1000000})")), StructuredError);
-  ojson wide = {{"type", "array"}, {"items", {{"type", "object"}, {"properties", ojson::object()}}}, {"minItems", 9000}, {"maxItems", 9000}};
-  for (int i = 0; i < 40; ++i) wide["items"]["properties"][fmt::format("p{}", i)] = {{"type", "string"}, {"maxLength", 40}};
+  ojson wide = {{"type", "array"},
+                {"items", {{"type", "object"}, {"properties", ojson::object()}}},
+                {"minItems", 9000},
+                {"maxItems", 9000}};
+  for (int i = 0; i < 40; ++i)
+    wide["items"]["properties"][fmt::format("p{}", i)] = {{"type", "string"}, {"maxLength", 40}};
   wide["items"]["required"] = ojson::array();
   for (int i = 0; i < 40; ++i) wide["items"]["required"].push_back(fmt::format("p{}", i));
   EXPECT_NO_THROW(compiler.json_schema(wide));  // the item is one shared rule: 9000 calls, not copies
-  EXPECT_THROW(compiler.json_schema(ojson::parse(R"({"type":"string","pattern":"^(a{2000}){2000}$"})")), StructuredError);
+  EXPECT_THROW(compiler.json_schema(ojson::parse(R"({"type":"string","pattern":"^(a{2000}){2000}$"})")),
+               StructuredError);
   // Many subschemas through $ref fan-out: each definition compiled once.
   ojson defs = ojson::object();
   for (int i = 0; i < 200; ++i)
-    defs[fmt::format("d{}", i)] = {{"anyOf", {{{"$ref", "#/$defs/d" + std::to_string((i + 1) % 200)}}, {{"type", "null"}}}}};
+    defs[fmt::format("d{}", i)] = {
+        {"anyOf", {{{"$ref", "#/$defs/d" + std::to_string((i + 1) % 200)}}, {{"type", "null"}}}}};
   ojson fan = {{"$defs", defs}, {"$ref", "#/$defs/d0"}};
   EXPECT_THROW(compiler.json_schema(fan), StructuredError);  // a $ref cycle without input: left recursion
   // Non-schema values in keyword positions.

@@ -120,7 +120,8 @@ bool accepts(std::string_view grammar, std::string_view text) {
 
 TEST(StructuredEbnf, DialectFeatures) {
   EXPECT_TRUE(accepts(R"(root ::= "a" 'b' [c-e]{2} x? # comment
-                         x ::= "\x41\u00e9")", "abcdAé"));
+                         x ::= "\x41\u00e9")",
+                      "abcdAé"));
   EXPECT_TRUE(accepts(R"(root ::= "ab" | "c")", "c"));
   EXPECT_TRUE(accepts("start ::= other\nother ::= \"z\"+", "zzz"));  // no root: the first rule
   EXPECT_TRUE(accepts(R"(root ::= [^a]+)", "é€b"));
@@ -193,9 +194,9 @@ TEST(StructuredAutomaton, RefusesLeftRecursionAndEmptyLanguages) {
   } catch (const StructuredError& e) {
     EXPECT_NE(std::string(e.what()).find("left recursion"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(build("root ::= \"a\" root"), StructuredError);              // never ends: matches nothing
-  EXPECT_THROW(build("root ::= (\"a\" & \"b\")"), StructuredError);          // empty intersection
-  EXPECT_NO_THROW(build("root ::= \"a\" root | \"b\""));                     // right recursion is fine
+  EXPECT_THROW(build("root ::= \"a\" root"), StructuredError);                          // never ends: matches nothing
+  EXPECT_THROW(build("root ::= (\"a\" & \"b\")"), StructuredError);                     // empty intersection
+  EXPECT_NO_THROW(build("root ::= \"a\" root | \"b\""));                                // right recursion is fine
   EXPECT_THROW(build("root ::= (x & \"a\")\nx ::= \"a\" x | \"a\""), StructuredError);  // non-regular operand
 }
 

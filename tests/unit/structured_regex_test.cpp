@@ -78,8 +78,8 @@ class PatternGen {
     }
   }
   std::string atom(int depth, bool& group) {
-    static const char* leaves[] = {"a", "b", "c", "1", ".", "[ab]", "[^a]", "\\d", "\\w", "[a-c1]", "\\.", "\\n",
-                                   "[^\\d]", "\\s", "\\x61", "\\u0062"};
+    static const char* leaves[] = {"a",   "b",      "c",   "1",   ".",      "[ab]", "[^a]",  "\\d",
+                                   "\\w", "[a-c1]", "\\.", "\\n", "[^\\d]", "\\s",  "\\x61", "\\u0062"};
     group = false;
     if (depth < 2 && pick(4) == 0) {
       group = true;
@@ -154,11 +154,11 @@ TEST(StructuredRegex, SearchSemanticsAgreeWithStdRegexSearch) {
 TEST(StructuredRegex, UnicodeClassesMatchCodePoints) {
   const auto g = compile("[α-ω]+é.", false);
   EXPECT_TRUE(full_match(g, "αβωéz"));
-  EXPECT_TRUE(full_match(g, "λé€"));   // '.' is one code point, three bytes here
+  EXPECT_TRUE(full_match(g, "λé€"));  // '.' is one code point, three bytes here
   EXPECT_FALSE(full_match(g, "aé"));
   EXPECT_FALSE(full_match(g, "λé\xE2\x82"));  // truncated UTF-8
   const auto any = compile("[^a]", false);
-  EXPECT_TRUE(full_match(any, "\xF0\x9F\x98\x80"));   // U+1F600
+  EXPECT_TRUE(full_match(any, "\xF0\x9F\x98\x80"));  // U+1F600
   EXPECT_FALSE(full_match(any, "\xED\xA0\x80"));     // an encoded surrogate is not UTF-8
   EXPECT_TRUE(full_match(compile("\\u{1F600}|\\uD83D\\uDE01", false), "\xF0\x9F\x98\x81"));
 }
@@ -170,9 +170,9 @@ TEST(StructuredRegex, JsonStringSpellingUsesCanonicalEscapes) {
   g.set_body(root, compile_regex(g, "a\"b\\\\c\\n.", RegexOptions{CharSpelling::JsonString, false}));
   auto cg = std::make_shared<const CompiledGrammar>(g, testing::synthetic_vocab("ab", 4, 3, 1));
   EXPECT_TRUE(full_match(cg, "a\\\"b\\\\c\\nz"));
-  EXPECT_TRUE(full_match(cg, "a\\\"b\\\\c\\n\\t"));   // '.' includes a tab, spelled \t
-  EXPECT_FALSE(full_match(cg, "a\"b\\\\c\\nz"));      // a raw quote would end the JSON string
-  EXPECT_FALSE(full_match(cg, "a\\\"b\\\\c\nz"));     // a raw newline is not JSON
+  EXPECT_TRUE(full_match(cg, "a\\\"b\\\\c\\n\\t"));  // '.' includes a tab, spelled \t
+  EXPECT_FALSE(full_match(cg, "a\"b\\\\c\\nz"));     // a raw quote would end the JSON string
+  EXPECT_FALSE(full_match(cg, "a\\\"b\\\\c\nz"));    // a raw newline is not JSON
 }
 
 TEST(StructuredRegex, UnsupportedSyntaxIsRefusedWithItsPosition) {
@@ -182,13 +182,20 @@ TEST(StructuredRegex, UnsupportedSyntaxIsRefusedWithItsPosition) {
     const char* words;
   };
   const Case cases[] = {
-      {"ab(?=c)", "position 2", "lookahead"},   {"(a)\\1", "position 3", "backreferences"},
-      {"a\\bc", "position 1", "word boundaries"}, {"a^b", "position 1", "'^'"},
-      {"a$b", "position 1", "'$'"},              {"(ab", "position 0", "unterminated group"},
-      {"ab)", "position 2", "unmatched"},         {"*a", "position 0", "nothing to repeat"},
-      {"a{3,1}", "position 1", "m < n"},          {"[b-a]", "position 1", "out of order"},
-      {"\\p{L}", "position 0", "property"},       {"a{99999}", "position 2", "repetition bound"},
-      {"(?i)a", "position 0", "flags"},           {"[]", "position 0", "matches nothing"},
+      {"ab(?=c)", "position 2", "lookahead"},
+      {"(a)\\1", "position 3", "backreferences"},
+      {"a\\bc", "position 1", "word boundaries"},
+      {"a^b", "position 1", "'^'"},
+      {"a$b", "position 1", "'$'"},
+      {"(ab", "position 0", "unterminated group"},
+      {"ab)", "position 2", "unmatched"},
+      {"*a", "position 0", "nothing to repeat"},
+      {"a{3,1}", "position 1", "m < n"},
+      {"[b-a]", "position 1", "out of order"},
+      {"\\p{L}", "position 0", "property"},
+      {"a{99999}", "position 2", "repetition bound"},
+      {"(?i)a", "position 0", "flags"},
+      {"[]", "position 0", "matches nothing"},
   };
   for (const Case& c : cases) {
     Grammar g;

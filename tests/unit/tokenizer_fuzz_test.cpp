@@ -34,8 +34,8 @@ std::string random_bytes(std::mt19937& rng, size_t n) {
 // and the interesting cases are valid text next to invalid bytes.
 std::string random_mixed(std::mt19937& rng, size_t n) {
   static const std::vector<std::string> fragments = {
-      "word", " ", "  ", "\n", "\r\n", "'s", "123", "\u00e9", "\u4e2d", "\U0001F600", "\u200D", "\u0301",
-      "<|start|>", "<|", "!", "\xF0\x9F", "\xE2", "\x80", "\xFF", "\xC0\xAF", "\xED\xA0\x80"};
+      "word",   " ",         "  ", "\n", "\r\n",     "'s",   "123",  "\u00e9", "\u4e2d",   "\U0001F600",  "\u200D",
+      "\u0301", "<|start|>", "<|", "!",  "\xF0\x9F", "\xE2", "\x80", "\xFF",   "\xC0\xAF", "\xED\xA0\x80"};
   std::string s;
   while (s.size() < n) {
     if (rng() % 4 == 0) {
@@ -117,14 +117,17 @@ TEST(TokenizerFuzz, DecodersOnRandomIds) {
 TEST(TokenizerFuzz, HugeRunsRoundTrip) {
   OSSRT_REQUIRE_REAL_TOKENIZER();
   const auto tok = real_tokenizer();
-  const std::vector<std::string> inputs = {
-      std::string(2'000'000, ' '), std::string(1'000'000, 'a'), std::string(1'000'000, 'A') + "b",
-      std::string(1'000'000, '7'), std::string(500'000, '\n') + std::string(500'000, ' ') + "x",
-      std::string(1'000'000, '!'), [] {
-        std::string s;
-        for (int i = 0; i < 200'000; ++i) s += "\u00e9\u0301";
-        return s;
-      }()};
+  const std::vector<std::string> inputs = {std::string(2'000'000, ' '),
+                                           std::string(1'000'000, 'a'),
+                                           std::string(1'000'000, 'A') + "b",
+                                           std::string(1'000'000, '7'),
+                                           std::string(500'000, '\n') + std::string(500'000, ' ') + "x",
+                                           std::string(1'000'000, '!'),
+                                           [] {
+                                             std::string s;
+                                             for (int i = 0; i < 200'000; ++i) s += "\u00e9\u0301";
+                                             return s;
+                                           }()};
   for (const std::string& input : inputs) {
     const std::vector<int32_t> ids = tok->encode(input);
     ASSERT_EQ(tok->decode(ids), input) << "input of " << input.size() << " bytes starting " << input.substr(0, 8);

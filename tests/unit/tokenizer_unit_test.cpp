@@ -34,9 +34,9 @@ TEST(TokenizerUtf8, ReplacesMaximalSubpartsLikeTheUnicodeStandardExample) {
 }
 
 TEST(TokenizerUtf8, RejectsOverlongsSurrogatesAndOutOfRange) {
-  EXPECT_EQ(repaired("\xC0\xAF"), "\uFFFD\uFFFD");          // overlong '/'
-  EXPECT_EQ(repaired("\xE0\x80\xAF"), "\uFFFD\uFFFD\uFFFD");  // overlong, E0 needs A0..BF next
-  EXPECT_EQ(repaired("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");  // surrogate D800
+  EXPECT_EQ(repaired("\xC0\xAF"), "\uFFFD\uFFFD");                      // overlong '/'
+  EXPECT_EQ(repaired("\xE0\x80\xAF"), "\uFFFD\uFFFD\uFFFD");            // overlong, E0 needs A0..BF next
+  EXPECT_EQ(repaired("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");            // surrogate D800
   EXPECT_EQ(repaired("\xF4\x90\x80\x80"), "\uFFFD\uFFFD\uFFFD\uFFFD");  // U+110000
   EXPECT_EQ(repaired("\xF5"), "\uFFFD");
   EXPECT_EQ(repaired("\xF0\x9F\x98"), "\uFFFD");  // truncated at the end: one replacement
@@ -99,9 +99,9 @@ TEST(TokenizerReal, SpecialTokenTableMatchesSpec) {
   OSSRT_REQUIRE_REAL_TOKENIZER();
   const auto tok = real_tokenizer();
   const std::vector<std::pair<std::string, int32_t>> table = {
-      {"<|startoftext|>", 199998}, {"<|endoftext|>", 199999}, {"<|return|>", 200002},
-      {"<|constrain|>", 200003},   {"<|channel|>", 200005},   {"<|start|>", 200006},
-      {"<|end|>", 200007},         {"<|message|>", 200008},   {"<|call|>", 200012},
+      {"<|startoftext|>", 199998}, {"<|endoftext|>", 199999},      {"<|return|>", 200002},
+      {"<|constrain|>", 200003},   {"<|channel|>", 200005},        {"<|start|>", 200006},
+      {"<|end|>", 200007},         {"<|message|>", 200008},        {"<|call|>", 200012},
       {"<|endofprompt|>", 200018}, {"<|reserved_200013|>", 200013}};
   for (const auto& [text, id] : table) {
     EXPECT_EQ(tok->token_id(text), std::optional<int32_t>(id)) << text;
@@ -232,8 +232,8 @@ TEST(TokenizerReal, ScanAndHeapMergesAgree) {
 
 class TokenizerLoadErrors : public ::testing::Test {
  protected:
-  std::filesystem::path path_ = std::filesystem::temp_directory_path() /
-                                ("ossrt_tok_load_" + std::to_string(::getpid()) + ".json");
+  std::filesystem::path path_ =
+      std::filesystem::temp_directory_path() / ("ossrt_tok_load_" + std::to_string(::getpid()) + ".json");
   void TearDown() override { std::filesystem::remove(path_); }
 
   // A small but complete tokenizer.json: the 256 byte tokens, one merge, one special.
@@ -242,16 +242,19 @@ class TokenizerLoadErrors : public ::testing::Test {
     for (int b = 0; b < 256; ++b) vocab[byte_level::to_spelling(std::string(1, static_cast<char>(b)))] = b;
     vocab["ab"] = 256;
     using J = nlohmann::json;
-    return {{"added_tokens", J::array({J{{"id", 257}, {"content", "<|x|>"}, {"special", true}}})},
-            {"normalizer", nullptr},
-            {"pre_tokenizer",
-             {{"type", "Sequence"},
-              {"pretokenizers",
-               {{{"type", "Split"}, {"pattern", {{"Regex", "\\p{L}+|\\s+|."}}}, {"behavior", "Isolated"},
-                 {"invert", false}},
-                {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
-            {"model",
-             {{"type", "BPE"}, {"ignore_merges", true}, {"vocab", vocab}, {"merges", J::array({J::array({"a", "b"})})}}}};
+    return {
+        {"added_tokens", J::array({J{{"id", 257}, {"content", "<|x|>"}, {"special", true}}})},
+        {"normalizer", nullptr},
+        {"pre_tokenizer",
+         {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"},
+             {"pattern", {{"Regex", "\\p{L}+|\\s+|."}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+        {"model",
+         {{"type", "BPE"}, {"ignore_merges", true}, {"vocab", vocab}, {"merges", J::array({J::array({"a", "b"})})}}}};
   }
   std::string load_error(const nlohmann::json& doc) {
     std::ofstream(path_) << doc.dump();

@@ -54,21 +54,20 @@ void check_block_tables(const StepPlan& plan, const AttentionParams& params, con
     if (params.group == KvGroup::Full) {
       table_begin = s.full_table_begin, table_len = s.full_table_len, table_first_logical = 0;
     } else {
-      table_begin = s.window_table_begin, table_len = s.window_table_len,
-      table_first_logical = s.window_first_block;
+      table_begin = s.window_table_begin, table_len = s.window_table_len, table_first_logical = s.window_first_block;
     }
     OSSRT_CHECK(table_first_logical <= first_block && last_block < table_first_logical + table_len,
                 "sequence {}: {} block table covers logical blocks [{}, {}) but positions {}..{} (window {}) "
                 "need [{}, {}]",
-                si, g, table_first_logical, table_first_logical + table_len, s.context_begin, last_pos,
-                params.window, first_block, last_block);
+                si, g, table_first_logical, table_first_logical + table_len, s.context_begin, last_pos, params.window,
+                first_block, last_block);
     OSSRT_CHECK(table_begin >= 0 && size_t(table_begin + table_len) <= table.size(),
-                "sequence {}: {} block table range [{}, {}) outside the plan's table of {} entries", si, g,
-                table_begin, table_begin + table_len, table.size());
+                "sequence {}: {} block table range [{}, {}) outside the plan's table of {} entries", si, g, table_begin,
+                table_begin + table_len, table.size());
     for (int b = first_block; b <= last_block; ++b) {
       const int phys = table[size_t(table_begin + b - table_first_logical)];
-      OSSRT_CHECK(phys >= 0 && phys < kv.num_blocks, "sequence {}: {} logical block {} maps to block {} of {}",
-                  si, g, b, phys, kv.num_blocks);
+      OSSRT_CHECK(phys >= 0 && phys < kv.num_blocks, "sequence {}: {} logical block {} maps to block {} of {}", si, g,
+                  b, phys, kv.num_blocks);
     }
   }
 }
@@ -125,9 +124,7 @@ void attention(ThreadPool& pool, const StepPlan& plan, const float* qkv, const f
       const int pos = plan.positions[size_t(t)];
       const int first = first_visible_key(pos, params.window);
       const float* q = qkv + t * row_stride + int64_t(h) * D;
-      auto key_offset = [&](int j) {
-        return kv.offset(physical_block(plan, s, params.group, j / bs), g, j % bs);
-      };
+      auto key_offset = [&](int j) { return kv.offset(physical_block(plan, s, params.group, j / bs), g, j % bs); };
 
       // Pass 1: scaled logits of the visible keys; the running max starts at the sink logit, which
       // is neither scaled nor masked.

@@ -39,8 +39,8 @@ void expect_f32(const Tensor& t, const char* op, const char* what) {
 }
 
 void expect_matrix(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* what) {
-  OSSRT_CHECK(t.ndim == 2 && t.dim(0) == rows && t.dim(1) == cols, "{}: {} has shape {}, expected [{}, {}]", op,
-              what, t.shape_str(), rows, cols);
+  OSSRT_CHECK(t.ndim == 2 && t.dim(0) == rows && t.dim(1) == cols, "{}: {} has shape {}, expected [{}, {}]", op, what,
+              t.shape_str(), rows, cols);
 }
 
 void expect_vector(const Tensor& t, int64_t n, const char* op, const char* what) {
@@ -183,7 +183,8 @@ class CpuBackend final : public Backend {
     auto make_group = [&](int layers, int blocks) {
       KvGroupStorage g;
       g.num_blocks = blocks;
-      const size_t elems = size_t(blocks) * size_t(shape.num_kv_heads) * size_t(shape.block_size) * size_t(shape.head_dim);
+      const size_t elems =
+          size_t(blocks) * size_t(shape.num_kv_heads) * size_t(shape.block_size) * size_t(shape.head_dim);
       for (int l = 0; l < layers; ++l) {
         g.k.push_back(lazy_zero_floats(elems, "the KV cache"));
         g.v.push_back(lazy_zero_floats(elems, "the KV cache"));
@@ -237,7 +238,8 @@ class CpuBackend final : public Backend {
     expect_vector(w, H, "rmsnorm", "w");
     expect_matrix(out, T, H, "rmsnorm", "out");
     pool_.parallel_for(T, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) cpu::rmsnorm_row(x.ptr<float>() + t * H, w.ptr<float>(), H, eps, out.ptr<float>() + t * H);
+      for (int64_t t = b; t < e; ++t)
+        cpu::rmsnorm_row(x.ptr<float>() + t * H, w.ptr<float>(), H, eps, out.ptr<float>() + t * H);
     });
   }
 
@@ -268,8 +270,8 @@ class CpuBackend final : public Backend {
 
   void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) override {
     const cpu::KvLayerView kv = check_attention_args(qkv, params, "rope_and_cache_write");
-    OSSRT_CHECK(int(rope.inv_freq.size()) * 2 == params.head_dim,
-                "rope_and_cache_write: {} inv_freq for head_dim {}", rope.inv_freq.size(), params.head_dim);
+    OSSRT_CHECK(int(rope.inv_freq.size()) * 2 == params.head_dim, "rope_and_cache_write: {} inv_freq for head_dim {}",
+                rope.inv_freq.size(), params.head_dim);
     cpu::check_write_slots(plan_, params, kv);
     cpu::rope_and_cache_write(pool_, plan_, qkv.ptr<float>(), rope, params, kv);
   }
@@ -354,10 +356,9 @@ class CpuBackend final : public Backend {
     expect_f32(src, "sum_rows", "src"), expect_f32(out, "sum_rows", "out");
     OSSRT_CHECK(src.ndim == 2 && out.ndim == 2 && src.dim(1) == out.dim(1),
                 "sum_rows: src {} and out {} must be matrices of the same width", src.shape_str(), out.shape_str());
-    OSSRT_CHECK(per_row >= 0 && int64_t(index.size()) == out.dim(0) * per_row,
-                "sum_rows: {} indices for {} rows of {}", index.size(), out.dim(0), per_row);
-    for (int32_t i : index)
-      OSSRT_CHECK(i < src.dim(0), "sum_rows: row {} outside [0, {})", i, src.dim(0));
+    OSSRT_CHECK(per_row >= 0 && int64_t(index.size()) == out.dim(0) * per_row, "sum_rows: {} indices for {} rows of {}",
+                index.size(), out.dim(0), per_row);
+    for (int32_t i : index) OSSRT_CHECK(i < src.dim(0), "sum_rows: row {} outside [0, {})", i, src.dim(0));
     const int64_t H = src.dim(1);
     for (int64_t r = 0; r < out.dim(0); ++r) {
       float* o = out.ptr<float>() + r * H;
@@ -427,7 +428,8 @@ class CpuBackend final : public Backend {
                 plan.token_seq.size());
     for (size_t t = 0; t < T; ++t) {
       const int32_t si = plan.token_seq[t];
-      OSSRT_CHECK(si >= 0 && si < plan.num_seqs(), "plan: token {} belongs to sequence {} of {}", t, si, plan.num_seqs());
+      OSSRT_CHECK(si >= 0 && si < plan.num_seqs(), "plan: token {} belongs to sequence {} of {}", t, si,
+                  plan.num_seqs());
       const SeqStep& s = plan.seqs[size_t(si)];
       OSSRT_CHECK(int(t) >= s.token_begin && int(t) < s.token_begin + s.num_tokens,
                   "plan: token {} is outside its sequence's rows [{}, {})", t, s.token_begin,
@@ -438,10 +440,10 @@ class CpuBackend final : public Backend {
     }
     for (int si = 0; si < plan.num_seqs(); ++si) {
       const SeqStep& s = plan.seqs[size_t(si)];
-      OSSRT_CHECK(s.token_begin >= 0 && s.num_tokens >= 0 && size_t(s.token_begin + s.num_tokens) <= T &&
-                      s.context_begin >= 0,
-                  "plan: sequence {} rows [{}, +{}) at context {} do not fit {} tokens", si, s.token_begin,
-                  s.num_tokens, s.context_begin, T);
+      OSSRT_CHECK(
+          s.token_begin >= 0 && s.num_tokens >= 0 && size_t(s.token_begin + s.num_tokens) <= T && s.context_begin >= 0,
+          "plan: sequence {} rows [{}, +{}) at context {} do not fit {} tokens", si, s.token_begin, s.num_tokens,
+          s.context_begin, T);
       for (int t = s.token_begin; t < s.token_begin + s.num_tokens; ++t)
         OSSRT_CHECK(plan.token_seq[size_t(t)] == si, "plan: row {} is in sequence {}'s range but marked {}", t, si,
                     plan.token_seq[size_t(t)]);
@@ -462,8 +464,12 @@ class CpuBackend final : public Backend {
     OSSRT_CHECK(p.layer_in_group >= 0 && size_t(p.layer_in_group) < g.k.size(),
                 "{}: layer {} of the {} group, but the cache has {} such layers", op, p.layer_in_group,
                 p.group == KvGroup::Full ? "full" : "sliding", g.k.size());
-    cpu::KvLayerView kv{g.k[size_t(p.layer_in_group)].get(), g.v[size_t(p.layer_in_group)].get(), g.num_blocks,
-                        kv_shape_.num_kv_heads,               kv_shape_.block_size,                  kv_shape_.head_dim};
+    cpu::KvLayerView kv{g.k[size_t(p.layer_in_group)].get(),
+                        g.v[size_t(p.layer_in_group)].get(),
+                        g.num_blocks,
+                        kv_shape_.num_kv_heads,
+                        kv_shape_.block_size,
+                        kv_shape_.head_dim};
     OSSRT_CHECK(kv.num_blocks > 0, "{}: no KV storage for {} layer {}: call allocate_kv_cache first", op,
                 p.group == KvGroup::Full ? "full" : "sliding", p.layer_in_group);
     OSSRT_CHECK(plan_.block_size == kv.block_size, "{}: plan block_size {} differs from the KV cache's {}", op,

@@ -15,8 +15,8 @@ constexpr int64_t kRowTile = 16;
 constexpr int64_t kOutTile = 32;
 }  // namespace
 
-void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w, int64_t out,
-            const float* bias, float* y) {
+void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* bias,
+            float* y) {
   const int64_t row_tiles = (rows + kRowTile - 1) / kRowTile;
   const int64_t out_tiles = (out + kOutTile - 1) / kOutTile;
   // Tasks are ordered weight tile first, so a thread's contiguous range reuses one weight tile for

@@ -27,8 +27,8 @@ inline float dot(const float* a, const float* b, int64_t n) {
 }
 
 // y[r, o] = x[r, :] . w[o, :] (+ bias[o]) for r < rows, o < out. Tiled over (rows, out) and threaded.
-void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w, int64_t out,
-            const float* bias, float* y);
+void linear(ThreadPool& pool, const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* bias,
+            float* y);
 
 // y = x * rsqrt(mean(x^2) + eps) * w over rows of length n (sum of squares in double).
 void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* y);

@@ -61,8 +61,8 @@ CublasLinear::Plan& CublasLinear::plan_for(const Key& key) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     OSSRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     const cudaDataType_t bias_type = CUDA_R_16BF;
-    OSSRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                      sizeof(bias_type)));
+    OSSRT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
   }
   const cudaDataType_t out_type = out_f32 ? CUDA_R_32F : CUDA_R_16BF;
   OSSRT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k));
@@ -85,8 +85,8 @@ CublasLinear::Plan& CublasLinear::plan_for(const Key& key) {
                                                            plan->b, plan->d, plan->d, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    fail("cuBLASLt found no algorithm for y[{}, {}] = x[{}, {}] W^T (out {}, bias {}, alignments x {} w {} out {}): {}", m,
-         n, m, k, out_f32 ? "f32" : "bf16", has_bias, align_x, align_w, align_out, cublasLtGetStatusName(st));
+    fail("cuBLASLt found no algorithm for y[{}, {}] = x[{}, {}] W^T (out {}, bias {}, alignments x {} w {} out {}): {}",
+         m, n, m, k, out_f32 ? "f32" : "bf16", has_bias, align_x, align_w, align_out, cublasLtGetStatusName(st));
   }
   plan->algo = result.algo;
   auto& ref = *plan;
@@ -98,12 +98,18 @@ void CublasLinear::matmul(const void* x, const void* w, const void* bias, void* 
                           bool out_f32, CUstream_st* stream) {
   if (m == 0) return;
   OSSRT_CHECK(!(bias && out_f32), "linear: a bias with f32 output is not supported by the cuBLASLt path");
-  const Key key{m, n, k, out_f32, bias != nullptr, pointer_alignment(x), pointer_alignment(w), pointer_alignment(out),
+  const Key key{m,
+                n,
+                k,
+                out_f32,
+                bias != nullptr,
+                pointer_alignment(x),
+                pointer_alignment(w),
+                pointer_alignment(out),
                 bias ? pointer_alignment(bias) : 256};
   Plan& plan = plan_for(key);
   if (bias) {
-    OSSRT_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    OSSRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   const float alpha = 1.0f, beta = 0.0f;
   OSSRT_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan.op, &alpha, w, plan.a, x, plan.b,

@@ -25,8 +25,8 @@ class CublasLinear {
 
   // bias (bf16 [N]) is only supported with a bf16 output (cuBLASLt's bias epilogue takes the
   // output's type); callers add an f32-output bias themselves.
-  void matmul(const void* x, const void* w, const void* bias, void* out, int64_t m, int64_t n, int64_t k,
-              bool out_f32, CUstream_st* stream);
+  void matmul(const void* x, const void* w, const void* bias, void* out, int64_t m, int64_t n, int64_t k, bool out_f32,
+              CUstream_st* stream);
 
  private:
   struct Plan;

@@ -78,7 +78,8 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   // hold 50-200 MB of device and pinned memory for rows that never come. Smaller vocabularies
   // (tests) fit proportionally more rows.
   sample_mask_words_ = size_t(cap.max_seqs) * ((kPlannedVocab + 31) / 32);
-  const size_t upload_bytes = size_t(max_sample_rows_) * sizeof(SamplingRowParams) + sample_mask_words_ * sizeof(uint32_t);
+  const size_t upload_bytes =
+      size_t(max_sample_rows_) * sizeof(SamplingRowParams) + sample_mask_words_ * sizeof(uint32_t);
   sample_upload_ = device_alloc(upload_bytes, "sampling parameters and token masks");
   sample_staging_ = static_cast<char*>(buffers_->allocate_pinned(upload_bytes, "sampling upload staging"));
   sample_ids_ = device_alloc(size_t(max_sample_rows_) * sizeof(int32_t), "sampled ids");
@@ -180,10 +181,10 @@ void CudaBackend::release_kv_storage() {
 void CudaBackend::allocate_kv_cache(const KvCacheShape& shape) {
   bind_device();
   OSSRT_CHECK(shape.head_dim == 64, "CUDA backend supports head_dim 64 only (got {})", shape.head_dim);
-  OSSRT_CHECK(shape.block_size > 0 && shape.num_kv_heads > 0 && shape.num_full_blocks >= 0 &&
-                  shape.num_window_blocks >= 0,
-              "allocate_kv_cache: bad shape (block_size {}, kv heads {}, blocks {} / {})", shape.block_size,
-              shape.num_kv_heads, shape.num_full_blocks, shape.num_window_blocks);
+  OSSRT_CHECK(
+      shape.block_size > 0 && shape.num_kv_heads > 0 && shape.num_full_blocks >= 0 && shape.num_window_blocks >= 0,
+      "allocate_kv_cache: bad shape (block_size {}, kv heads {}, blocks {} / {})", shape.block_size, shape.num_kv_heads,
+      shape.num_full_blocks, shape.num_window_blocks);
   release_kv_storage();
   kv_ = std::make_unique<KvStorage>();
   kv_->shape = shape;
@@ -197,7 +198,8 @@ void CudaBackend::allocate_kv_cache(const KvCacheShape& shape) {
     g.scratch_block = blocks - 1;
     const size_t half = block_bytes / 2 * size_t(blocks);  // K or V of one layer
     if (layers == 0) return;
-    char* base = static_cast<char*>(buffers_->allocate(half * 2 * size_t(layers), what, stream_, cuda::BufferKind::KvCache));
+    char* base =
+        static_cast<char*>(buffers_->allocate(half * 2 * size_t(layers), what, stream_, cuda::BufferKind::KvCache));
     kv_->allocations.push_back(base);
     // Zeroed so never-written slots (the scratch block before first use) hold finite values.
     OSSRT_CUDA_CHECK(cudaMemsetAsync(base, 0, half * 2 * size_t(layers), stream_));

@@ -80,8 +80,7 @@ class CudaBackend final : public Backend {
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
   void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) override;
   void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params, Tensor& out) override;
-  void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids,
-                   Tensor& weights) override;
+  void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) override;
   void moe(const Tensor& x, const ExpertWeights& experts, const Tensor& ids, const Tensor& weights,
            const SwigluParams& swiglu, Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
@@ -92,8 +91,7 @@ class CudaBackend final : public Backend {
 
   // The engine's GPU sampler hook: maps each row to SamplingRowParams (seed split in two words,
   // offset = draw_index) and runs sample() with the rows' masks.
-  bool sample_on_device(const Tensor& logits, std::span<const DeviceSamplingRow> rows,
-                        std::span<int32_t> out) override;
+  bool sample_on_device(const Tensor& logits, std::span<const DeviceSamplingRow> rows, std::span<int32_t> out) override;
 
   // ---- CUDA-only API (tests, the engine's GPU sampler)
   // Samples one token per row of logits (F32 [R, V] on this device); only the ids come back.

@@ -19,17 +19,16 @@ namespace ossrt::cuda {
 
 }  // namespace ossrt::cuda
 
-#define OSSRT_CUDA_CHECK(call)                                                        \
-  do {                                                                                \
-    cudaError_t ossrt_err_ = (call);                                                  \
+#define OSSRT_CUDA_CHECK(call)                                                                      \
+  do {                                                                                              \
+    cudaError_t ossrt_err_ = (call);                                                                \
     if (ossrt_err_ != cudaSuccess) ::ossrt::cuda::fail_cuda(ossrt_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define OSSRT_CUBLAS_CHECK(call)                                                      \
-  do {                                                                                \
-    cublasStatus_t ossrt_st_ = (call);                                                \
-    if (ossrt_st_ != CUBLAS_STATUS_SUCCESS)                                           \
-      ::ossrt::cuda::fail_cublas(ossrt_st_, #call, __FILE__, __LINE__);               \
+#define OSSRT_CUBLAS_CHECK(call)                                                                              \
+  do {                                                                                                        \
+    cublasStatus_t ossrt_st_ = (call);                                                                        \
+    if (ossrt_st_ != CUBLAS_STATUS_SUCCESS) ::ossrt::cuda::fail_cublas(ossrt_st_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // Launchers (kernels/*.cu, compiled by nvcc without fmt) return cudaGetLastError(); the host code

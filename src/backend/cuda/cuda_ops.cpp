@@ -52,9 +52,14 @@ void CudaBackend::embedding(const Tensor& table, Tensor& out) {
   step_rows(out, t, "embedding", "out");
   OSSRT_CHECK(out.row_elems() == table.dim(1), "embedding: out {} vs table {}", out.shape_str(), table.shape_str());
   for (int32_t id : plan.token_ids)
-    OSSRT_CHECK(id >= 0 && id < table.dim(0), "embedding: token id {} outside the vocabulary [0, {})", id, table.dim(0));
-  cuda::EmbeddingGatherArgs a{static_cast<const __nv_bfloat16*>(table.data), plan_->device_plan().token_ids, out.data,
-                              t, int(table.dim(1)), out.dtype == DType::F32};
+    OSSRT_CHECK(id >= 0 && id < table.dim(0), "embedding: token id {} outside the vocabulary [0, {})", id,
+                table.dim(0));
+  cuda::EmbeddingGatherArgs a{static_cast<const __nv_bfloat16*>(table.data),
+                              plan_->device_plan().token_ids,
+                              out.data,
+                              t,
+                              int(table.dim(1)),
+                              out.dtype == DType::F32};
   OSSRT_CUDA_CHECK(cuda::launch_bf16_embedding_gather(a, stream_));
 }
 
@@ -66,8 +71,9 @@ void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& o
   const int64_t h = w.numel();
   OSSRT_CHECK(x.row_elems() == h && out.row_elems() == h && out.dim(0) >= x.dim(0),
               "rmsnorm: x {} / w {} / out {} disagree", x.shape_str(), w.shape_str(), out.shape_str());
-  cuda::RmsNormArgs a{rows_ref(x), nullptr, {nullptr, true}, rows_ref(w), out.data, out.dtype == DType::F32,
-                      int(x.dim(0)), int(h), eps};
+  cuda::RmsNormArgs a{rows_ref(x),   nullptr,  {nullptr, true},
+                      rows_ref(w),   out.data, out.dtype == DType::F32,
+                      int(x.dim(0)), int(h),   eps};
   OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
 }
 
@@ -84,8 +90,15 @@ void CudaBackend::add_rmsnorm(Tensor& residual, const Tensor& delta, const Tenso
                   out.dim(0) >= rows,
               "add_rmsnorm: residual {} / delta {} / w {} / out {} disagree", residual.shape_str(), delta.shape_str(),
               w.shape_str(), out.shape_str());
-  cuda::RmsNormArgs a{{nullptr, true}, residual.ptr<float>(), rows_ref(delta), rows_ref(w), out.data,
-                      out.dtype == DType::F32, int(rows), int(h), eps};
+  cuda::RmsNormArgs a{{nullptr, true},
+                      residual.ptr<float>(),
+                      rows_ref(delta),
+                      rows_ref(w),
+                      out.data,
+                      out.dtype == DType::F32,
+                      int(rows),
+                      int(h),
+                      eps};
   OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
 }
 
@@ -96,8 +109,15 @@ void CudaBackend::add(Tensor& residual, const Tensor& delta) {
   check_float(delta, "add", "delta");
   OSSRT_CHECK(delta.row_elems() == residual.row_elems() && delta.dim(0) >= residual.dim(0),
               "add: residual {} / delta {} disagree", residual.shape_str(), delta.shape_str());
-  cuda::RmsNormArgs a{{nullptr, true}, residual.ptr<float>(), rows_ref(delta), {nullptr, true}, nullptr, true,
-                      int(residual.dim(0)), int(residual.row_elems()), 0.f};
+  cuda::RmsNormArgs a{{nullptr, true},
+                      residual.ptr<float>(),
+                      rows_ref(delta),
+                      {nullptr, true},
+                      nullptr,
+                      true,
+                      int(residual.dim(0)),
+                      int(residual.row_elems()),
+                      0.f};
   OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
 }
 
@@ -125,8 +145,8 @@ void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, cons
   const StepPlan& plan = plan_->host_plan();
   const int t = plan.num_tokens();
   OSSRT_CHECK(p.head_dim == cuda::kRopeHeadDim && rope.inv_freq.size() == size_t(cuda::kRopeHalf),
-              "rope_and_cache_write: head_dim {} with {} frequencies; the CUDA path supports head_dim 64",
-              p.head_dim, rope.inv_freq.size());
+              "rope_and_cache_write: head_dim {} with {} frequencies; the CUDA path supports head_dim 64", p.head_dim,
+              rope.inv_freq.size());
   OSSRT_CHECK(qkv.dtype == DType::BF16 && qkv.row_elems() == int64_t(p.num_q_heads + 2 * p.num_kv_heads) * p.head_dim,
               "rope_and_cache_write: qkv {} {} does not match {} q + {} kv heads", dtype_name(qkv.dtype),
               qkv.shape_str(), p.num_q_heads, p.num_kv_heads);
@@ -188,8 +208,9 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
     // The maximum split count always: each sequence slices its own keys by its own length, so the
     // result is batch-invariant and a captured graph stays valid as contexts grow.
     a.num_splits = cuda::kAttnMaxDecodeSplits;
-    OSSRT_CHECK(cuda::attention_decode_workspace_bytes(dp.num_seqs, p.num_q_heads, a.num_splits) <= attn_workspace_bytes_,
-                "attention: decode workspace too small for {} sequences x {} heads", dp.num_seqs, p.num_q_heads);
+    OSSRT_CHECK(
+        cuda::attention_decode_workspace_bytes(dp.num_seqs, p.num_q_heads, a.num_splits) <= attn_workspace_bytes_,
+        "attention: decode workspace too small for {} sequences x {} heads", dp.num_seqs, p.num_q_heads);
   }
   a.workspace = attn_workspace_;
   a.workspace_bytes = attn_workspace_bytes_;
@@ -216,10 +237,17 @@ void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b,
               dtype_name(weights.dtype), weights.shape_str(), k);
   OSSRT_CHECK(size_t(t * e) * sizeof(float) <= router_logits_bytes_, "router_topk: {} tokens exceed the planned {}", t,
               options_.max_step_tokens);
-  // Router logits in fp32 (docs/reference/SPEC.md 2.6 recommends fp32 logits and softmax); the bias joins in the top-k kernel.
+  // Router logits in fp32 (docs/reference/SPEC.md 2.6 recommends fp32 logits and softmax); the bias joins in the top-k
+  // kernel.
   blas_->matmul(x.data, w.data, nullptr, router_logits_, t, e, w.dim(1), /*out_f32=*/true, stream_);
-  cuda::RouterTopkArgs a{static_cast<const float*>(router_logits_), b.data, b.dtype == DType::F32, ids.ptr<int32_t>(),
-                         weights.ptr<float>(), int(t), int(e), k};
+  cuda::RouterTopkArgs a{static_cast<const float*>(router_logits_),
+                         b.data,
+                         b.dtype == DType::F32,
+                         ids.ptr<int32_t>(),
+                         weights.ptr<float>(),
+                         int(t),
+                         int(e),
+                         k};
   OSSRT_CUDA_CHECK(cuda::launch_f32_router_topk_softmax(a, stream_));
 }
 

@@ -74,7 +74,8 @@ std::vector<int32_t> CudaBackend::sample(const Tensor& logits, std::span<const S
                      int(vocab),
                      int(words)};
   OSSRT_CUDA_CHECK(cuda::launch_f32_sample_topk_topp(a, stream_));
-  OSSRT_CUDA_CHECK(cudaMemcpyAsync(ids.data(), sample_ids_, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  OSSRT_CUDA_CHECK(
+      cudaMemcpyAsync(ids.data(), sample_ids_, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return ids;
 }

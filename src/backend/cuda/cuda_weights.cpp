@@ -185,8 +185,8 @@ ExpertWeights CudaBackend::upload_experts(const HostExperts& gate_up, const Host
   w.gate_up_b = upload_bias(gate_up, "expert biases (gate_up)");
   w.down_b = upload_bias(down, "expert biases (down)");
 
-  const size_t need = cuda::moe_workspace_bytes(options_.max_step_tokens, kPlannedTopK, int(w.experts),
-                                                int(w.hidden), int(w.intermediate));
+  const size_t need = cuda::moe_workspace_bytes(options_.max_step_tokens, kPlannedTopK, int(w.experts), int(w.hidden),
+                                                int(w.intermediate));
   if (need > moe_workspace_bytes_) {
     // Every layer has the same shape, so this allocates once per model.
     moe_workspace_ = device_alloc(need, "MoE workspace");

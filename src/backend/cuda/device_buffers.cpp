@@ -65,7 +65,8 @@ void* DeviceBuffers::allocate(size_t bytes, const std::string& what, CUstream_st
 void* DeviceBuffers::allocate_pinned(size_t bytes, const std::string& what) {
   void* p = nullptr;
   cudaError_t err = cudaMallocHost(&p, bytes == 0 ? 256 : bytes);
-  if (err != cudaSuccess) fail("pinned host allocation of {} ({} bytes) failed: {}", what, bytes, cudaGetErrorString(err));
+  if (err != cudaSuccess)
+    fail("pinned host allocation of {} ({} bytes) failed: {}", what, bytes, cudaGetErrorString(err));
   pinned_.push_back(p);
   return p;
 }

@@ -38,24 +38,26 @@ Layout layout_for(const PlanCapacity& c) {
 
 void validate_step_plan(const StepPlan& p, const PlanCapacity& cap, const KvCacheShape* kv) {
   const size_t t = p.token_ids.size();
-  OSSRT_CHECK(p.positions.size() == t && p.token_seq.size() == t && p.full_slots.size() == t &&
-                  p.window_slots.size() == t,
-              "step plan: token arrays differ in length (ids {}, positions {}, token_seq {}, full_slots {}, "
-              "window_slots {})",
-              t, p.positions.size(), p.token_seq.size(), p.full_slots.size(), p.window_slots.size());
+  OSSRT_CHECK(
+      p.positions.size() == t && p.token_seq.size() == t && p.full_slots.size() == t && p.window_slots.size() == t,
+      "step plan: token arrays differ in length (ids {}, positions {}, token_seq {}, full_slots {}, "
+      "window_slots {})",
+      t, p.positions.size(), p.token_seq.size(), p.full_slots.size(), p.window_slots.size());
   OSSRT_CHECK(int64_t(t) <= cap.max_tokens, "step plan: {} tokens exceed the planned capacity of {} (max_step_tokens)",
               t, cap.max_tokens);
-  OSSRT_CHECK(int64_t(p.seqs.size()) <= cap.max_seqs, "step plan: {} sequences exceed the planned capacity of {} (max_seqs)",
-              p.seqs.size(), cap.max_seqs);
+  OSSRT_CHECK(int64_t(p.seqs.size()) <= cap.max_seqs,
+              "step plan: {} sequences exceed the planned capacity of {} (max_seqs)", p.seqs.size(), cap.max_seqs);
   OSSRT_CHECK(int64_t(p.full_block_table.size()) <= cap.max_table_entries &&
                   int64_t(p.window_block_table.size()) <= cap.max_table_entries,
               "step plan: block tables ({} / {} entries) exceed the planned capacity of {}", p.full_block_table.size(),
               p.window_block_table.size(), cap.max_table_entries);
   OSSRT_CHECK(p.logit_rows.size() <= t, "step plan: {} logit rows for {} tokens", p.logit_rows.size(), t);
-  for (int32_t r : p.logit_rows) OSSRT_CHECK(r >= 0 && size_t(r) < t, "step plan: logit row {} out of range [0, {})", r, t);
+  for (int32_t r : p.logit_rows)
+    OSSRT_CHECK(r >= 0 && size_t(r) < t, "step plan: logit row {} out of range [0, {})", r, t);
   OSSRT_CHECK(p.block_size > 0, "step plan: block_size {}", p.block_size);
-  if (kv) OSSRT_CHECK(p.block_size == kv->block_size, "step plan: block_size {} != KV cache block_size {}", p.block_size,
-                      kv->block_size);
+  if (kv)
+    OSSRT_CHECK(p.block_size == kv->block_size, "step plan: block_size {} != KV cache block_size {}", p.block_size,
+                kv->block_size);
   const int64_t bs = p.block_size;
   // Tokens of sequence s occupy rows [token_begin, token_begin + num_tokens) and have positions
   // context_begin + i: the attention kernels rely on both.

@@ -18,10 +18,10 @@
 #include "bench/cuda/timing.cuh"
 #include "bench/kernel_floors.h"
 #include "bench/stats.h"
+#include "config/gpt_oss_config.h"
 #include "core/build_info.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "config/gpt_oss_config.h"
 #include "model/host_weights.h"
 #include "model/rope.h"
 #include "model/single_sequence.h"
@@ -79,7 +79,8 @@ HostTensor host_view(const void* data, DType dtype, std::vector<int64_t> shape, 
 }
 
 std::string utc_now() {
-  return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", fmt::gmtime(std::chrono::system_clock::to_time_t(std::chrono::system_clock::now())));
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z",
+                     fmt::gmtime(std::chrono::system_clock::to_time_t(std::chrono::system_clock::now())));
 }
 
 // Times one op: for every launch, flush L2, spin, event, op, event; the op's host work runs while
@@ -102,7 +103,8 @@ class OpTimer {
     std::vector<double> samples;
     double spin = kMinSpinSeconds;
     for (int i = 0; i < warmup + iterations; ++i) {
-      OSSRT_CUDA_CHECK(ossrt::bench::cuda::launch_l2_flush(flush_.data, flush_bytes_, static_cast<unsigned*>(sink_.data), stream_));
+      OSSRT_CUDA_CHECK(
+          ossrt::bench::cuda::launch_l2_flush(flush_.data, flush_bytes_, static_cast<unsigned*>(sink_.data), stream_));
       OSSRT_CUDA_CHECK(ossrt::bench::cuda::launch_spin((unsigned long long)(spin * 1e9), stream_));
       OSSRT_CUDA_CHECK(cudaEventRecord(start_, stream_));
       const Clock::time_point host0 = Clock::now();
@@ -243,7 +245,8 @@ class ModelBench {
       x.in = in;
       keep.push_back(rng_.bytes(size_t(E() * out * in / 2)));
       keep.push_back(std::vector<uint8_t>(size_t(E() * out * in / 32), uint8_t(127 - 4)));
-      x.blocks = host_view(keep[keep.size() - 2].data(), DType::U8, {E(), out, in / 32, 16}, std::string(name) + "_blocks");
+      x.blocks =
+          host_view(keep[keep.size() - 2].data(), DType::U8, {E(), out, in / 32, 16}, std::string(name) + "_blocks");
       x.scales = host_view(keep.back().data(), DType::U8, {E(), out, in / 32}, std::string(name) + "_scales");
       bias = rng_.bf16(size_t(E() * out), 0.1f);
       x.bias = host_view(bias.data(), DType::BF16, {E(), out}, std::string(name) + "_bias");
@@ -363,7 +366,8 @@ class ModelBench {
     if (phase == "decode") {
       for (int s = 0; s < seqs; ++s) {
         const int32_t id = int32_t(rng_.next() % 199998);
-        append_sequence_step(plan, decode_layout(s), std::span<const int32_t>(&id, 1), context, c_.sliding_window, false);
+        append_sequence_step(plan, decode_layout(s), std::span<const int32_t>(&id, 1), context, c_.sliding_window,
+                             false);
       }
     } else {
       std::vector<int32_t> ids(static_cast<size_t>(tokens));
@@ -385,8 +389,8 @@ class ModelBench {
     const double distinct = upload_random_ids(T);
     backend_->sync();
 
-    auto add = [&](const std::string& op, const std::string& kernels, const OpCost& cost, const std::function<void()>& fn,
-                   double experts = 0) {
+    auto add = [&](const std::string& op, const std::string& kernels, const OpCost& cost,
+                   const std::function<void()>& fn, double experts = 0) {
       if (!wanted(op)) return;
       KernelResult r;
       r.model = c_.name;
@@ -411,8 +415,8 @@ class ModelBench {
         spdlog::error("{}", out_.errors.back());
         return;
       }
-      std::fprintf(stderr, "%s %-18s %-8s %6lld tokens: %9.1f us (floor %8.1f us, x%.2f)\n", c_.name.c_str(), op.c_str(),
-                   phase.c_str(), (long long)T, r.median_s * 1e6, r.floor_s * 1e6, r.ratio());
+      std::fprintf(stderr, "%s %-18s %-8s %6lld tokens: %9.1f us (floor %8.1f us, x%.2f)\n", c_.name.c_str(),
+                   op.c_str(), phase.c_str(), (long long)T, r.median_s * 1e6, r.floor_s * 1e6, r.ratio());
       out_.cases.push_back(std::move(r));
     };
     auto& b = *backend_;
@@ -422,12 +426,12 @@ class ModelBench {
         [&] { b.linear(normed, qkv_w_, &qkv_b_, qkv); });
     add("rope_kv_write", "bf16_rope_kv_cache_write", rope_cache_cost(T, Hq(), Hkv(), D()),
         [&] { b.rope_and_cache_write(qkv, rope_, full); });
-    const char* attn_kernels = phase == "decode" ? "bf16_sdpa_sinks_d64_decode + _combine" : "bf16_sdpa_sinks_d64_prefill";
+    const char* attn_kernels =
+        phase == "decode" ? "bf16_sdpa_sinks_d64_decode + _combine" : "bf16_sdpa_sinks_d64_prefill";
     const int64_t q_tokens = phase == "decode" ? 1 : T;
     add("attention_full", attn_kernels, attention_cost(seqs, q_tokens, context, 0, Hq(), Hkv(), D()),
         [&] { b.attention(qkv, sinks_, full, attn); });
-    add("attention_sliding", attn_kernels,
-        attention_cost(seqs, q_tokens, context, c_.sliding_window, Hq(), Hkv(), D()),
+    add("attention_sliding", attn_kernels, attention_cost(seqs, q_tokens, context, c_.sliding_window, Hq(), Hkv(), D()),
         [&] { b.attention(qkv, sinks_, sliding, attn); });
     add("o_linear", "cuBLASLt bf16 GEMM + bias", linear_cost(T, H(), Hq() * D(), true, kBf16),
         [&] { b.linear(attn, o_w_, &o_b_, attn_out); });
@@ -435,15 +439,22 @@ class ModelBench {
         [&] { b.add_rmsnorm(x, attn_out, norm_w_, eps, normed); });
     add("router_topk", "cuBLASLt f32-out GEMM + f32_router_topk_softmax", router_cost(T, E(), H(), K()),
         [&] { b.router_topk(normed, router_w_, router_b_, int(K()), rids, rweights); });
-    add("moe", "moe_count/plan/scatter + bf16_bf16w_moe_gate_up_swiglu + _down + moe_combine",
-        moe_cost(T, K(), distinct, H(), I()), [&] { b.moe(normed, experts_, ids, weights, swiglu, moe_out); }, distinct);
+    add(
+        "moe", "moe_count/plan/scatter + bf16_bf16w_moe_gate_up_swiglu + _down + moe_combine",
+        moe_cost(T, K(), distinct, H(), I()), [&] { b.moe(normed, experts_, ids, weights, swiglu, moe_out); },
+        distinct);
     add("add", "f32_rmsnorm (add only)", add_cost(T, H()), [&] { b.add(x, moe_out); });
     add("gather_logit_rows", "gather_rows", gather_rows_cost(R, H()), [&] { b.gather_logit_rows(x, logit_in); });
     add("lm_head_linear", "cuBLASLt bf16 GEMM, f32 out", linear_cost(R, V(), H(), false, kF32),
         [&] { b.linear(final, lm_head_, nullptr, logits); });
     add("sample_greedy", "f32_sample_topk_topp", sample_cost(R, V()), [&] {
-      ::ossrt::cuda::SampleArgs a{logits.ptr<float>(), static_cast<const ::ossrt::cuda::SampleRowParams*>(sample_params_.data),
-                         /*masks=*/nullptr, sample_ids_.ptr<int32_t>(), int(R), int(V()), /*mask_words=*/0};
+      ::ossrt::cuda::SampleArgs a{logits.ptr<float>(),
+                                  static_cast<const ::ossrt::cuda::SampleRowParams*>(sample_params_.data),
+                                  /*masks=*/nullptr,
+                                  sample_ids_.ptr<int32_t>(),
+                                  int(R),
+                                  int(V()),
+                                  /*mask_words=*/0};
       OSSRT_CUDA_CHECK(::ossrt::cuda::launch_f32_sample_topk_topp(a, b.stream()));
     });
   }
@@ -476,9 +487,14 @@ KernelBenchResult run_kernel_bench(const KernelBenchOptions& o) {
   KernelBenchResult r;
   r.date = utc_now();
   r.commit = build_commit();
-  r.settings = {{"models", o.models},       {"decode_tokens", o.decode_tokens}, {"prefill_tokens", o.prefill_tokens},
-                {"decode_context", o.decode_context}, {"iterations", o.iterations}, {"warmup", o.warmup},
-                {"ops", o.ops},             {"device", o.device}};
+  r.settings = {{"models", o.models},
+                {"decode_tokens", o.decode_tokens},
+                {"prefill_tokens", o.prefill_tokens},
+                {"decode_context", o.decode_context},
+                {"iterations", o.iterations},
+                {"warmup", o.warmup},
+                {"ops", o.ops},
+                {"device", o.device}};
   r.machine = measure_machine(o.device);
   spdlog::info("bench kernels: {}: copy {:.2f} TB/s, bf16 GEMM {:.0f} TFLOP/s, L2 {:.0f} MiB", r.machine.gpu,
                r.machine.copy_bytes_per_s / 1e12, r.machine.bf16_flops_per_s / 1e12, r.machine.l2_bytes / 1048576.0);

@@ -74,8 +74,8 @@ class NcclCommunicator final : public Communicator {
   void all_gather(const Tensor& in, Tensor& out) override {
     use_device();
     const ncclDataType_t type = nccl_type(in, "all_gather");
-    OSSRT_CHECK(out.dtype == in.dtype && out.numel() == in.numel() * size_,
-                "all_gather: out {} for {} ranks x in {}", out.shape_str(), size_, in.shape_str());
+    OSSRT_CHECK(out.dtype == in.dtype && out.numel() == in.numel() * size_, "all_gather: out {} for {} ranks x in {}",
+                out.shape_str(), size_, in.shape_str());
     nccl_check(ncclAllGather(in.data, out.data, size_t(in.numel()), type, comm_, stream_), "all_gather");
   }
 
@@ -86,8 +86,8 @@ class NcclCommunicator final : public Communicator {
                     out.dim(1) == in.dim(1) * size_,
                 "all_gather_columns: in {} and out {} do not fit [R, C] -> [R, {} x C]", in.shape_str(),
                 out.shape_str(), size_);
-    OSSRT_CHECK(out.bytes() <= gather_bytes_, "all_gather_columns: {} bytes, the staging buffer holds {}",
-                out.bytes(), gather_bytes_);
+    OSSRT_CHECK(out.bytes() <= gather_bytes_, "all_gather_columns: {} bytes, the staging buffer holds {}", out.bytes(),
+                gather_bytes_);
     // Gather the [R, C] blocks rank after rank, then lay them side by side: one 2-D copy per rank.
     Tensor staging = out;
     staging.data = gather_staging_;

@@ -36,8 +36,8 @@ struct AttentionArgs {
   int num_kv_heads = 8;
   float sm_scale = 0.125f;
 
-  const uint16_t* qkv = nullptr;  // bf16 [T, (Hq + 2 Hkv) * 64]; q at column 0 (RoPE applied)
-  int64_t qkv_row_stride = 0;     // elements per qkv row: (Hq + 2 Hkv) * 64
+  const uint16_t* qkv = nullptr;      // bf16 [T, (Hq + 2 Hkv) * 64]; q at column 0 (RoPE applied)
+  int64_t qkv_row_stride = 0;         // elements per qkv row: (Hq + 2 Hkv) * 64
   const uint16_t* sinks = nullptr;    // bf16 [Hq]
   const uint16_t* k_cache = nullptr;  // bf16 [num_blocks][Hkv][block_size][64] of this layer
   const uint16_t* v_cache = nullptr;  // same layout

@@ -179,8 +179,8 @@ __global__ void __launch_bounds__(kGroup * 32) bf16_sdpa_sinks_d64_decode_combin
     o0 += acc.x * f;
     o1 += acc.y * f;
   }
-  __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(seq.token_begin) * a.num_q_heads * kD +
-                       head * kD + 2 * lane;
+  __nv_bfloat16* out =
+      reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(seq.token_begin) * a.num_q_heads * kD + head * kD + 2 * lane;
   *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(o0 / lsum, o1 / lsum);
 }
 

@@ -36,28 +36,25 @@ template <typename... Parts>
 
 // After a <<< >>> launch: turns a launch error (bad grid, too many resources) into an ossrt::Error
 // naming the kernel and the launch site. cudaGetLastError does not synchronize (legal in capture).
-#define OSSRT_CHECK_LAUNCH(kernel_name)                                                              \
-  do {                                                                                               \
-    cudaError_t launch_err_ = cudaGetLastError();                                                    \
-    if (launch_err_ != cudaSuccess)                                                                  \
-      ::ossrt::cuda::fail_in_cu(__FILE__, ":", __LINE__, ": launch of ", kernel_name, " failed: ",   \
-                                cudaGetErrorString(launch_err_));                                    \
+#define OSSRT_CHECK_LAUNCH(kernel_name)                                               \
+  do {                                                                                \
+    cudaError_t launch_err_ = cudaGetLastError();                                     \
+    if (launch_err_ != cudaSuccess)                                                   \
+      ::ossrt::cuda::fail_in_cu(__FILE__, ":", __LINE__, ": launch of ", kernel_name, \
+                                " failed: ", cudaGetErrorString(launch_err_));        \
   } while (0)
 
 // Every runtime call in the launchers (memsets) goes through this: file:line and the call.
-#define OSSRT_CUDA_CALL(call)                                                                        \
-  do {                                                                                               \
-    cudaError_t call_err_ = (call);                                                                  \
-    if (call_err_ != cudaSuccess)                                                                    \
-      ::ossrt::cuda::fail_in_cu(__FILE__, ":", __LINE__, ": ", #call, " failed: ",                   \
-                                cudaGetErrorString(call_err_));                                      \
+#define OSSRT_CUDA_CALL(call)                                                                                      \
+  do {                                                                                                             \
+    cudaError_t call_err_ = (call);                                                                                \
+    if (call_err_ != cudaSuccess)                                                                                  \
+      ::ossrt::cuda::fail_in_cu(__FILE__, ":", __LINE__, ": ", #call, " failed: ", cudaGetErrorString(call_err_)); \
   } while (0)
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
-  return __uint_as_float(uint32_t(bits) << 16);
-}
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) { return __uint_as_float(uint32_t(bits) << 16); }
 
 // Two floats -> one 32-bit register holding bf16(lo) in the low half (the lower-indexed element,
 // as the mma fragments expect).
@@ -74,8 +71,7 @@ __device__ __forceinline__ float2 unpack_bf16x2(uint32_t v) {
 //   a[0] = A[g][2c..2c+1], a[1] = A[g+8][2c..], a[2] = A[g][2c+8..], a[3] = A[g+8][2c+8..]
 //   b[0] = B[2c..2c+1][g], b[1] = B[2c+8..2c+9][g]
 //   d[0..1] = D[g][2c..2c+1], d[2..3] = D[g+8][2c..2c+1]
-__device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4],
-                                                  const uint32_t (&b)[2]) {
+__device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
@@ -84,9 +80,7 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t 
 }
 
 // 32-bit load of two adjacent bf16 from shared memory (fragment element pairs).
-__device__ __forceinline__ uint32_t lds_u32(const __nv_bfloat16* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
+__device__ __forceinline__ uint32_t lds_u32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // 16-byte global -> shared copy that bypasses registers; src_bytes = 0 zero-fills the destination
 // (used for rows past the end of a group, so the MMA sees zeros instead of stale data).

@@ -14,8 +14,7 @@ __device__ __forceinline__ int first_visible_key(int pos, int window) {
 
 // Element offset of key j's row (K or V, same layout) for KV head kv_head, or -1 when the block
 // table does not cover j or names a block outside the pool: such keys are masked, never read.
-__device__ __forceinline__ int64_t kv_row_offset(const AttentionArgs& a, const SeqStep& seq, int kv_head,
-                                                 int j) {
+__device__ __forceinline__ int64_t kv_row_offset(const AttentionArgs& a, const SeqStep& seq, int kv_head, int j) {
   const int bs = a.plan.block_size;
   const int logical = j / bs;
   int idx, len;

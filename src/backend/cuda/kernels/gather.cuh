@@ -11,7 +11,7 @@ struct GatherRowsArgs {
   const int32_t* rows;  // [num_rows] device indices, validated on the host
   void* out;            // [num_rows, row_bytes]
   int num_rows;
-  int64_t row_bytes;    // multiple of 2 (bf16 or f32 rows)
+  int64_t row_bytes;  // multiple of 2 (bf16 or f32 rows)
 };
 
 cudaError_t launch_gather_rows(const GatherRowsArgs& args, cudaStream_t stream);

@@ -14,8 +14,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 void validate_moe_args(const MoeArgs& a) {
   OSSRT_CU_CHECK(a.num_tokens >= 0, "moe: negative token count ", a.num_tokens);
-  OSSRT_CU_CHECK(a.top_k >= 1 && a.top_k <= a.num_experts, "moe: top_k ", a.top_k, " must be in [1, E = ",
-                 a.num_experts, "]");
+  OSSRT_CU_CHECK(a.top_k >= 1 && a.top_k <= a.num_experts, "moe: top_k ", a.top_k,
+                 " must be in [1, E = ", a.num_experts, "]");
   OSSRT_CU_CHECK(a.num_experts >= 1 && a.num_experts <= kMoeMaxExperts, "moe: ", a.num_experts,
                  " experts, the kernels handle 1..", kMoeMaxExperts);
   OSSRT_CU_CHECK(a.hidden > 0 && a.hidden % 64 == 0, "moe: hidden ", a.hidden, " must be a positive multiple of 64");
@@ -42,8 +42,8 @@ size_t moe_workspace_bytes(int max_tokens, int top_k, int num_experts, int hidde
 void launch_bf16_bf16w_moe(const MoeArgs& a, cudaStream_t stream) {
   validate_moe_args(a);
   if (a.num_tokens == 0) return;
-  const MoeWorkspace ws = carve_moe_workspace(a.workspace, a.num_tokens, a.top_k, a.num_experts, a.hidden,
-                                              a.intermediate);
+  const MoeWorkspace ws =
+      carve_moe_workspace(a.workspace, a.num_tokens, a.top_k, a.num_experts, a.hidden, a.intermediate);
   const int pairs = a.num_tokens * a.top_k;
   launch_moe_route(a.ids, pairs, a.num_experts, ws, stream);
 

@@ -27,9 +27,9 @@ struct MoeArgs {
   float swiglu_alpha = 1.702f;
   float swiglu_limit = 7.0f;
 
-  const uint16_t* x = nullptr;        // bf16 [T, H]
-  const int32_t* ids = nullptr;       // I32 [T, k]; every id must be in [0, E)
-  const float* weights = nullptr;     // F32 [T, k]
+  const uint16_t* x = nullptr;          // bf16 [T, H]
+  const int32_t* ids = nullptr;         // I32 [T, k]; every id must be in [0, E)
+  const float* weights = nullptr;       // F32 [T, k]
   const uint16_t* gate_up_w = nullptr;  // bf16 [E, 2I, H]; row 2j = gate j, row 2j+1 = up j
   const void* gate_up_b = nullptr;      // [E, 2I], f32 or bf16 (bias_bf16)
   const uint16_t* down_w = nullptr;     // bf16 [E, H, I]

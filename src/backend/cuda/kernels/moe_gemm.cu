@@ -69,7 +69,7 @@ __device__ __forceinline__ void moe_grouped_gemm_tile(const MoeGemmArgs& a) {
   cp_async_commit();
   for (int kt = 0; kt < k_tiles; ++kt) {
     if (kt + 1 < k_tiles) load_stage((kt + 1) & 1, (kt + 1) * kBK);
-    cp_async_commit();  // possibly empty group, keeps the wait count uniform
+    cp_async_commit();   // possibly empty group, keeps the wait count uniform
     cp_async_wait<1>();  // stage kt has landed
     __syncthreads();
     const int st = kt & 1;

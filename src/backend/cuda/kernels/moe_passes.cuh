@@ -27,7 +27,7 @@ struct MoeWorkspace {
   uint16_t* act = nullptr;         // bf16 [T*k, I] SwiGLU activations, grouped order
   float* y = nullptr;              // f32 [T*k, H] expert outputs incl. down bias, grouped order
   int max_tiles = 0;
-  size_t bytes = 0;                // total size of the layout
+  size_t bytes = 0;  // total size of the layout
 };
 
 inline int moe_max_tiles(int pairs, int num_experts) {
@@ -64,11 +64,11 @@ inline MoeWorkspace carve_moe_workspace(void* base, int tokens, int top_k, int n
 // One grouped GEMM: for every tile, rows of A (gathered token rows of x, or grouped rows of act)
 // times W[expert]^T ([N, K] row-major, PyTorch Linear) plus bias[expert], then the epilogue.
 struct MoeGemmArgs {
-  const uint16_t* a = nullptr;          // bf16; gate_up: x [T, K]; down: act [T*k, K]
-  const int32_t* pos_to_pair = nullptr; // gate_up only: grouped row -> pair (token = pair / top_k)
+  const uint16_t* a = nullptr;           // bf16; gate_up: x [T, K]; down: act [T*k, K]
+  const int32_t* pos_to_pair = nullptr;  // gate_up only: grouped row -> pair (token = pair / top_k)
   int top_k = 1;
-  const uint16_t* w = nullptr;          // bf16 [E, N, K]
-  const void* bias = nullptr;           // [E, N], f32 or bf16
+  const uint16_t* w = nullptr;  // bf16 [E, N, K]
+  const void* bias = nullptr;   // [E, N], f32 or bf16
   bool bias_bf16 = false;
   int n = 0, k = 0;
   const int32_t* num_tiles = nullptr;
@@ -77,8 +77,8 @@ struct MoeGemmArgs {
   const int32_t* offsets = nullptr;
   int max_tiles = 0;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // gate_up epilogue
-  uint16_t* act_out = nullptr;  // gate_up: bf16 [rows, N / 2]
-  float* y_out = nullptr;       // down: f32 [rows, N]
+  uint16_t* act_out = nullptr;                       // gate_up: bf16 [rows, N / 2]
+  float* y_out = nullptr;                            // down: f32 [rows, N]
 };
 
 // Grouping: counts, offsets, tile list and the permutation (moe_route.cu).

@@ -63,8 +63,8 @@ __global__ void moe_scatter_pairs(const int32_t* ids, int pairs, int num_experts
 }
 
 // One CTA per token; each thread 4 consecutive features.
-__global__ void __launch_bounds__(kThreads) moe_combine(const float* weights, int top_k, int hidden, MoeWorkspace ws,
-                                                        void* out, bool out_bf16) {
+__global__ void __launch_bounds__(kThreads)
+    moe_combine(const float* weights, int top_k, int hidden, MoeWorkspace ws, void* out, bool out_bf16) {
   const int t = blockIdx.x;
   for (int n = threadIdx.x * 4; n < hidden; n += blockDim.x * 4) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);

@@ -47,8 +47,10 @@ __global__ void f32_rmsnorm(RmsNormArgs a) {
   for (int i = threadIdx.x; i < a.hidden; i += kThreads) {
     const float v = a.residual ? a.residual[base + i] : load(a.x, base + i);
     const float y = v * inv_rms * load(a.weight, i);
-    if (a.out_f32) static_cast<float*>(a.out)[base + i] = y;
-    else static_cast<__nv_bfloat16*>(a.out)[base + i] = __float2bfloat16_rn(y);
+    if (a.out_f32)
+      static_cast<float*>(a.out)[base + i] = y;
+    else
+      static_cast<__nv_bfloat16*>(a.out)[base + i] = __float2bfloat16_rn(y);
   }
 }
 

@@ -14,11 +14,11 @@ struct RowsRef {
 };
 
 struct RmsNormArgs {
-  RowsRef x;          // input rows (ignored when residual is set: the residual is the input)
-  float* residual;    // fused add: residual += delta first, then normalize the residual; null = plain
-  RowsRef delta;      // [rows, hidden] when residual is set
-  RowsRef weight;     // [hidden]
-  void* out;          // [rows, hidden]; null = no normalized output (plain residual add)
+  RowsRef x;        // input rows (ignored when residual is set: the residual is the input)
+  float* residual;  // fused add: residual += delta first, then normalize the residual; null = plain
+  RowsRef delta;    // [rows, hidden] when residual is set
+  RowsRef weight;   // [hidden]
+  void* out;        // [rows, hidden]; null = no normalized output (plain residual add)
   bool out_f32;
   int rows;
   int hidden;

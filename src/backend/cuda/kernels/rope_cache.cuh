@@ -25,7 +25,7 @@ struct RopeCacheWriteArgs {
   // RopeParams::inv_freq, float32 bit for bit as HF transformers makes it; the kernel forms the angle
   // as the reference does, one float32 product position * inv_freq (docs/cuda_backend.md, RoPE).
   float inv_freq[kRopeHalf];
-  float concentration;       // YaRN attention factor multiplying cos and sin (float32)
+  float concentration;  // YaRN attention factor multiplying cos and sin (float32)
 };
 
 cudaError_t launch_bf16_rope_kv_cache_write(const RopeCacheWriteArgs& args, cudaStream_t stream);

@@ -14,8 +14,8 @@ struct RouterTopkArgs {
   const float* logits;  // [num_tokens, num_experts], without bias
   const void* bias;     // [num_experts]
   bool bias_f32;
-  int32_t* ids;         // [num_tokens, k]
-  float* weights;       // [num_tokens, k]
+  int32_t* ids;    // [num_tokens, k]
+  float* weights;  // [num_tokens, k]
   int num_tokens;
   int num_experts;
   int k;

@@ -82,8 +82,8 @@ __device__ uint32_t kth_largest_key(const Row& row, int vocab, int k, uint32_t* 
 
 // Key tau of the smallest set {key >= tau} (within keys >= floor_key) whose unnormalized mass
 // reaches `target`: mass(key > tau) < target <= mass(key >= tau).
-__device__ uint32_t top_p_key(const Row& row, int vocab, uint32_t floor_key, float target, float max_logit,
-                              float inv_t, float* hist) {
+__device__ uint32_t top_p_key(const Row& row, int vocab, uint32_t floor_key, float target, float max_logit, float inv_t,
+                              float* hist) {
   uint32_t prefix = 0, mask = 0;
   __shared__ uint32_t s_digit;
   __shared__ float s_target;
@@ -93,7 +93,8 @@ __device__ uint32_t top_p_key(const Row& row, int vocab, uint32_t floor_key, flo
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
       const float l = row.at(i);
       const uint32_t key = order_key(l);
-      if (key >= floor_key && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], __expf((l - max_logit) * inv_t));
+      if (key >= floor_key && (key & mask) == prefix)
+        atomicAdd(&hist[(key >> shift) & 0xFF], __expf((l - max_logit) * inv_t));
     }
     __syncthreads();
     if (threadIdx.x == 0) {

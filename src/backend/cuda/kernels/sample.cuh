@@ -20,13 +20,13 @@ struct SampleRowParams {  // mirrors ossrt::SamplingRowParams (same layout, stat
 };
 
 struct SampleArgs {
-  const float* logits;             // [rows, vocab]
-  const SampleRowParams* params;   // [rows]
-  const uint32_t* masks;           // [masked rows, mask_words]: bit i % 32 of word i / 32 = token i allowed
-  int32_t* out_ids;                // [rows]
+  const float* logits;            // [rows, vocab]
+  const SampleRowParams* params;  // [rows]
+  const uint32_t* masks;          // [masked rows, mask_words]: bit i % 32 of word i / 32 = token i allowed
+  int32_t* out_ids;               // [rows]
   int rows;
   int vocab;
-  int mask_words;                  // (vocab + 31) / 32
+  int mask_words;  // (vocab + 31) / 32
 };
 
 cudaError_t launch_f32_sample_topk_topp(const SampleArgs& args, cudaStream_t stream);
