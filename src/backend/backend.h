@@ -220,7 +220,20 @@ class Backend {
 };
 
 // What a backend is made with (backend/registry/registry.h: make_backend).
+// How a backend holds the linear weights (`--quantization`, issue 15). The runtime resolves the
+// flag (auto included) to one of these before the backend is made; a backend refuses, with an Error
+// naming the format, one it does not implement.
+enum class WeightFormat : uint8_t {
+  Reference,  // the checkpoint's values as they are: CPU f32 (MXFP4 decoded exactly); CUDA bf16
+              // everywhere, MXFP4 experts expanded to bf16 at load (today's CUDA path)
+  Mxfp4,      // experts stay MXFP4 in memory (e2m1 values, one e8m0 scale per 32), rest as Reference
+  Fp8,        // every linear weight but the router e4m3 with an fp32 scale per 128x128 block,
+              // activations quantized per 1x128 on the fly
+  Mxfp4Fp8,   // MXFP4 experts, FP8 block-scaled attention projections and unembedding
+};
+
 struct BackendOptions {
+  WeightFormat weight_format = WeightFormat::Reference;
   int threads = 0;       // CPU: worker threads (0 = all cores)
   int device_index = 0;  // CUDA
   // CUDA: capacities its start-up memory plan is sized for (plan buffers, router/MoE/attention
