@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of ossrt from Debian's archive and the npm registry.
 # clang-16 (+ its sanitizer and libFuzzer runtimes, llvm-symbolizer) builds the sanitizer and
-# fuzzing tree that scripts/test.sh runs after the main one. xmllint and rsvg-convert check that the
+# fuzzing tree that scripts/test.sh runs after the main one; clang-format-16 checks the format
+# (scripts/lint.sh, .clang-format). xmllint and rsvg-convert check that the
 # benchmark's SVG plots parse and render (tests/e2e/bench.test.js).
 # Idempotent: packages already present are skipped by apt; npm packages are installed into
 # third_party/npm (ignored by git) only when missing.
@@ -12,7 +13,7 @@ DEBS=(build-essential cmake ninja-build pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev
       libpcre2-dev nlohmann-json3-dev libboost-dev libboost-system-dev
       libcli11-dev libspdlog-dev libfmt-dev libsleef-dev
-      clang-16 libclang-rt-16-dev llvm-16
+      clang-16 libclang-rt-16-dev llvm-16 clang-format-16
       libxml2-utils librsvg2-bin
       nodejs npm ca-certificates)
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs every test that can run on this machine: unit and golden
+# Installs dependencies, builds (warnings as errors), checks format and citations (scripts/lint.sh),
+# and runs every test that can run on this machine: unit and golden
 # tests (ctest, label unit), end-to-end server tests (label e2e), and the GPU tests (label gpu) only
 # where a GPU is present. Then the sanitizer stage, in an ASan+UBSan build made with clang
 # (build-asan): every unit test executable once (scripts/run_test_binaries.sh), the end-to-end tests
@@ -13,7 +14,8 @@ bash scripts/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 # A target that fails to compile must not hide every other test: build what can be built, run it,
 # and count the failed build as one more failure.
 build_failed=0
-OSSRT_KEEP_GOING=1 bash scripts/build.sh || build_failed=1
+# Warnings in our C++ are errors in this build (CMakeLists.txt, OSSRT_WERROR).
+OSSRT_KEEP_GOING=1 bash scripts/build.sh -DOSSRT_WERROR=ON || build_failed=1
 echo "== build done after $SECONDS s"
 BUILD_DIR=${OSSRT_BUILD_DIR:-build}
 LABELS="-LE gpu"
@@ -31,6 +33,8 @@ if [ "$build_failed" -ne 0 ]; then
   echo "the build failed (see above): counted as one failed test"
   failed=$((failed + 1))
 fi
+# Format and citations (scripts/lint.sh): one test.
+if bash scripts/lint.sh; then passed=$((passed + 1)); echo "== lint: ok"; else failed=$((failed + 1)); echo "== lint: FAILED"; fi
 
 echo "== tests done after $SECONDS s"
 if [ "${OSSRT_SKIP_SANITIZE:-0}" != 1 ]; then
