@@ -135,7 +135,9 @@ TEST(CudaModel, TinyActivationsMatchCpuOpByOp) {
       std::printf("[act] %-22s rel_l2 %.3g nan %zu | worst row %zu (%.3g), rows over tol %zu\n", name.c_str(), s.rel_l2,
                   s.nan_count, worst_row, worst, bad_rows);
     }
-    if (!ids) EXPECT_LT(s.rel_l2, 2e-2) << name;
+    if (!ids) {
+      EXPECT_LT(s.rel_l2, 2e-2) << name;
+    }
   }
 }
 

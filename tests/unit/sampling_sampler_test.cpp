@@ -15,7 +15,9 @@ struct Row {
   SamplingState state;
   Row(SamplingParams p, uint64_t seed, std::vector<int32_t> prompt = {})
       : params(std::move(p)), state(seed, prompt, params) {}
-  SamplingRow view(std::span<const int32_t> suppressed = {}) const { return SamplingRow{&params, &state, suppressed}; }
+  SamplingRow view(std::span<const int32_t> suppressed = {}) const {
+    return SamplingRow{&params, &state, suppressed, {}};
+  }
 };
 
 std::vector<int32_t> draw_many(Sampler& s, Row& r, const std::vector<float>& logits, int n) {

@@ -130,7 +130,11 @@ TEST(RequestFields, SamplingValuesOutsideTheEngineAre400sNamingTheField) {
       parse_sampling(Json::parse(R"({"top_k": 2147483648, "top_p": 1e-300})"), SamplingApi::Chat, limits);
   EXPECT_EQ(s.params.top_k, 0);        // beyond the vocabulary: every token kept
   EXPECT_EQ(s.params.top_p, FLT_MIN);  // positive, as asked
-  EXPECT_FALSE(validate_generation_request(GenerationRequest{"x", {1, 2}, s.params}, limits));
+  GenerationRequest request;
+  request.id = "x";
+  request.prompt_ids = {1, 2};
+  request.sampling = s.params;
+  EXPECT_FALSE(validate_generation_request(request, limits));
 }
 
 TEST(RequestFields, ContextOverflowMessageUses64BitSums) {
