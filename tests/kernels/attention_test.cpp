@@ -396,6 +396,29 @@ TEST(AttentionKernels, LongSequenceDecode) {
   for (int splits : {1, 3}) expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::Decode, splits));
 }
 
+TEST(AttentionKernels, DecodeAtEverySplitCount) {
+  REQUIRE_GPU();
+  // 20,000 keys: the kernel's own slicing wants 32 splits of 640 keys; grids of 1..32 splits make
+  // the slices grow to cover the range (tiles of 64 keys, a ragged last tile, splits that end
+  // mid-block). Plus a sequence that needs only one split beside it, and the window, where the
+  // split count is capped by the 128 visible keys.
+  const Problem full = make_problem(full_causal({{19999, 1}, {200, 1}}, 54));
+  const DeviceProblem full_dev(full);
+  const Problem window = make_problem(sliding({{19999, 1}, {200, 1}}, 55));
+  const DeviceProblem window_dev(window);
+  for (int splits : {1, 2, 3, 5, 8, 13, 31, 32}) {
+    SCOPED_TRACE("splits " + std::to_string(splits));
+    expect_matches_reference(full, run_attention(full, full_dev, full_dev.plan.view, Kernel::Decode, splits));
+    expect_matches_reference(window, run_attention(window, window_dev, window_dev.plan.view, Kernel::Decode, splits));
+  }
+}
+
+TEST(AttentionKernels, DecodeAtTheLongestContext) {
+  REQUIRE_GPU();
+  // gpt-oss's whole context: one query at position 131,071 over 131,072 keys (32 splits of 4,096).
+  check_case(full_causal({{131071, 1}}, 56), Kernel::Decode);
+}
+
 std::vector<SeqSpec> random_decode_batch(int n, int max_context, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<SeqSpec> seqs;
@@ -499,11 +522,12 @@ TEST(AttentionKernels, RejectsBadArguments) {
 
 TEST(AttentionKernels, DecodeSplitsCoverContextsUpToTheMaximum) {
   // Host-only: the split count must give every context up to max_context its own slicing
-  // (64 keys per split, at most kAttnMaxDecodeSplits), independent of the batch size.
+  // (at least 256 keys per split, at most kAttnMaxDecodeSplits), independent of the batch size.
   EXPECT_EQ(attention_decode_splits(1, kHkv, 1), 1);
-  EXPECT_EQ(attention_decode_splits(1, kHkv, 64), 1);
-  EXPECT_EQ(attention_decode_splits(1, kHkv, 65), 2);
-  EXPECT_EQ(attention_decode_splits(256, kHkv, 65), 2);
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 256), 1);
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 257), 2);
+  EXPECT_EQ(attention_decode_splits(256, kHkv, 257), 2);
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 8192), kAttnMaxDecodeSplits);
   EXPECT_EQ(attention_decode_splits(1, kHkv, 1 << 20), kAttnMaxDecodeSplits);
   EXPECT_EQ(attention_decode_workspace_bytes(2, kHq, 3), size_t(2) * kHq * 3 * (kD + 2) * sizeof(float));
 }

@@ -55,7 +55,7 @@ struct AttentionArgs {
 };
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys
-// by its own length, 64 keys a split up to 32 splits, so results do not depend on the batch).
+// by its own length, at least 256 keys a split, up to 32 splits, so results do not depend on the batch).
 // For CUDA graphs pass the largest context the graph may ever replay with (or simply
 // kAttnMaxDecodeSplits): a smaller count stays correct but loses batch invariance. The other
 // arguments do not change the result (kept so callers need not change if occupancy enters later).

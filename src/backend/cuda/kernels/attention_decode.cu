@@ -1,17 +1,20 @@
-// bf16_sdpa_sinks_d64_decode: one query token per sequence, split-KV.
+// bf16_sdpa_sinks_d64_decode: one query token per sequence, split-KV, on tensor cores.
 //
-// Decode reads the whole visible context for a handful of query rows, so it is bandwidth-bound and
-// tensor cores buy nothing (8 rows would fill half an m16 tile). Instead:
-//   pass 1 (grid splits x Hkv x seqs): each CTA takes a contiguous slice of the sequence's visible
-//     keys, for all 8 query heads of its KV head. Lane i of a warp scores key i of a 32-key chunk
-//     (the K row read once, 8 dot products against q in shared memory); then the warp accumulates
-//     P V with lane i owning dims 2i, 2i+1, so V rows are read coalesced. The CTA writes an
-//     unnormalised partial (max m, sum l, acc) per head, starting from m = -inf, l = 0: the sink
-//     is left out here so it is counted once, in
+//   pass 1 (grid splits x Hkv x seqs, 4 warps): each CTA takes a contiguous slice of the sequence's
+//     visible keys for all 8 query heads of its KV head, so every K/V row is read from DRAM once.
+//     Keys stream through shared memory in 64-key tiles (K and V, cp.async, double-buffered); warp
+//     w takes keys 16w..16w+15 of each tile. Scores are one m16n8k16 MMA chain with the 8 heads as
+//     rows 0-7 (rows 8-15 are zero: half an MMA is wasted, but the kernel is bandwidth-bound and
+//     the MMA replaces 8 x 64 FMAs per key and lane); P (bf16, as in the prefill kernel) times V
+//     is a second MMA with V's B fragments from ldmatrix.trans. Each warp keeps its own online
+//     softmax state (base 2); the CTA merges its 4 warps and writes an unnormalised partial
+//     (max m, sum l, acc) per head, starting from m = -inf, l = 0: the sink is left out here so it
+//     is counted once, in
 //   pass 2 (grid seqs x Hq/8): merges the partials of each head with the sink logit as the initial
 //     max, then normalises and writes bf16.
-// The split bounds are computed per sequence on the device from its own context, so one grid
-// (one captured graph) serves any mix of context lengths.
+// The split bounds are computed per sequence on the device from its own context (at least 256
+// keys a split), so one grid (one captured graph) serves any mix of context lengths; splits beyond
+// what a sequence needs exit at once and write nothing, and pass 2 reads only the used ones.
 #include <algorithm>
 #include <cfloat>
 
@@ -26,9 +29,13 @@ constexpr int kD = kAttnHeadDim;
 constexpr int kGroup = kAttnQHeadsPerKvHead;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kChunk = 32;  // keys per warp iteration: one per lane
+constexpr int kTileKeys = 64;                  // keys per shared-memory tile, 16 per warp
+constexpr int kWarpKeys = kTileKeys / kWarps;  // 16: one MMA k-step of P.V
 // A split never takes fewer keys than this, so short contexts use few splits (the rest exit).
-constexpr int kMinKeysPerSplit = 2 * kChunk;
+constexpr int kMinKeysPerSplit = 256;
+// Shared rows padded to 72 bf16 (144 bytes): the 8 rows an ldmatrix phase or a fragment load
+// touches start 16 bytes apart modulo 128, so they hit distinct banks; 144 keeps 16-byte alignment.
+constexpr int kPitch = kD + 8;
 
 struct DecodePartials {
   float* acc;  // [num_seqs][Hq][splits][64]
@@ -42,18 +49,27 @@ __host__ __device__ inline DecodePartials decode_partials(void* ws, int num_seqs
   return {base, base + states * kD, base + states * (kD + 1)};
 }
 
-// Key slice [begin, end) of split `split` within the visible range [lo, hi]. The slice size depends
-// only on the sequence's own visible length, not on the grid, so a sequence gets bit-identical
-// partials whatever the batch (batch invariance), as long as the grid has the splits it needs
+// Keys per split for a visible range of n keys on a grid of `splits`. The size depends only on the
+// sequence's own visible length, not on the grid, so a sequence gets bit-identical partials whatever
+// the batch (batch invariance), as long as the grid has the splits it needs
 // (attention_decode_splits(max_context) guarantees that). With a smaller grid the slices grow to
-// cover the range anyway: never wrong, only not batch-invariant.
-__device__ inline void split_range(int lo, int hi, int splits, int split, int& begin, int& end) {
-  const int n = hi - lo + 1;
-  const int own = max((n + kAttnMaxDecodeSplits - 1) / kAttnMaxDecodeSplits, kMinKeysPerSplit);
+// cover the range anyway: never wrong, only not batch-invariant. Whole tiles, so the tile grid of a
+// split starts at its first key.
+__host__ __device__ inline int keys_per_split(int n, int splits) {
+  const int spread = (n + kAttnMaxDecodeSplits - 1) / kAttnMaxDecodeSplits;
+  const int own = spread > kMinKeysPerSplit ? spread : kMinKeysPerSplit;
   const int cover = (n + splits - 1) / splits;
-  const int per = (max(own, cover) + kChunk - 1) / kChunk * kChunk;
-  begin = lo + split * per;
-  end = min(begin + per, hi + 1);
+  return ((own > cover ? own : cover) + kTileKeys - 1) / kTileKeys * kTileKeys;
+}
+
+// ldmatrix.x4.trans: four 8x8 bf16 matrices, thread i giving the address of row i % 8 of matrix
+// i / 8; thread (g, c) receives elements [2c][g] and [2c+1][g] of each: the m16n8k16 B fragment
+// of a row-major [k][n] tile.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
 __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
@@ -61,83 +77,122 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   const SeqStep seq = a.plan.seqs[seq_index];
   if (seq.num_tokens != 1) return;  // padding (0 tokens); the launcher rejects > 1
   const int pos = seq.context_begin;
-  int begin, end;
-  split_range(first_visible_key(pos, a.window), pos, a.num_splits, split, begin, end);
+  const int lo = first_visible_key(pos, a.window);
+  const int per = keys_per_split(pos - lo + 1, a.num_splits);
+  const int begin = lo + split * per;
+  const int end = min(begin + per, pos + 1);
+  if (begin >= end) return;  // a split this sequence does not use: pass 2 does not read it
 
-  __shared__ alignas(16) float q_s[kGroup][kD];  // pre-scaled by sm_scale * log2(e)
-  __shared__ float p_s[kWarps][kGroup][kChunk];
-  __shared__ int64_t vrow_s[kWarps][kChunk];
+  __shared__ alignas(16) __nv_bfloat16 k_s[2][kTileKeys][kPitch];
+  __shared__ alignas(16) __nv_bfloat16 v_s[2][kTileKeys][kPitch];
+  __shared__ bool valid_s[2][kTileKeys];
   __shared__ float m_s[kWarps][kGroup], l_s[kWarps][kGroup];
   __shared__ float acc_s[kWarps][kGroup][kD];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, c = lane % 4;
   const float scale_log2 = a.sm_scale * kLog2e;
-  const uint16_t* q = a.qkv + int64_t(seq.token_begin) * a.qkv_row_stride + kv_head * kGroup * kD;
-  for (int i = tid; i < kGroup * kD; i += kThreads) q_s[i / kD][i % kD] = bf16_bits_to_float(q[i]) * scale_log2;
-  __syncthreads();
 
-  float m[kGroup], l[kGroup], acc[kGroup][2];
+  // Q fragments (A operand, 16 x 64): row g = query head g of this KV head, rows 8-15 zero.
+  uint32_t qa[kD / 16][4];
+  {
+    const uint16_t* q = a.qkv + int64_t(seq.token_begin) * a.qkv_row_stride + (kv_head * kGroup + g) * kD;
 #pragma unroll
-  for (int h = 0; h < kGroup; ++h) m[h] = -INFINITY, l[h] = 0.f, acc[h][0] = acc[h][1] = 0.f;
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      qa[kk][0] = *reinterpret_cast<const uint32_t*>(q + kk * 16 + 2 * c);
+      qa[kk][1] = 0;
+      qa[kk][2] = *reinterpret_cast<const uint32_t*>(q + kk * 16 + 8 + 2 * c);
+      qa[kk][3] = 0;
+    }
+  }
 
-  for (int key0 = begin + warp * kChunk; key0 < end; key0 += kWarps * kChunk) {
-    const int j = key0 + lane;
-    const int64_t off = j < end ? kv_row_offset(a, seq, kv_head, j) : -1;
-    float s[kGroup];
+  // Tile loader: thread copies 16-byte chunk tid % 8 of rows tid / 8 + 16 i (i < 4), K and V.
+  // Keys past the slice or outside the block table are zero-filled and marked invalid (masked).
+  const int load_row = tid / 8, load_chunk = (tid % 8) * 8;
+  auto load_tile = [&](int stage, int key0) {
 #pragma unroll
-    for (int h = 0; h < kGroup; ++h) s[h] = 0.f;
-    if (off >= 0) {
-      const uint4* krow = reinterpret_cast<const uint4*>(a.k_cache + off);
+    for (int i = 0; i < kTileKeys / 16; ++i) {
+      const int r = load_row + 16 * i;
+      const int j = key0 + r;
+      const int64_t off = j < end ? kv_row_offset(a, seq, kv_head, j) : -1;
+      const bool ok = off >= 0;
+      cp_async_16(&k_s[stage][r][load_chunk], ok ? a.k_cache + off + load_chunk : a.k_cache, ok);
+      cp_async_16(&v_s[stage][r][load_chunk], ok ? a.v_cache + off + load_chunk : a.v_cache, ok);
+      if (load_chunk == 0) valid_s[stage][r] = ok;
+    }
+  };
+
+  float m = -INFINITY, l = 0.f;  // row g's running max (log2 domain) and this thread's partial sum
+  float acc[kD / 8][4] = {};     // O rows g (elements 0, 1) and g + 8 (2, 3; stay zero), 8 dim tiles
+  const int tiles = (end - begin + kTileKeys - 1) / kTileKeys;
+  load_tile(0, begin);
+  cp_async_commit();
+  for (int t = 0; t < tiles; ++t) {
+    if (t + 1 < tiles) load_tile((t + 1) & 1, begin + (t + 1) * kTileKeys);
+    cp_async_commit();   // possibly empty group, keeps the wait count uniform
+    cp_async_wait<1>();  // tile t has landed
+    __syncthreads();
+    const int st = t & 1;
+    const int row0 = warp * kWarpKeys;
+
+    // S = Q K^T for this warp's 16 keys: two n-tiles of 8 keys.
+    float s[2][4] = {};
 #pragma unroll
-      for (int chunk = 0; chunk < kD / 8; ++chunk) {
-        const uint4 kv = krow[chunk];
-        const uint32_t words[4] = {kv.x, kv.y, kv.z, kv.w};
+    for (int kk = 0; kk < kD / 16; ++kk) {
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const float2 kf = unpack_bf16x2(words[w]);
-          const int d = chunk * 8 + 2 * w;
-#pragma unroll
-          for (int h = 0; h < kGroup; ++h) s[h] += q_s[h][d] * kf.x + q_s[h][d + 1] * kf.y;
-        }
+      for (int nt = 0; nt < 2; ++nt) {
+        const __nv_bfloat16* krow = &k_s[st][row0 + nt * 8 + g][kk * 16 + 2 * c];
+        const uint32_t b[2] = {lds_u32(krow), lds_u32(krow + 8)};
+        mma_bf16_m16n8k16(s[nt], qa[kk], b);
       }
     }
+    // Thread (g, c) holds head g's scores of keys row0 + nt*8 + 2c, +1.
+    float tile_max = -INFINITY;
 #pragma unroll
-    for (int h = 0; h < kGroup; ++h) {
-      if (off < 0) s[h] = -INFINITY;
-      const float m_new = fmaxf(m[h], warp_max(s[h]));
-      // m_new is -inf only while every key so far was masked; keep p = 0 and skip the rescale then.
-      const float p = m_new == -INFINITY ? 0.f : exp2f(s[h] - m_new);
-      const float alpha = m_new == -INFINITY ? 1.f : exp2f(m[h] - m_new);
-      m[h] = m_new;
-      l[h] = l[h] * alpha + p;  // lane-partial sum; all lanes share m, reduced at the end
-      acc[h][0] *= alpha;
-      acc[h][1] *= alpha;
-      p_s[warp][h][lane] = p;
-    }
-    vrow_s[warp][lane] = off;
-    __syncwarp();
-    const int n_keys = min(kChunk, end - key0);
-    for (int i = 0; i < n_keys; ++i) {
-      const int64_t voff = vrow_s[warp][i];
-      if (voff < 0) continue;  // masked key: p is 0 and its row may not exist
-      const float2 v = unpack_bf16x2(*reinterpret_cast<const uint32_t*>(a.v_cache + voff + 2 * lane));
+    for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int h = 0; h < kGroup; ++h) {
-        const float p = p_s[warp][h][i];
-        acc[h][0] += p * v.x;
-        acc[h][1] += p * v.y;
+      for (int e = 0; e < 2; ++e) {
+        const bool ok = valid_s[st][row0 + nt * 8 + 2 * c + e];
+        s[nt][e] = ok ? s[nt][e] * scale_log2 : -INFINITY;
+        tile_max = fmaxf(tile_max, s[nt][e]);
       }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float m_new = fmaxf(m, tile_max);
+    // m_new is -inf only while every key so far was masked; keep p = 0 and skip the rescale then.
+    const float alpha = m_new == -INFINITY ? 1.f : exp2f(m - m_new);
+    float p[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) p[nt][e] = m_new == -INFINITY ? 0.f : exp2f(s[nt][e] - m_new);
+    m = m_new;
+    l = l * alpha + (p[0][0] + p[0][1] + p[1][0] + p[1][1]);
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt) acc[dt][0] *= alpha, acc[dt][1] *= alpha;
+
+    // O += P V: P is the A operand (keys 0-7 from n-tile 0, 8-15 from n-tile 1), rows 8-15 zero.
+    const uint32_t pa[4] = {pack_bf16x2(p[0][0], p[0][1]), 0u, pack_bf16x2(p[1][0], p[1][1]), 0u};
+    const int mat = lane / 8, mat_row = lane % 8;
+#pragma unroll
+    for (int dp = 0; dp < kD / 16; ++dp) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, &v_s[st][row0 + (mat & 1) * 8 + mat_row][dp * 16 + (mat >> 1) * 8]);
+      const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+      mma_bf16_m16n8k16(acc[2 * dp], pa, b0);
+      mma_bf16_m16n8k16(acc[2 * dp + 1], pa, b1);
     }
-    __syncwarp();  // p_s / vrow_s are rewritten by the next chunk
+    __syncthreads();  // the next iteration's cp.async overwrites this stage
   }
 
   // Merge the 4 warps' states, then write this split's partial per head.
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (c == 0) m_s[warp][g] = m, l_s[warp][g] = l;
 #pragma unroll
-  for (int h = 0; h < kGroup; ++h) {
-    const float lsum = warp_sum(l[h]);
-    if (lane == 0) m_s[warp][h] = m[h], l_s[warp][h] = lsum;
-    acc_s[warp][h][2 * lane] = acc[h][0];
-    acc_s[warp][h][2 * lane + 1] = acc[h][1];
+  for (int dt = 0; dt < kD / 8; ++dt) {
+    acc_s[warp][g][dt * 8 + 2 * c] = acc[dt][0];
+    acc_s[warp][g][dt * 8 + 2 * c + 1] = acc[dt][1];
   }
   __syncthreads();
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
@@ -168,12 +223,16 @@ __global__ void __launch_bounds__(kGroup * 32) bf16_sdpa_sinks_d64_decode_combin
   const int head = blockIdx.y * kGroup + warp;
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
   const int64_t state0 = (int64_t(seq_index) * a.num_q_heads + head) * a.num_splits;
+  // The splits pass 1 wrote for this sequence (the others exited without writing).
+  const int n = seq.context_begin - first_visible_key(seq.context_begin, a.window) + 1;
+  const int per = keys_per_split(n, a.num_splits);
+  const int used = min(a.num_splits, (n + per - 1) / per);
   const float sink_log2 = bf16_bits_to_float(a.sinks[head]) * kLog2e;
   float mx = sink_log2;
-  for (int sp = 0; sp < a.num_splits; ++sp) mx = fmaxf(mx, part.m[state0 + sp]);
+  for (int sp = 0; sp < used; ++sp) mx = fmaxf(mx, part.m[state0 + sp]);
   float lsum = exp2f(sink_log2 - mx), o0 = 0.f, o1 = 0.f;
-  for (int sp = 0; sp < a.num_splits; ++sp) {
-    const float f = exp2f(part.m[state0 + sp] - mx);  // empty split: m = -inf -> 0
+  for (int sp = 0; sp < used; ++sp) {
+    const float f = exp2f(part.m[state0 + sp] - mx);  // a split whose keys were all masked: m = -inf -> 0
     lsum += part.l[state0 + sp] * f;
     const float2 acc = *reinterpret_cast<const float2*>(part.acc + (state0 + sp) * kD + 2 * lane);
     o0 += acc.x * f;
