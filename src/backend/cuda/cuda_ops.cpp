@@ -205,9 +205,11 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   a.num_blocks = g.num_blocks;
   a.out = static_cast<uint16_t*>(out.data);
   if (dp.max_seq_tokens == 1) {
-    // The maximum split count always: each sequence slices its own keys by its own length, so the
-    // result is batch-invariant and a captured graph stays valid as contexts grow.
-    a.num_splits = cuda::kAttnMaxDecodeSplits;
+    // Splits for the plan's max_context: each sequence slices its own keys by its own length, so
+    // the result is batch-invariant. A captured decode graph sees max_context = its context bucket
+    // (cuda_graphs.cpp), an upper bound of every context it replays with, so its grid stays valid;
+    // short contexts do not launch the 32 x Hkv x seqs CTAs of the longest one.
+    a.num_splits = cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, dp.max_context);
     OSSRT_CHECK(
         cuda::attention_decode_workspace_bytes(dp.num_seqs, p.num_q_heads, a.num_splits) <= attn_workspace_bytes_,
         "attention: decode workspace too small for {} sequences x {} heads", dp.num_seqs, p.num_q_heads);
