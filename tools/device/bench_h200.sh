@@ -24,7 +24,9 @@
 #   tools/device/bench_h200.sh cost32k              # ~6 min
 # Environment: DEADLINE_S (default 570: every step is cut to what is left of one call, so the
 # tarball is always written), and for shorter trials SERVE_CONCURRENCY / SERVE_PROMPTS,
-# COST_INPUT_LENS / COST_BATCHES / COST_CONTEXTS, KERNEL_MODELS.
+# COST_INPUT_LENS / COST_BATCHES / COST_CONTEXTS, KERNEL_MODELS / KERNEL_OPS (e.g.
+# attention_full,attention_sliding) / KERNEL_DECODE / KERNEL_PREFILL / KERNEL_CONTEXT (decode context,
+# default 1024) / KERNEL_SUFFIX (result folder kernels<suffix>, for a second context in one call).
 set -uo pipefail
 [ $# -gt 0 ] || { sed -n 2,30p "$0"; exit 2; }
 PARTS=("$@")
@@ -133,8 +135,10 @@ part_structured() {  # issue 18: 64 concurrent chat streams, JSON-Schema constra
 }
 
 part_kernels() {
+  local only=(); [ -n "${KERNEL_OPS:-}" ] && only=(--ops "$KERNEL_OPS")
   run_step "bench kernels" 300 "$OSSRT" bench kernels --models "${KERNEL_MODELS:-gpt-oss-20b,gpt-oss-120b}" \
-    --decode-tokens 1,8,64,256 --prefill-tokens 1024,8192 --result-dir "$RESULTS/$RUN/kernels"
+    --decode-tokens "${KERNEL_DECODE:-1,8,64,256}" --prefill-tokens "${KERNEL_PREFILL:-1024,8192}" \
+    --decode-context "${KERNEL_CONTEXT:-1024}" "${only[@]}" --result-dir "$RESULTS/$RUN/kernels${KERNEL_SUFFIX:-}"
 }
 
 part_cost() {
