@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "backend/cuda/cuda_graphs.h"
 #include "cuda_test_util.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
@@ -96,6 +97,17 @@ TEST(CudaGraphs, ReplayEqualsEagerOnRandomDecodePlans) {
   // Buckets 1, 2, 4, 16, 64 (all contexts in the 1024 bucket): one capture each, the rest replays.
   EXPECT_EQ(w.backend->graph_count(), 5);
   EXPECT_EQ(w.backend->graph_replays(), int(std::size(batch_sizes)) - 5);
+}
+
+TEST(CudaGraphs, BatchBucketsReach512) {
+  // Host-only: every decode batch up to 512 sequences has a graph bucket (the backend still runs a
+  // bucket beyond --max-num-seqs eagerly, CudaBackend::run_step).
+  EXPECT_EQ(cuda::decode_batch_bucket(1), 1);
+  EXPECT_EQ(cuda::decode_batch_bucket(3), 4);
+  EXPECT_EQ(cuda::decode_batch_bucket(256), 256);
+  EXPECT_EQ(cuda::decode_batch_bucket(257), 512);
+  EXPECT_EQ(cuda::decode_batch_bucket(512), 512);
+  EXPECT_EQ(cuda::decode_batch_bucket(513), 0);
 }
 
 TEST(CudaGraphs, NonDecodePlansRunEagerly) {

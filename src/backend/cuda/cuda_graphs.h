@@ -1,9 +1,9 @@
 #pragma once
 // CUDA graphs for decode steps. A decode-only plan of B sequences is padded to the next batch
-// bucket (1, 2, 4, ..., 256) with dummy sequences that read and write only the KV pools' scratch
-// block, and to a context bucket (a power of two) that fixes the attention split count baked into
-// the graph. The first plan of a (batch, context) bucket runs eagerly and is then captured; later
-// plans upload their arrays into the same fixed device buffers and replay the graph.
+// bucket (1, 2, 4, ..., 512: vLLM's largest --max-num-seqs default) with dummy sequences that read and write only the
+// KV pools' scratch block, and to a context bucket (a power of two) that fixes the attention split count baked into the
+// graph. The first plan of a (batch, context) bucket runs eagerly and is then captured; later plans upload their arrays
+// into the same fixed device buffers and replay the graph.
 #include <map>
 #include <utility>
 
@@ -17,7 +17,7 @@ class CudaBackend;
 
 namespace ossrt::cuda {
 
-inline constexpr int kDecodeBatchBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+inline constexpr int kDecodeBatchBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 inline constexpr int kMinContextBucket = 1024;
 
 // Smallest bucket >= n, or 0 when n is larger than every bucket.
@@ -34,7 +34,7 @@ class DecodeGraphCache {
   DecodeGraphCache(const DecodeGraphCache&) = delete;
   DecodeGraphCache& operator=(const DecodeGraphCache&) = delete;
 
-  // True when `plan` can run as a graph: decode-only, at most 256 sequences in row order, one
+  // True when `plan` can run as a graph: decode-only, at most 512 sequences in row order, one
   // logit row per sequence in order, KV cache allocated.
   bool graphable(const StepPlan& plan) const;
   Tensor run(const StepPlan& plan, const Backend::StepFn& step);
