@@ -280,9 +280,9 @@ CostBenchResult run_cost_bench(const CostBenchOptions& given) {
   const int gpus = o.runtime.backend == "cuda" ? o.runtime.parallel.world_size() : 1;
   result.gpus = gpus;
   std::string measured_names;  // "bf16,mxfp4": engine.quantization, which the results index reads
-  for (const auto& [asked, name] : formats) {
+  for (const auto& format : formats) {
     RuntimeOptions runtime_options = o.runtime;
-    runtime_options.quantization = asked;
+    runtime_options.quantization = format.first;
     auto runtime = ModelRuntime::build(runtime_options);
     const std::string q = runtime->quantization().name;
     Engine& engine = runtime->engine();

@@ -14,6 +14,7 @@
 #include "../test_paths.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
