@@ -98,7 +98,7 @@ TEST_F(CpuFp8Test, FusedWeightHoldsEachPartOnItsOwnGrid) {
 }
 
 TEST_F(CpuFp8Test, LinearQuantizesItsInputPerRowAnd128Channels) {
-  const int64_t T = 5, in = 300, out = 70;
+  const int64_t T = 37, in = 300, out = 70;  // more rows than one tile of the linear loop
   auto x = random_vector(rng_, T * in), w = random_vector(rng_, out * in, 0.1f), b = random_vector(rng_, out);
   for (int64_t t = 0; t < T; ++t)  // groups of very different magnitudes: each needs its own scale
     for (int64_t i = 128; i < 256; ++i) x[size_t(t * in + i)] *= 50.0f;

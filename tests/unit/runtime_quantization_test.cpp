@@ -57,8 +57,8 @@ TEST(Quantization, ResolutionTable) {
 }
 
 TEST(Quantization, RefusalsNameTheFlag) {
-  for (const std::string& requested : {"mxfp4", "mxfp4-fp8"})
-    for (const std::string& backend : {"cpu", "cuda"}) {
+  for (const std::string requested : {"mxfp4", "mxfp4-fp8"})
+    for (const std::string backend : {"cpu", "cuda"}) {
       try {
         resolve_quantization(requested, backend, checkpoint(false));
         ADD_FAILURE() << requested << " on a checkpoint with bf16 experts";
