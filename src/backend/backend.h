@@ -155,7 +155,11 @@ class Backend {
   // every format keeps as they are (upload). A backend whose weight format quantizes them (Fp8,
   // Mxfp4Fp8) quantizes each part on its own block grid, from the part's row 0 and column 0, so a
   // fused weight holds exactly its parts quantized one by one (docs/quantization.md).
-  virtual Tensor upload_linear(std::span<const HostTensor* const> parts) { return upload_concat_rows(parts); }
+  // The default holds them as upload and upload_concat_rows do (one part: upload, which may copy
+  // straight from the mapped checkpoint).
+  virtual Tensor upload_linear(std::span<const HostTensor* const> parts) {
+    return parts.size() == 1 ? upload(*parts[0]) : upload_concat_rows(parts);
+  }
 
   // ---- KV cache storage
   // Allocates the KV storage (zeroed). Called again, it replaces the previous storage (freed

@@ -166,7 +166,7 @@ class CpuBackend final : public Backend {
   }
 
   Tensor upload_linear(std::span<const HostTensor* const> parts) override {
-    if (!cpu::quantizes_dense_weights(weight_format_)) return upload_concat_rows(parts);
+    if (!cpu::quantizes_dense_weights(weight_format_)) return Backend::upload_linear(parts);
     OSSRT_CHECK(!parts.empty(), "upload_linear: no parts");
     int64_t rows = 0;
     for (const HostTensor* p : parts) {
