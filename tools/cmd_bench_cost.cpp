@@ -83,10 +83,14 @@ void setup_bench_cost(CLI::App& bench) {
       ->check(positive_list())
       ->capture_default_str()
       ->group("Cost");
-  cmd->add_option("--quantization", o->quantizations,
-                  "Weight formats to measure, one run each; today only the current one exists: auto = bf16 on cuda "
-                  "(MXFP4 experts expanded at load), f32 on cpu")
+  // A list here, one runtime per format, instead of the one format the other commands take.
+  cmd->remove_option(cmd->get_option("--quantization"));
+  cmd->add_option(
+         "-q,--quantization", o->quantizations,
+         "Weight formats to measure, one runtime each, points labelled by the format: auto | bf16 | mxfp4 | "
+         "fp8 | mxfp4-fp8 (formats that resolve to the same one on this backend run once; docs/quantization.md)")
       ->delimiter(',')
+      ->check(CLI::IsMember(quantization_choices()))
       ->capture_default_str()
       ->group("Cost");
   cmd->add_option("--usd-per-hour", o->usd_per_hour, "Price of one GPU (or the CPU machine) per hour")

@@ -5,12 +5,22 @@
 // commands take them all. Per-command defaults are set on the options before the flags are added.
 #include <CLI/CLI.hpp>
 
+#include <iterator>
+#include <string>
+#include <vector>
+
 #include "parallel_flags.h"
+#include "runtime/quantization.h"
 #include "runtime/runtime_options.h"
 
 namespace ossrt::tools {
 
 enum class RuntimeFlagGroups { ModelOnly, ModelAndEngine };
+
+// --quantization's values (runtime/quantization.h), for CLI11's check.
+inline std::vector<std::string> quantization_choices() {
+  return {std::begin(kQuantizationChoices), std::end(kQuantizationChoices)};
+}
 
 inline void add_runtime_flags(CLI::App* cmd, RuntimeOptions& o, RuntimeFlagGroups groups) {
   cmd->add_option("--model", o.model, "Checkpoint directory or preset (tiny, gpt-oss-20b, gpt-oss-120b)")
@@ -25,6 +35,13 @@ inline void add_runtime_flags(CLI::App* cmd, RuntimeOptions& o, RuntimeFlagGroup
       ->group("Model");
   cmd->add_option("--backend", o.backend, "cpu | cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str()
+      ->group("Model");
+  cmd->add_option("-q,--quantization", o.quantization,
+                  "Weight format: auto (cuda: mxfp4 for MXFP4 checkpoints, else bf16; cpu: f32) | bf16 | mxfp4 | fp8 "
+                  "(e4m3, 128x128 block scales, activations per 1x128) | mxfp4-fp8 (MXFP4 experts, fp8 attention and "
+                  "unembedding); docs/quantization.md")
+      ->check(CLI::IsMember(quantization_choices()))
       ->capture_default_str()
       ->group("Model");
   cmd->add_option("--threads", o.threads, "CPU backend threads (0 = all cores; shared by the ranks)")

@@ -25,9 +25,11 @@ namespace ossrt {
 // Expert weights of one layer in the backend's own format (bf16, fp8, mxfp4...). The format
 // is the backend's business; the model only passes the struct back to Backend::moe.
 struct ExpertWeights {
-  Tensor gate_up_w, gate_up_b;         // logical [E, 2I, H] (rows interleaved gate/up), [E, 2I]
-  Tensor down_w, down_b;               // logical [E, H, I], [E, H]
-  Tensor gate_up_scales, down_scales;  // for quantized formats; empty otherwise
+  Tensor gate_up_w, gate_up_b;  // logical [E, 2I, H] (rows interleaved gate/up), [E, 2I]
+  Tensor down_w, down_b;        // logical [E, H, I], [E, H]
+  // The block scales of quantized formats; empty otherwise. Fp8: fp32 [E, ceil(out / 128),
+  // ceil(in / 128)] of each expert's [out, in] matrix.
+  Tensor gate_up_scales, down_scales;
   int64_t experts = 0, hidden = 0, intermediate = 0;
   // Expert parallelism (docs/parallel.md): these are experts [first_expert, first_expert + experts)
   // of global_experts (0 = all of them are here). moe() takes global ids and gives a token's slots
@@ -148,6 +150,16 @@ class Backend {
   // Concatenates matrices (or vectors) along dim 0: the fused QKV weight and bias.
   virtual Tensor upload_concat_rows(std::span<const HostTensor* const> parts) = 0;
   virtual ExpertWeights upload_experts(const HostExperts& gate_up, const HostExperts& down) = 0;
+  // The weight [out, in] of a linear layer run by linear(): the fused QKV (parts q, k, v stacked
+  // along rows), o_proj and the unembedding (one part each); not the router nor the embedding, which
+  // every format keeps as they are (upload). A backend whose weight format quantizes them (Fp8,
+  // Mxfp4Fp8) quantizes each part on its own block grid, from the part's row 0 and column 0, so a
+  // fused weight holds exactly its parts quantized one by one (docs/quantization.md).
+  // The default holds them as upload and upload_concat_rows do (one part: upload, which may copy
+  // straight from the mapped checkpoint).
+  virtual Tensor upload_linear(std::span<const HostTensor* const> parts) {
+    return parts.size() == 1 ? upload(*parts[0]) : upload_concat_rows(parts);
+  }
 
   // ---- KV cache storage
   // Allocates the KV storage (zeroed). Called again, it replaces the previous storage (freed
@@ -186,7 +198,8 @@ class Backend {
   virtual void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) = 0;
   // residual += delta
   virtual void add(Tensor& residual, const Tensor& delta) = 0;
-  // out = x w^T (+ bias)
+  // out = x w^T (+ bias). With a quantized weight (upload_linear in Fp8 / Mxfp4Fp8), x is quantized
+  // the same way first, per row and per 128 channels.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
   // qkv: [T, (Hq + 2 Hkv) * D] with q, k, v concatenated per row. Rotates q and k in place
   // (half-split NeoX RoPE at plan.positions), then writes k and v to the layer's KV storage at the

@@ -247,24 +247,24 @@ nlohmann::json settings_json(const CostBenchOptions& o) {
 
 }  // namespace
 
-std::string current_quantization(const std::string& backend) { return runtime_weight_format(backend); }
-
-std::vector<std::string> available_quantizations(const std::string& backend) {
-  return {"auto", current_quantization(backend)};
-}
-
 CostBenchResult run_cost_bench(const CostBenchOptions& given) {
   CostBenchOptions o = given;
   OSSRT_CHECK(o.usd_per_hour > 0, "--usd-per-hour must be positive");
   OSSRT_CHECK(o.repeats > 0 && o.decode_steps > 0 && o.warmup_steps >= 0,
               "--repeats and --decode-steps must be positive, --warmup-steps >= 0");
   OSSRT_CHECK(!o.quantizations.empty(), "--quantization: give at least one format");
-  const auto known = available_quantizations(o.runtime.backend);
-  for (const auto& q : o.quantizations)
-    OSSRT_CHECK(std::find(known.begin(), known.end(), q) != known.end(),
-                "--quantization {}: only the current format exists today ({} on --backend {}, also called auto); "
-                "other formats are future work (docs/bench.md)",
-                q, current_quantization(o.runtime.backend), o.runtime.backend);
+  // Every format resolved before anything is measured, so a format this checkpoint cannot take fails
+  // the run at once; formats that resolve to the same one (cpu: auto, bf16 and mxfp4 are all f32) run once.
+  std::vector<std::pair<std::string, std::string>> formats;  // (as asked, resolved name)
+  for (const std::string& asked : o.quantizations) {
+    RuntimeOptions runtime = o.runtime;
+    runtime.quantization = asked;
+    const std::string name = resolve_runtime_quantization(runtime).name;
+    if (std::none_of(formats.begin(), formats.end(), [&](const auto& f) { return f.second == name; }))
+      formats.emplace_back(asked, name);
+    else
+      spdlog::info("bench cost: --quantization {} is {} on {}, measured once", asked, name, o.runtime.backend);
+  }
   // The scheduler must be able to run the largest batch at once; every prompt is distinct random
   // ids, and a prefix cache would only add hashing (and a hit where a point repeats a prompt).
   const int max_batch = o.batch_sizes.empty() ? 1 : *std::max_element(o.batch_sizes.begin(), o.batch_sizes.end());
@@ -279,28 +279,34 @@ CostBenchResult run_cost_bench(const CostBenchOptions& given) {
   result.settings = settings_json(o);
   const int gpus = o.runtime.backend == "cuda" ? o.runtime.parallel.world_size() : 1;
   result.gpus = gpus;
-  std::vector<std::string> done_quantizations;
-  for (const std::string& asked : o.quantizations) {
-    const std::string q = asked == "auto" ? current_quantization(o.runtime.backend) : asked;
-    if (std::find(done_quantizations.begin(), done_quantizations.end(), q) != done_quantizations.end()) continue;
-    done_quantizations.push_back(q);
-    auto runtime = ModelRuntime::build(o.runtime);
+  std::string measured_names;  // "bf16,mxfp4": engine.quantization, which the results index reads
+  for (const auto& format : formats) {
+    RuntimeOptions runtime_options = o.runtime;
+    runtime_options.quantization = format.first;
+    auto runtime = ModelRuntime::build(runtime_options);
+    const std::string q = runtime->quantization().name;
     Engine& engine = runtime->engine();
     const GptOssConfig& config = runtime->config();
     result.model = config.name;
     result.device = runtime->device_description();
     const CacheConfig cache = engine.cache_config();
-    result.engine = {{"describe", runtime->describe()},
-                     {"device", result.device},
-                     {"model", config.name},
-                     {"quantization", q},
-                     {"memory_plan", engine.memory_report().one_line()},
-                     {"kv_tokens", cache.kv_tokens},
-                     {"kv_cache_dtype", cache.cache_dtype},
-                     {"max_model_len", engine.max_model_len()},
-                     {"max_num_seqs", engine.config().max_num_seqs},
-                     {"max_num_batched_tokens", engine.config().max_num_batched_tokens},
-                     {"load_seconds", runtime->load_seconds()}};
+    // One engine block per format (memory plans differ by format); the top level keeps the first
+    // format's, as before lists were measured.
+    const nlohmann::json engine_info = {{"describe", runtime->describe()},
+                                        {"device", result.device},
+                                        {"model", config.name},
+                                        {"quantization", q},
+                                        {"memory_plan", engine.memory_report().one_line()},
+                                        {"kv_tokens", cache.kv_tokens},
+                                        {"kv_cache_dtype", cache.cache_dtype},
+                                        {"max_model_len", engine.max_model_len()},
+                                        {"max_num_seqs", engine.config().max_num_seqs},
+                                        {"max_num_batched_tokens", engine.config().max_num_batched_tokens},
+                                        {"load_seconds", runtime->load_seconds()}};
+    if (measured_names.empty()) result.engine = engine_info;
+    measured_names += (measured_names.empty() ? "" : ",") + q;
+    result.engine["quantization"] = measured_names;
+    result.engine["per_quantization"][q] = engine_info;
     spdlog::info("bench cost: {}; {}", runtime->describe(), engine.memory_report().one_line());
     std::mt19937_64 rng(o.seed);
     const int vocab = config.vocab_size;

@@ -28,6 +28,8 @@ struct CostBenchOptions {
   std::vector<int> input_lens = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 130048};
   std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
   std::vector<int> contexts = {1024, 8192, 32768};
+  // --quantization, a list: one runtime per format (runtime.quantization is set to each in turn);
+  // points are labelled by the resolved name (runtime/quantization.h).
   std::vector<std::string> quantizations = {"auto"};
   double usd_per_hour = kDefaultUsdPerGpuHour;
   int repeats = 3;        // prefill: the median of this many, after one warm-up request
@@ -73,11 +75,6 @@ struct CostBenchResult {
   std::vector<PrefillPoint> prefill;
   std::vector<DecodePoint> decode;
 };
-
-// The quantization names this build accepts: "auto" (what the backend runs today) and that
-// format's own name. Only one format exists today (docs/bench.md says so).
-std::vector<std::string> available_quantizations(const std::string& backend);
-std::string current_quantization(const std::string& backend);
 
 CostBenchResult run_cost_bench(const CostBenchOptions& options);
 

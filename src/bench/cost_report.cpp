@@ -1,6 +1,7 @@
 #include "bench/cost_report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -28,10 +29,16 @@ std::string subtitle(const CostBenchResult& r) {
                      r.gpus > 1 ? "s" : "", r.settings.value("usd_per_hour", 0.0), unit, r.date.substr(0, 10), commit);
 }
 
+// The formats the points were measured in, in order (a merged result may hold several runs' formats).
 std::string note_quantization(const CostBenchResult& r) {
-  return fmt::format(
-      "quantization: {} (the only weight format today; --quantization takes a list for the formats to come)",
-      r.engine.value("quantization", std::string("?")));
+  std::vector<std::string> names;
+  auto note = [&](const std::string& q) {
+    if (std::find(names.begin(), names.end(), q) == names.end()) names.push_back(q);
+  };
+  for (const auto& p : r.prefill) note(p.quantization);
+  for (const auto& p : r.decode) note(p.quantization);
+  if (names.empty()) note(r.engine.value("quantization", std::string("?")));
+  return fmt::format("quantization: {} (one runtime per format; docs/quantization.md)", fmt::join(names, ", "));
 }
 
 }  // namespace

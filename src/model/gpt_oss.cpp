@@ -103,7 +103,9 @@ GptOssModel::GptOssModel(Backend& backend, const HostModelWeights& host, const M
   std::vector<std::shared_ptr<void>> keep;
   weights_.embed = backend.upload(host.embed);
   weights_.final_norm = backend.upload(host.final_norm);
-  weights_.lm_head = backend.upload(slice_rows(host.lm_head, {local_.first_vocab, local_.vocab}));
+  const HostTensor lm_head = slice_rows(host.lm_head, {local_.first_vocab, local_.vocab});
+  const HostTensor* lm_head_parts[] = {&lm_head};
+  weights_.lm_head = backend.upload_linear(lm_head_parts);
   for (int l = 0; l < c.num_layers; ++l) upload_layer(host.layers[size_t(l)], fmt::format("layer {}", l), keep);
   backend.sync();
   rope_ = compute_rope_params(c);
@@ -157,10 +159,12 @@ void GptOssModel::upload_layer(const HostLayerWeights& h, const std::string& at,
   w.attn_norm = backend_.upload(h.attn_norm);
   const HostTensor* qkv_w[] = {&q_w, &k_w, &v_w};
   const HostTensor* qkv_b[] = {&q_b, &k_b, &v_b};
-  w.qkv_w = backend_.upload_concat_rows(qkv_w);
+  w.qkv_w = backend_.upload_linear(qkv_w);  // q, k and v each on their own block grid
   w.qkv_b = backend_.upload_concat_rows(qkv_b);
   // o_proj is row-parallel: this rank's input columns; the partial outputs are summed by all-reduce.
-  w.o_w = backend_.upload(whole_heads ? h.o_w : slice_columns(h.o_w, q_rows, keep));
+  const HostTensor o_w = whole_heads ? h.o_w : slice_columns(h.o_w, q_rows, keep);
+  const HostTensor* o_parts[] = {&o_w};
+  w.o_w = backend_.upload_linear(o_parts);
   if (shard_.tp_rank == 0) w.o_b = backend_.upload(h.o_b);  // the sum of the ranks' outputs gets it once
   w.sinks = backend_.upload(slice_rows(h.sinks, {local_.first_q_head, local_.q_heads}));
   w.mlp_norm = backend_.upload(h.mlp_norm);

@@ -43,6 +43,11 @@ std::string resolve_tokenizer_path(const RuntimeOptions& options) {
   }
 }
 
+ResolvedQuantization resolve_runtime_quantization(const RuntimeOptions& options) {
+  return resolve_quantization(options.quantization, options.backend,
+                              resolve_config(ModelSource{options.model, options.load_format, options.weights_seed}));
+}
+
 std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, Parts parts) {
   const auto t0 = std::chrono::steady_clock::now();
   given.validate();
@@ -57,7 +62,9 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
   Owned& o = *rt->owned_;
   o.weights = load_model_weights(ModelSource{options.model, options.load_format, options.weights_seed});
   options.parallel.validate(o.weights.config);  // also for one rank: a size of 0 is an error
+  rt->quantization_ = resolve_quantization(options.quantization, options.backend, o.weights.config);
   BackendOptions backend_options;
+  backend_options.weight_format = rt->quantization_.format;
   backend_options.threads = options.threads;
   backend_options.max_step_tokens = options.max_num_batched_tokens;
   backend_options.max_seqs = options.max_num_seqs;
@@ -111,7 +118,8 @@ std::string ModelRuntime::describe() const {
       engine_         ? engine_->describe_model()
       : owned_->model ? owned_->backend->name()
                       : owned_->parallel_model->rank_backend(0).name() + ", " + options_.parallel.describe();
-  return fmt::format("model {} ({} weights) on {}", options_.model, options_.load_format, placement);
+  return fmt::format("model {} ({} weights, quantization {}) on {}", options_.model, options_.load_format,
+                     quantization_.name, placement);
 }
 
 std::string ModelRuntime::device_description() const {

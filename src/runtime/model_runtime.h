@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "runtime/quantization.h"
 #include "runtime/runtime_options.h"
 
 namespace ossrt {
@@ -38,7 +39,10 @@ class ModelRuntime {
   // --tokenizer), in which case commands that need text say so.
   std::shared_ptr<const Tokenizer> tokenizer() const { return tokenizer_; }
   const std::string& tokenizer_path() const { return tokenizer_path_; }
-  // "model tiny (dummy weights) on cpu, 2 ranks: ..." for logs.
+  // The weight format options().quantization resolved to on this backend and checkpoint: what the
+  // backend was made with, and its name for logs, /v1/server_info, /metrics and benchmarks.
+  const ResolvedQuantization& quantization() const { return quantization_; }
+  // "model tiny (dummy weights, quantization f32) on cpu, 2 ranks: ..." for logs.
   std::string describe() const;
   // The hardware of rank 0 ("NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)"), for results and /v1/server_info.
   std::string device_description() const;
@@ -57,8 +61,13 @@ class ModelRuntime {
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::string tokenizer_path_;
+  ResolvedQuantization quantization_;
   double load_seconds_ = 0;
 };
+
+// What options.quantization resolves to on options.backend for options.model, reading only the
+// checkpoint's config (no weights): what ModelRuntime::build will run.
+ResolvedQuantization resolve_runtime_quantization(const RuntimeOptions& options);
 
 // The tokenizer path for `options` by the rule above ("" when there is none).
 std::string resolve_tokenizer_path(const RuntimeOptions& options);

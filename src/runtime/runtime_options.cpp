@@ -1,12 +1,15 @@
 #include "runtime/runtime_options.h"
 
 #include "core/error.h"
+#include "runtime/quantization.h"
 
 namespace ossrt {
 
 void RuntimeOptions::validate() const {
   OSSRT_CHECK(load_format == "auto" || load_format == "safetensors" || load_format == "dummy",
               "--load-format must be auto, safetensors or dummy, got '{}'", load_format);
+  OSSRT_CHECK(is_quantization_choice(quantization),
+              "--quantization must be auto, bf16, mxfp4, fp8 or mxfp4-fp8, got '{}'", quantization);
   OSSRT_CHECK(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0,
               "--gpu-memory-utilization must be in (0, 1], got {}", gpu_memory_utilization);
   OSSRT_CHECK(max_model_len >= 0, "--max-model-len must not be negative, got {}", max_model_len);
@@ -24,7 +27,5 @@ RuntimeOptions RuntimeOptions::with_backend_defaults() const {
   if (o.max_num_batched_tokens == 0) o.max_num_batched_tokens = gpu ? 8192 : 2048;
   return o;
 }
-
-std::string runtime_weight_format(const std::string& backend) { return backend == "cuda" ? "bf16" : "f32"; }
 
 }  // namespace ossrt

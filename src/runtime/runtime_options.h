@@ -18,6 +18,9 @@ struct RuntimeOptions {
   std::string load_format = "auto";  // auto | safetensors | dummy
   uint64_t weights_seed = 0;         // dummy weights (--weights-seed)
   std::string tokenizer;             // empty: <model dir>/tokenizer.json, else the bundled one
+  // How the backend holds the linear weights: auto | bf16 | mxfp4 | fp8 | mxfp4-fp8, resolved with
+  // the backend and the checkpoint by resolve_quantization (runtime/quantization.h).
+  std::string quantization = "auto";
 
   // ---- where it runs
   std::string backend = "cpu";  // cpu | cuda
@@ -44,10 +47,5 @@ struct RuntimeOptions {
   // A copy with the backend's defaults filled in for the fields left at 0.
   RuntimeOptions with_backend_defaults() const;
 };
-
-// The weight format a backend runs today, as benchmarks and /v1/server_info name it: "bf16" on
-// cuda (dense weights bf16, MXFP4 experts expanded to bf16 at load), "f32" on cpu. One format per
-// backend exists so far; a quantization option would choose among several.
-std::string runtime_weight_format(const std::string& backend);
 
 }  // namespace ossrt

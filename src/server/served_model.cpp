@@ -29,7 +29,7 @@ nlohmann::json runtime_info(ModelRuntime& runtime) {
                           {"vocab_size", c.vocab_size}};
   if (o.load_format == "dummy") model["weights_seed"] = o.weights_seed;
   return {{"model", model},
-          {"quantization", runtime_weight_format(o.backend)},
+          {"quantization", runtime.quantization().name},
           {"backend", o.backend},
           {"device", runtime.device_description()},
           {"parallel", o.parallel.describe()},

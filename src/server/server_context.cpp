@@ -104,6 +104,8 @@ void declare_server_metrics(MetricsRegistry& m) {
   m.declare("vllm:kv_cache_usage_perc", T::Gauge, "KV-cache usage. 1 means 100 percent usage.");
   m.declare("vllm:gpu_cache_usage_perc", T::Gauge, "KV-cache usage (V0 name). 1 means 100 percent usage.");
   m.declare("vllm:cache_config_info", T::Gauge, "Information of the KV cache config.");
+  m.declare("ossrt:weight_format_info", T::Gauge,
+            "Information of the weight format (--quantization resolved) and the backend; value 1.");
   m.declare("ossrt:kv_cache_tokens", T::Gauge, "Positions the full-attention layers' KV pool holds.");
   m.declare("ossrt:kv_cache_bytes", T::Gauge, "Bytes of the planned KV cache (per rank).");
   m.declare("ossrt:kv_window_bytes_per_sequence", T::Gauge, "Fixed KV cost of one sequence in the window layers.");
@@ -159,6 +161,13 @@ void refresh_generator_gauges(ServerContext& ctx) {
          {"gpu_memory_utilization", fmt::format("{}", cache.gpu_memory_utilization)},
          {"num_gpu_blocks", std::to_string(s.total_kv_blocks)}},
         1);
+  // The weight format is the model runtime's, known once the model is loaded (ServedModel::info).
+  if (const nlohmann::json info = ctx.model_info(); info.contains("quantization"))
+    m.set("ossrt:weight_format_info",
+          {{"model_name", ctx.config.served_model_name},
+           {"quantization", info["quantization"].get<std::string>()},
+           {"backend", info.value("backend", std::string())}},
+          1);
   m.set("ossrt:kv_cache_tokens", labels, double(cache.kv_tokens));
   m.set("ossrt:kv_cache_bytes", labels, double(cache.kv_bytes));
   m.set("ossrt:kv_window_bytes_per_sequence", labels, double(cache.window_bytes_per_sequence));

@@ -9,7 +9,9 @@
 //  - `bench cost` on tiny writes its tables, CSV and SVG plots; the SVGs parse as XML (xmllint)
 //    and render to PNG with rsvg-convert;
 //  - tools/maint/bench_index.py indexes a run folder made of those results;
-//  - the refusals: an unknown --quantization, and `bench kernels` in a build without CUDA.
+//    a second run measures a list of formats (--quantization auto,bf16,mxfp4,fp8: f32 once, fp8);
+//  - the refusals: an unknown --quantization, mxfp4 on a checkpoint with bf16 experts, and
+//    `bench kernels` in a build without CUDA.
 'use strict';
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -120,6 +122,9 @@ test('bench serve: a concurrency sweep agrees with the server\'s own counts', { 
   assert.equal(info.backend, 'cpu');
   assert.equal(info.model.name, 'tiny');
   assert.equal(info.quantization, 'f32');
+  const metricsText = await (await fetch(`${server.baseURL}/metrics`)).text();
+  assert.match(metricsText, /^ossrt:weight_format_info\{[^}]*quantization="f32"[^}]*\} 1$/m);
+  assert.match(metricsText, /^ossrt:weight_format_info\{[^}]*backend="cpu"[^}]*\} 1$/m);
   assert.equal(info.engine.max_model_len, 512);
   assert.equal(out.settings.endpoint, '/v1/completions');
   assert.deepEqual(out.settings.max_concurrency, [1, 4]);
@@ -321,7 +326,7 @@ test('bench cost on tiny: tables, CSV and SVG plots that parse and render', { ti
   assert.equal(r.code, 0, r.stderr + r.stdout);
   assert.match(r.stdout, /Prefill: one request alone/);
   assert.match(r.stdout, /Decode: B requests decoding together/);
-  assert.match(r.stdout, /quantization: f32 \(the only weight format today/);
+  assert.match(r.stdout, /quantization: f32 \(one runtime per format/);
   const out = JSON.parse(fs.readFileSync(path.join(dir, 'cost.json'), 'utf8'));
   assert.equal(out.model, 'tiny');
   assert.equal(out.gpus, 1);
@@ -347,26 +352,34 @@ test('bench cost on tiny: tables, CSV and SVG plots that parse and render', { ti
   const decodeSvg = fs.readFileSync(path.join(dir, 'cost_decode.svg'), 'utf8');
   for (const label of ['B=1', 'B=2', 'B=4', '16 ctx, f32', '64 ctx, f32']) assert.ok(decodeSvg.includes(label), label);
 
-  // A sweep split over two runs (as over two device calls), merged without the engine.
+  // A sweep split over two runs (as over two device calls), merged without the engine. The second
+  // measures a list of formats in one run: auto, bf16 and mxfp4 are all f32 on the CPU (measured
+  // once), fp8 gets its own runtime and its own points.
   const dir2 = path.join(tmp, 'cost2');
   const r2 = await run(['bench', 'cost', '--threads', '2', '--max-model-len', '512', '--no-prefill', '--batch-sizes', '1,2',
-    '--contexts', '32', '--decode-steps', '4', '--warmup-steps', '1', '--result-dir', dir2]);
+    '--contexts', '32', '--decode-steps', '4', '--warmup-steps', '1', '-q', 'auto,bf16,mxfp4,fp8', '--result-dir', dir2]);
   assert.equal(r2.code, 0, r2.stderr + r2.stdout);
   const second = JSON.parse(fs.readFileSync(path.join(dir2, 'cost.json'), 'utf8'));
   assert.equal(second.prefill.length, 0);
-  assert.equal(second.decode.length, 2);
+  assert.deepEqual(second.decode.map((p) => `${p.quantization} ${p.batch}`), ['f32 1', 'f32 2', 'fp8 1', 'fp8 2']);
+  assert.equal(second.engine.quantization, 'f32,fp8');
+  assert.match(second.engine.per_quantization.fp8.describe, /quantization fp8\) on cpu/);
+  assert.match(second.engine.per_quantization.f32.describe, /quantization f32\) on cpu/);
+  assert.match(r2.stdout, /quantization: f32, fp8 \(one runtime per format/);
+  assert.match(r2.stdout, /^\s*fp8\s+32\s+2\s/m);
   const merged = path.join(tmp, 'cost_merged');
   const m = await run(['bench', 'cost', '--from-json', `${dir}/cost.json,${dir2}/cost.json`, '--result-dir', merged]);
   assert.equal(m.code, 0, m.stderr + m.stdout);
   const all = JSON.parse(fs.readFileSync(path.join(merged, 'cost.json'), 'utf8'));
-  assert.equal(all.decode.length, 6 + 2);
+  assert.equal(all.decode.length, 6 + 4);
   // Every point carried over unchanged, in (quantization, context, batch) order: the second run's
   // context 32 falls between the first run's 16 and 64.
   const key = (p) => [p.quantization, p.context, p.batch];
   const expected = [...out.decode, ...second.decode].sort((a, b) =>
     a.quantization.localeCompare(b.quantization) || a.context - b.context || a.batch - b.batch);
   assert.deepEqual(all.decode, expected, 'points carried over unchanged, sorted');
-  assert.deepEqual(all.decode.map(key).map((k) => k[1]), [16, 16, 16, 32, 32, 64, 64, 64]);
+  assert.deepEqual(all.decode.map(key).map((k) => `${k[0]} ${k[1]}`),
+    ['f32 16', 'f32 16', 'f32 16', 'f32 32', 'f32 32', 'f32 64', 'f32 64', 'f32 64', 'fp8 32', 'fp8 32']);
   assert.equal(all.settings.merged_runs.length, 2);
   renders(path.join(merged, 'cost_decode.svg'));
   assert.ok(fs.readFileSync(path.join(merged, 'cost_decode.svg'), 'utf8').includes('32 ctx, f32'));
@@ -395,10 +408,16 @@ test('bench/results index: a run folder of serve and cost results gets its row',
   assert.equal(fs.readFileSync(path.join(results, 'README.md'), 'utf8'), readme);
 });
 
-test('bench refusals: an unknown --quantization, and kernels without CUDA', { timeout: 120000 * timeScale }, async () => {
-  const q = await run(['bench', 'cost', '--quantization', 'fp8', '--input-lens', '16', '--batch-sizes', '1', '--contexts', '16']);
+test('bench refusals: an unknown --quantization, mxfp4 without MXFP4 experts, kernels without CUDA', { timeout: 120000 * timeScale }, async () => {
+  const q = await run(['bench', 'cost', '--quantization', 'auto,int8', '--input-lens', '16', '--batch-sizes', '1', '--contexts', '16']);
   assert.notEqual(q.code, 0);
-  assert.match(q.stderr, /--quantization fp8: only the current format exists today/);
+  assert.match(q.stderr, /--quantization: int8 not in \{auto,bf16,mxfp4,fp8,mxfp4-fp8\}/);
+  const bf16Experts = path.join(__dirname, '..', 'golden', 'bf16_single');
+  const m = await run(['bench', 'cost', '--model', bf16Experts, '-q', 'fp8,mxfp4', '--threads', '2', '--input-lens', '16',
+    '--batch-sizes', '1', '--contexts', '16']);
+  assert.notEqual(m.code, 0);
+  assert.match(m.stderr, /^error: --quantization mxfp4: the experts of bf16_single are not MXFP4/m);
+  assert.doesNotMatch(m.stdout, /Prefill/, 'refused before anything is measured');
   const help = await run(['bench', 'kernels', '--help']);
   assert.equal(help.code, 0);
   for (const flag of ['--models', '--decode-tokens', '--prefill-tokens', '--iterations', '--result-dir']) assert.match(help.stdout, new RegExp(flag));

@@ -1,7 +1,8 @@
 // Every command builds its model through one builder (src/runtime) from the same flags: given the
 // same model options, `ossrt logits` (the model alone), `ossrt generate` and `ossrt serve` (the
 // engine) must see the same logits, and `ossrt chat` the same memory plan. The logits file is the
-// reference; generate's and the server's top logprobs must be its log-softmax.
+// reference; generate's and the server's top logprobs must be its log-softmax. Once with the default
+// weight format (f32 on the CPU) and once with `--quantization fp8`, whose name every command reports.
 'use strict';
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -13,7 +14,8 @@ const { startServer, rawPost } = require('./harness');
 
 const bin = process.env.OSSRT_BIN || path.join(__dirname, '..', '..', 'build', 'ossrt');
 // The same model options for every command (a seed other than 0, so a default could not match).
-const MODEL = ['--model', 'tiny', '--load-format', 'dummy', '--weights-seed', '7', '--threads', '2'];
+const BASE_MODEL = ['--model', 'tiny', '--load-format', 'dummy', '--weights-seed', '7', '--threads', '2'];
+const MODEL = BASE_MODEL;
 const ENGINE = ['--kv-cache-bytes', String(64 << 20), '--max-model-len', '1024', '--max-num-batched-tokens', '64'];
 const PROMPT = Array.from({ length: 40 }, (_, i) => (i * 7919 + 13) % 150000);
 
@@ -41,7 +43,8 @@ function run(args) {
   return r;
 }
 
-test('logits, generate and serve build the same model from the same options', { timeout: 600000 }, async () => {
+async function sameModelEverywhere(quantization, name) {
+  const MODEL = [...BASE_MODEL, '--quantization', quantization];
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ossrt-runtime-'));
   const ids = path.join(dir, 'ids.json');
   fs.writeFileSync(ids, JSON.stringify(PROMPT));
@@ -54,7 +57,8 @@ test('logits, generate and serve build the same model from the same options', { 
   for (let i = 1; i < last.length; i++) if (last[i] > last[argmax]) argmax = i;
 
   const gen = run(['generate', ...MODEL, ...ENGINE, '--prompt-ids-file', ids, '--max-tokens', '1', '--temperature', '0',
-    '--ignore-eos', '--format', 'json', '--logprobs', '5']);
+    '--ignore-eos', '--format', 'json', '--logprobs', '5', '--verbose']);
+  assert.match(gen.stderr, new RegExp(`quantization ${name}\\) on cpu`), gen.stderr);
   const out = JSON.parse(gen.stdout);
   assert.equal(out.ids[0], argmax, 'generate picks the logits file\'s argmax');
   for (const { id, logprob } of out.logprobs[0].top) {
@@ -72,9 +76,23 @@ test('logits, generate and serve build the same model from the same options', { 
     const got = Object.values(lp.top_logprobs[0]).sort((a, b) => b - a);
     const want = Array.from(last.keys()).sort((a, b) => last[b] - last[a]).slice(0, got.length).map(ref);
     got.forEach((v, i) => assert.ok(Math.abs(v - want[i]) < 1e-4, `serve top ${i}: ${v} vs ${want[i]}`));
+    const info = await (await fetch(`${server.baseURL}/v1/server_info`)).json();
+    assert.equal(info.quantization, name);
+    const metrics = await (await fetch(`${server.baseURL}/metrics`)).text();
+    assert.match(metrics, new RegExp(`^ossrt:weight_format_info\\{[^}]*quantization="${name}"[^}]*\\} 1$`, 'm'));
   } finally {
     await server.stop();
   }
+  return last;
+}
+
+test('logits, generate and serve build the same model from the same options', { timeout: 600000 }, async () => {
+  const f32 = await sameModelEverywhere('auto', 'f32');
+  const fp8 = await sameModelEverywhere('fp8', 'fp8');
+  let d = 0;
+  let n = 0;
+  for (let i = 0; i < f32.length; i++) d += (fp8[i] - f32[i]) ** 2, n += f32[i] ** 2;
+  assert.ok(Math.sqrt(d / n) > 1e-3, `fp8 moves the logits (relative L2 ${Math.sqrt(d / n)})`);
 });
 
 test('chat builds the same engine as generate from the same options (its memory plan line)', { timeout: 300000 }, async () => {

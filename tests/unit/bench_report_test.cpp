@@ -229,6 +229,25 @@ TEST(BenchCostReport, JsonRoundTripMergeAndPlots) {
   EXPECT_THROW(cost_result_from_json(nlohmann::json{{"benchmark", "other"}}, "x.json"), Error);
 }
 
+TEST(BenchCostReport, TwoFormatsAreLabelledApart) {
+  CostBenchResult r = cost_run(1024);
+  CostBenchResult fp8 = cost_run(1024);
+  for (auto& p : fp8.prefill) p.quantization = "fp8";
+  for (auto& d : fp8.decode) d.quantization = "fp8", d.itl_mean_s *= 0.5, d.tok_s_gpu *= 2;
+  r.prefill.insert(r.prefill.end(), fp8.prefill.begin(), fp8.prefill.end());
+  r.decode.insert(r.decode.end(), fp8.decode.begin(), fp8.decode.end());
+  const PlotSpec plot = decode_cost_plot(r);
+  ASSERT_EQ(plot.series.size(), 2u);
+  EXPECT_EQ(plot.series[0].name, "1k ctx, bf16");
+  EXPECT_EQ(plot.series[1].name, "1k ctx, fp8");
+  const std::string decode = format_decode_table(r), prefill = format_prefill_table(r);
+  EXPECT_NE(decode.find("quantization: bf16, fp8"), std::string::npos) << decode;
+  EXPECT_NE(prefill.find("fp8"), std::string::npos);
+  const nlohmann::json j = cost_result_json(r);
+  EXPECT_EQ(j["quantization_note"], "quantization: bf16, fp8 (one runtime per format; docs/quantization.md)");
+  EXPECT_EQ(cost_result_json(cost_result_from_json(j, "r.json")), j);
+}
+
 TEST(BenchCost, DollarsPerMillionTokens) {
   // docs/reference/PERFORMANCE.md: at $3.00 per GPU-hour, $/M tokens = 833 / (tokens per second per GPU).
   EXPECT_NEAR(usd_per_million(3.0, 1, 1000), 0.8333333, 1e-6);

@@ -96,6 +96,7 @@ class RecordingDeviceSamplerBackend final : public Backend {
   Tensor upload_concat_rows(std::span<const HostTensor* const> parts) override {
     return inner_->upload_concat_rows(parts);
   }
+  Tensor upload_linear(std::span<const HostTensor* const> parts) override { return inner_->upload_linear(parts); }
   ExpertWeights upload_experts(const HostExperts& gate_up, const HostExperts& down) override {
     return inner_->upload_experts(gate_up, down);
   }

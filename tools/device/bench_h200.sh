@@ -26,7 +26,8 @@
 # tarball is always written), and for shorter trials SERVE_CONCURRENCY / SERVE_PROMPTS,
 # COST_INPUT_LENS / COST_BATCHES / COST_CONTEXTS, KERNEL_MODELS / KERNEL_OPS (e.g.
 # attention_full,attention_sliding) / KERNEL_DECODE / KERNEL_PREFILL / KERNEL_CONTEXT (decode context,
-# default 1024) / KERNEL_SUFFIX (result folder kernels<suffix>, for a second context in one call).
+# default 1024) / KERNEL_SUFFIX (result folder kernels<suffix>, for a second context in one call);
+# QUANT (default bf16) is the --quantization of every command (docs/quantization.md).
 set -uo pipefail
 [ $# -gt 0 ] || { sed -n 2,30p "$0"; exit 2; }
 PARTS=("$@")
@@ -62,14 +63,16 @@ COMMIT=$(head -1 "$PACK/COMMIT" 2>/dev/null || echo unknown)
 DIRTY=$(grep -q uncommitted "$PACK/COMMIT" 2>/dev/null && echo "-dirty" || true)
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 GPU_SLUG=$(echo "$GPU_NAME" | tr 'A-Z' 'a-z' | sed -E 's/nvidia //; s/[^a-z0-9]+/-/g; s/-+$//')
-QUANT=bf16  # the CUDA backend's only weight format today (runtime_weight_format); bench cost records it too
+# The weight format every command of the run is given (--quantization, docs/quantization.md) and the
+# run folder is named by; server_info and bench cost record the resolved name too.
+QUANT=${QUANT:-bf16}
 RUN=$(date -u +%Y%m%d)_${GPU_SLUG}_gpt-oss-20b-dummy_${QUANT}_${COMMIT:0:12}${DIRTY}
 RESULTS=/tmp/ossrt-bench-results
 mkdir -p "$RESULTS/$RUN"
 echo "== $RUN: $GPU_NAME, commit $COMMIT$DIRTY, parts: ${PARTS[*]}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | sed 's/^/   /'
 
-MODEL_FLAGS=(--model gpt-oss-20b --load-format dummy --backend cuda)
+MODEL_FLAGS=(--model gpt-oss-20b --load-format dummy --backend cuda --quantization "$QUANT")
 PORT=18080
 SERVER=
 

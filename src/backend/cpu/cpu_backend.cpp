@@ -1,6 +1,6 @@
 // The CPU reference backend: owns host memory, converts weights to fp32, keeps the paged KV cache,
 // checks every op's shapes and the step plan (bad input is an ossrt::Error, never a wild read), and
-// hands the math to cpu_kernels.h.
+// hands the math to cpu_kernels.h (the FP8 weight formats' quantization to cpu_fp8.h).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,11 +10,14 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_fp8.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "core/error.h"
+#include "core/fp8.h"
 #include "core/threads.h"
 
 namespace ossrt {
@@ -100,7 +103,9 @@ std::string cpu_model_name() {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const BackendOptions& options) : pool_(options.threads) {}
+  // Every format is implemented: Reference and Mxfp4 are the same f32 weights here (the experts are
+  // the MXFP4 values exactly), Fp8 and Mxfp4Fp8 quantize as cpu_fp8.h says.
+  explicit CpuBackend(const BackendOptions& options) : pool_(options.threads), weight_format_(options.weight_format) {}
 
   std::string name() const override { return "cpu"; }
   std::string device_description() const override {
@@ -160,6 +165,22 @@ class CpuBackend final : public Backend {
     return t;
   }
 
+  Tensor upload_linear(std::span<const HostTensor* const> parts) override {
+    if (!cpu::quantizes_dense_weights(weight_format_)) return Backend::upload_linear(parts);
+    OSSRT_CHECK(!parts.empty(), "upload_linear: no parts");
+    int64_t rows = 0;
+    for (const HostTensor* p : parts) {
+      OSSRT_CHECK(!p->empty(), "upload_linear: tensor '{}' has no data", p->name);
+      OSSRT_CHECK(p->shape.size() == 2 && p->shape[1] == parts[0]->shape[1],
+                  "upload_linear: '{}' is not a matrix with the columns of '{}'", p->name, parts[0]->name);
+      rows += p->shape[0];
+    }
+    Tensor t = alloc_shape(DType::F32, {rows, parts[0]->shape[1]}, &weight_bytes_);
+    cpu::upload_fp8_parts(pool_, parts, t.ptr<float>());
+    fp8_weights_.insert(t.data);
+    return t;
+  }
+
   ExpertWeights upload_experts(const HostExperts& gate_up, const HostExperts& down) override {
     OSSRT_CHECK(gate_up.experts == down.experts && gate_up.out == 2 * down.in && gate_up.in == down.out,
                 "upload_experts: gate_up [{}, {}, {}] and down [{}, {}, {}] do not fit together", gate_up.experts,
@@ -172,6 +193,10 @@ class CpuBackend final : public Backend {
     w.gate_up_b = upload_expert_bias(gate_up);
     w.down_w = upload_expert_matrix(down);
     w.down_b = upload_expert_bias(down);
+    if (cpu::quantizes_expert_weights(weight_format_)) {
+      w.gate_up_scales = quantize_expert_matrix(w.gate_up_w);
+      w.down_scales = quantize_expert_matrix(w.down_w);
+    }
     return w;
   }
 
@@ -264,8 +289,14 @@ class CpuBackend final : public Backend {
     expect_matrix(x, T, in, "linear", "x");
     expect_matrix(out, T, n_out, "linear", "out");
     if (bias) expect_f32(*bias, "linear", "bias"), expect_vector(*bias, n_out, "linear", "bias");
-    cpu::linear(pool_, x.ptr<float>(), T, in, w.ptr<float>(), n_out, bias ? bias->ptr<float>() : nullptr,
-                out.ptr<float>());
+    const float* input = x.ptr<float>();
+    std::vector<float> quantized_input;
+    if (fp8_weights_.contains(w.data)) {  // an upload_linear weight of an FP8 format
+      quantized_input.resize(size_t(T * in));
+      cpu::fp8_quantize_activations(pool_, input, T, in, quantized_input.data());
+      input = quantized_input.data();
+    }
+    cpu::linear(pool_, input, T, in, w.ptr<float>(), n_out, bias ? bias->ptr<float>() : nullptr, out.ptr<float>());
   }
 
   void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) override {
@@ -330,7 +361,8 @@ class CpuBackend final : public Backend {
                                 E,
                                 H,
                                 I,
-                                experts.first_expert};
+                                experts.first_expert,
+                                /*fp8_activations=*/!experts.gate_up_scales.empty()};
     cpu::moe(pool_, x.ptr<float>(), T, view, ids.ptr<int32_t>(), weights.ptr<float>(), k, swiglu, out.ptr<float>());
   }
 
@@ -410,6 +442,15 @@ class CpuBackend final : public Backend {
     return t;
   }
 
+  // Quantizes uploaded expert matrices [E, out, in] in place; returns their block scales.
+  Tensor quantize_expert_matrix(Tensor& w) {
+    const int64_t E = w.dim(0), out = w.dim(1), in = w.dim(2);
+    auto blocks = [](int64_t n) { return (n + kFp8BlockSize - 1) / kFp8BlockSize; };
+    Tensor scales = alloc_shape(DType::F32, {E, blocks(out), blocks(in)}, &weight_bytes_);
+    cpu::fp8_quantize_experts_inplace(pool_, w.ptr<float>(), E, out, in, scales.ptr<float>());
+    return scales;
+  }
+
   Tensor upload_expert_bias(const HostExperts& src) {
     OSSRT_CHECK(src.bias.numel() == src.experts * src.out, "upload_experts: bias '{}' has {} elements, expected {}",
                 src.bias.name, src.bias.numel(), src.experts * src.out);
@@ -478,6 +519,9 @@ class CpuBackend final : public Backend {
   }
 
   ThreadPool pool_;
+  const WeightFormat weight_format_;
+  // The weights upload_linear quantized: linear() quantizes its input for these only.
+  std::unordered_set<const void*> fp8_weights_;
   std::vector<std::unique_ptr<std::byte[]>> buffers_;
   size_t weight_bytes_ = 0, workspace_bytes_ = 0, kv_bytes_ = 0;
   KvCacheShape kv_shape_;

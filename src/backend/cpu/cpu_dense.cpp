@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "core/fp8.h"
 
 namespace ossrt::cpu {
 
@@ -78,9 +79,14 @@ void moe(ThreadPool& pool, const float* x, int64_t tokens, const ExpertsView& ex
   // One token at a time, its k experts in slot order: the obvious loop. The CPU only ever runs
   // the tiny shapes, where every expert's weights fit in cache anyway.
   pool.parallel_for(tokens, [&](int64_t begin, int64_t end) {
-    std::vector<float> h(static_cast<size_t>(2 * I)), a(static_cast<size_t>(I));
+    std::vector<float> h(static_cast<size_t>(2 * I)), a(static_cast<size_t>(I)), x_fp8;
     for (int64_t t = begin; t < end; ++t) {
       const float* xt = x + t * H;
+      if (ex.fp8_activations) {
+        x_fp8.assign(xt, xt + H);
+        fp8_quantize_row_inplace(x_fp8.data(), H);
+        xt = x_fp8.data();
+      }
       float* ot = out + t * H;
       std::fill(ot, ot + H, 0.0f);
       for (int slot = 0; slot < k; ++slot) {
@@ -91,6 +97,7 @@ void moe(ThreadPool& pool, const float* x, int64_t tokens, const ExpertsView& ex
         const float* b1 = ex.gate_up_b + e * 2 * I;
         for (int64_t r = 0; r < 2 * I; ++r) h[size_t(r)] = dot(xt, w1 + r * H, H) + b1[r];
         swiglu_interleaved(h.data(), I, swiglu, a.data());
+        if (ex.fp8_activations) fp8_quantize_row_inplace(a.data(), I);
         const float* w2 = ex.down_w + e * H * I;
         const float* b2 = ex.down_b + e * H;
         // The down bias is inside the weighted sum (docs/reference/SPEC.md 2.7).

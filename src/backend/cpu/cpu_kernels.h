@@ -75,6 +75,9 @@ struct ExpertsView {
   const float* down_b = nullptr;
   int64_t experts = 0, hidden = 0, intermediate = 0;
   int64_t first_expert = 0;  // global id of local expert 0 (expert parallelism)
+  // The FP8 format's experts: each token's input and each SwiGLU output quantized per 128 channels
+  // (core/fp8.h) before the expert's two GEMMs.
+  bool fp8_activations = false;
 };
 
 // out[t] = sum_k weights[t,k] * expert_{ids[t,k]}(x[t]), summed in slot order k = 0, 1, ...
