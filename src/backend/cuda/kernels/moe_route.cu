@@ -24,7 +24,7 @@ __global__ void moe_count_experts(const int32_t* ids, int pairs, int num_experts
 
 // One CTA: prefix sums over experts (E <= 1024, a serial scan by one thread costs ~1 us) and the
 // tile list, written by one thread per expert.
-__global__ void __launch_bounds__(kPlanThreads) moe_plan_tiles(int num_experts, MoeWorkspace ws) {
+__global__ void __launch_bounds__(kPlanThreads) moe_plan_tiles(int num_experts, int tile_m, MoeWorkspace ws) {
   __shared__ int row_start[kMoeMaxExperts + 1], tile_start[kMoeMaxExperts + 1];
   if (threadIdx.x == 0) {
     int rows = 0, tiles = 0;
@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_tiles(int num_experts, 
       tile_start[e] = tiles;
       const int count = ws.counts[e];
       rows += count;
-      tiles += (count + kMoeTileM - 1) / kMoeTileM;
+      tiles += (count + tile_m - 1) / tile_m;
     }
     row_start[num_experts] = rows;
     tile_start[num_experts] = tiles;
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_tiles(int num_experts, 
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
     for (int t = tile_start[e]; t < tile_start[e + 1]; ++t) {
       ws.tile_expert[t] = e;
-      ws.tile_row[t] = row_start[e] + (t - tile_start[e]) * kMoeTileM;
+      ws.tile_row[t] = row_start[e] + (t - tile_start[e]) * tile_m;
     }
   }
 }
@@ -90,12 +90,15 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeWorkspace& ws, cudaStream_t stream) {
+void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeWorkspace& ws, cudaStream_t stream,
+                      int tile_m) {
+  OSSRT_CU_CHECK(tile_m >= kMoeMinTileM, "moe route: tile of ", tile_m, " rows, the workspace holds tiles of ",
+                 kMoeMinTileM, " rows or more");
   OSSRT_CUDA_CALL(cudaMemsetAsync(ws.counts, 0, sizeof(int32_t) * 2 * num_experts, stream));  // counts + cursor
   const int blocks = (pairs + kThreads - 1) / kThreads;
   moe_count_experts<<<blocks, kThreads, 0, stream>>>(ids, pairs, num_experts, ws.counts);
   OSSRT_CHECK_LAUNCH("moe_count_experts");
-  moe_plan_tiles<<<1, kPlanThreads, 0, stream>>>(num_experts, ws);
+  moe_plan_tiles<<<1, kPlanThreads, 0, stream>>>(num_experts, tile_m, ws);
   OSSRT_CHECK_LAUNCH("moe_plan_tiles");
   moe_scatter_pairs<<<blocks, kThreads, 0, stream>>>(ids, pairs, num_experts, ws);
   OSSRT_CHECK_LAUNCH("moe_scatter_pairs");
