@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -624,6 +625,82 @@ TEST(Mxfp4Moe, RejectsBadArguments) {
   r.rows = 32;
   r.cols = 96;  // not a multiple of 64
   EXPECT_THROW(launch_mxfp4_repack(r, nullptr), Error);
+}
+
+// Kernel times of both regimes (and the bf16 kernel) at decode and prefill sizes, for choosing
+// kMoeSmallMMaxRows and for docs/kernels.md; runs only with OSSRT_MOE_TIMING=1 (no assertions: speed
+// is reported, not tested). L2 is flushed before every launch, as `ossrt bench kernels` does.
+TEST(Mxfp4Moe, TimeRegimes) {
+  REQUIRE_GPU();
+  if (!std::getenv("OSSRT_MOE_TIMING")) GTEST_SKIP() << "set OSSRT_MOE_TIMING=1";
+  const size_t flush_bytes = size_t(256) << 20;
+  auto flush = DeviceArray<char>::empty(flush_bytes);
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start), "event");
+  cuda_ok(cudaEventCreate(&stop), "event");
+  for (int num_experts : {32, 128}) {
+    const Experts& ex = experts(num_experts);
+    for (int tokens : {1, 8, 64, 256, 1024, 8192}) {
+      const std::vector<uint16_t> x = random_bf16(size_t(tokens) * kHidden, 5, 1.0f);
+      const Routing r = random_routing(tokens, num_experts, 6);
+      std::vector<bool> used(size_t(num_experts), false);
+      for (int32_t e : r.ids) used[size_t(e)] = true;
+      const double distinct = double(std::count(used.begin(), used.end(), true));
+      const double mx_bytes = distinct * 3.0 * kHidden * kInter * (0.5 + 1.0 / 32);
+      DeviceArray<uint16_t> d_x(x);
+      DeviceArray<int32_t> d_ids(r.ids);
+      DeviceArray<float> d_w(r.weights);
+      auto d_out = DeviceArray<float>::empty(size_t(tokens) * kHidden);
+      const size_t ws_bytes = moe_workspace_bytes(tokens, kTopK, num_experts, kHidden, kInter);
+      auto workspace = DeviceArray<char>::empty(ws_bytes);
+      MoeArgs a;
+      a.num_tokens = tokens;
+      a.top_k = kTopK;
+      a.num_experts = num_experts;
+      a.hidden = kHidden;
+      a.intermediate = kInter;
+      a.x = d_x.get();
+      a.ids = d_ids.get();
+      a.weights = d_w.get();
+      a.gate_up_b = ex.d_gate_up_b->get();
+      a.down_b = ex.d_down_b->get();
+      a.out = d_out->get();
+      a.workspace = workspace->get();
+      a.workspace_bytes = ws_bytes;
+      a.gate_up_w = ex.bf16_gate_up->get();
+      a.down_w = ex.bf16_down->get();
+      a.gate_up_q = ex.q_gate_up.q->get();
+      a.gate_up_scales = ex.q_gate_up.s->get();
+      a.down_q = ex.q_down.q->get();
+      a.down_scales = ex.q_down.s->get();
+      for (Path p : {Path::Bf16, Path::Mxfp4SmallM, Path::Mxfp4LargeM}) {
+        std::vector<float> ms;
+        for (int i = 0; i < 12; ++i) {
+          cuda_ok(cudaMemsetAsync(flush->get(), i, flush_bytes, nullptr), "flush");
+          cuda_ok(cudaEventRecord(start, nullptr), "record");
+          if (p == Path::Bf16) {
+            launch_bf16_bf16w_moe(a, nullptr);
+          } else {
+            a.regime = p == Path::Mxfp4SmallM ? MoeRegime::SmallM : MoeRegime::LargeM;
+            launch_bf16_mxfp4w_moe(a, nullptr);
+          }
+          cuda_ok(cudaEventRecord(stop, nullptr), "record");
+          cuda_ok(cudaEventSynchronize(stop), "sync");
+          float t = 0;
+          cuda_ok(cudaEventElapsedTime(&t, start, stop), "elapsed");
+          if (i >= 2) ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        const double us = 1e3 * ms[ms.size() / 2];
+        std::printf(
+            "[timing] E=%3d T=%5d %-14s %9.1f us  (mxfp4 weights %.1f MB -> %.2f TB/s; floor at 4.27 TB/s %.1f us)\n",
+            num_experts, tokens, path_name(p), us, mx_bytes / 1e6, mx_bytes / (us * 1e-6) / 1e12,
+            mx_bytes / 4.27e12 * 1e6);
+      }
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
 }
 
 // ---- the load path and the model, through the backend
