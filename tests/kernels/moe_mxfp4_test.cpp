@@ -28,6 +28,7 @@
 
 #include "backend/cuda/kernels/moe.cuh"
 #include "backend/cuda/kernels/moe_mxfp4.cuh"
+#include "backend/cuda/kernels/moe_passes.cuh"
 #include "backend/cuda/mxfp4_dequant.h"
 #include "backend/registry/registry.h"
 #include "core/dtype.h"
@@ -570,9 +571,10 @@ TEST(Mxfp4Moe, TokenOutputIsBatchInvariantWithinARegime) {
 TEST(Mxfp4Moe, AutoRegimeFollowsRowsPerExpert) {
   // Host-only.
   EXPECT_EQ(choose_mxfp4_regime(1, 4, 32), MoeRegime::SmallM);
-  EXPECT_EQ(choose_mxfp4_regime(256, 4, 32), MoeRegime::SmallM);  // 32 rows per expert
-  EXPECT_EQ(choose_mxfp4_regime(257, 4, 32), MoeRegime::LargeM);
-  EXPECT_EQ(choose_mxfp4_regime(1024, 4, 128), MoeRegime::SmallM);
+  EXPECT_EQ(choose_mxfp4_regime(128, 4, 32), MoeRegime::SmallM);  // 16 rows per expert
+  EXPECT_EQ(choose_mxfp4_regime(129, 4, 32), MoeRegime::LargeM);
+  EXPECT_EQ(choose_mxfp4_regime(512, 4, 128), MoeRegime::SmallM);
+  EXPECT_EQ(choose_mxfp4_regime(1024, 4, 128), MoeRegime::LargeM);
   EXPECT_EQ(choose_mxfp4_regime(8192, 4, 128), MoeRegime::LargeM);
 }
 
@@ -640,7 +642,7 @@ TEST(Mxfp4Moe, TimeRegimes) {
   cuda_ok(cudaEventCreate(&stop), "event");
   for (int num_experts : {32, 128}) {
     const Experts& ex = experts(num_experts);
-    for (int tokens : {1, 8, 64, 256, 1024, 8192}) {
+    for (int tokens : {1, 8, 64, 128, 256, 512, 1024, 8192}) {
       const std::vector<uint16_t> x = random_bf16(size_t(tokens) * kHidden, 5, 1.0f);
       const Routing r = random_routing(tokens, num_experts, 6);
       std::vector<bool> used(size_t(num_experts), false);
@@ -673,6 +675,50 @@ TEST(Mxfp4Moe, TimeRegimes) {
       a.gate_up_scales = ex.q_gate_up.s->get();
       a.down_q = ex.q_down.q->get();
       a.down_scales = ex.q_down.s->get();
+      if (tokens <= 64) {
+        // Where the small-M time goes: each pass alone, L2 flushed before the first (events between).
+        const MoeWorkspace ws = carve_moe_workspace(a.workspace, tokens, kTopK, num_experts, kHidden, kInter);
+        const int n_tiles = tokens * kTopK <= 8 * num_experts ? 1 : 2;
+        MoeGemmArgs g;
+        g.num_tiles = ws.num_tiles, g.tile_expert = ws.tile_expert, g.tile_row = ws.tile_row, g.offsets = ws.offsets;
+        g.max_tiles = moe_max_tiles(tokens * kTopK, num_experts, 8 * n_tiles);
+        MoeGemmArgs gu = g, dn = g;
+        gu.a = a.x, gu.pos_to_pair = ws.pos_to_pair, gu.top_k = kTopK, gu.wq = a.gate_up_q,
+        gu.wscale = a.gate_up_scales;
+        gu.bias = a.gate_up_b, gu.n = 2 * kInter, gu.k = kHidden, gu.act_out = ws.act;
+        dn.a = ws.act, dn.wq = a.down_q, dn.wscale = a.down_scales, dn.bias = a.down_b, dn.n = kHidden, dn.k = kInter;
+        dn.y_out = ws.y;
+        cudaEvent_t ev[5];
+        for (auto& e : ev) cuda_ok(cudaEventCreate(&e), "event");
+        std::vector<std::vector<float>> parts(4);
+        for (int i = 0; i < 12; ++i) {
+          cuda_ok(cudaMemsetAsync(flush->get(), i, flush_bytes, nullptr), "flush");
+          cuda_ok(cudaEventRecord(ev[0], nullptr), "record");
+          launch_moe_route(a.ids, tokens * kTopK, num_experts, ws, nullptr, 8 * n_tiles);
+          cuda_ok(cudaEventRecord(ev[1], nullptr), "record");
+          launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(gu, n_tiles, nullptr);
+          cuda_ok(cudaEventRecord(ev[2], nullptr), "record");
+          launch_bf16_mxfp4w_moe_down_decode(dn, n_tiles, nullptr);
+          cuda_ok(cudaEventRecord(ev[3], nullptr), "record");
+          launch_moe_combine(a.weights, tokens, kTopK, kHidden, ws, a.out, false, nullptr);
+          cuda_ok(cudaEventRecord(ev[4], nullptr), "record");
+          cuda_ok(cudaEventSynchronize(ev[4]), "sync");
+          for (int j = 0; j < 4 && i >= 2; ++j) {
+            float t = 0;
+            cuda_ok(cudaEventElapsedTime(&t, ev[j], ev[j + 1]), "elapsed");
+            parts[size_t(j)].push_back(t);
+          }
+        }
+        double us[4];
+        for (int j = 0; j < 4; ++j) {
+          std::sort(parts[size_t(j)].begin(), parts[size_t(j)].end());
+          us[j] = 1e3 * parts[size_t(j)][parts[size_t(j)].size() / 2];
+        }
+        std::printf(
+            "[timing] E=%3d T=%5d small-M passes: route %.1f us, gate_up %.1f us, down %.1f us, combine %.1f us\n",
+            num_experts, tokens, us[0], us[1], us[2], us[3]);
+        for (auto& e : ev) cudaEventDestroy(e);
+      }
       for (Path p : {Path::Bf16, Path::Mxfp4SmallM, Path::Mxfp4LargeM}) {
         std::vector<float> ms;
         for (int i = 0; i < 12; ++i) {

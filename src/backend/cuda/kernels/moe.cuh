@@ -72,7 +72,7 @@ void launch_bf16_bf16w_moe(const MoeArgs& args, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe(const MoeArgs& args, cudaStream_t stream);
 
 // MoeRegime::Auto: small M while the average rows per expert, ceil(T * k / E), is at most this.
-inline constexpr int kMoeSmallMMaxRows = 32;
+inline constexpr int kMoeSmallMMaxRows = 16;
 MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts);
 
 }  // namespace ossrt::cuda

@@ -62,6 +62,65 @@ __global__ void moe_scatter_pairs(const int32_t* ids, int pairs, int num_experts
   ws.pair_to_pos[i] = pos;
 }
 
+// The whole route in one CTA (decode sizes: pairs <= kSingleCtaPairs): counts, prefix sums (a
+// Hillis-Steele scan over the experts), tile list and scatter with shared-memory atomics. One launch
+// instead of a memset and three kernels, which at one token cost more than the counting itself.
+constexpr int kSingleCtaPairs = 4096;
+
+__global__ void __launch_bounds__(kPlanThreads)
+    moe_route_single_cta(const int32_t* ids, int pairs, int num_experts, int tile_m, MoeWorkspace ws) {
+  __shared__ int count[kMoeMaxExperts], rows[kMoeMaxExperts + 1], tiles[kMoeMaxExperts + 1];
+  __shared__ int scan_a[kMoeMaxExperts], scan_b[kMoeMaxExperts];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < num_experts; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  for (int i = tid; i < pairs; i += blockDim.x) {
+    const int e = ids[i];
+    if (e >= 0 && e < num_experts) atomicAdd(&count[e], 1);
+  }
+  __syncthreads();
+  // Inclusive scans over the experts of rows (count) and tiles (ceil(count / tile_m)).
+  for (int e = tid; e < num_experts; e += blockDim.x) {
+    scan_a[e] = count[e];
+    scan_b[e] = (count[e] + tile_m - 1) / tile_m;
+  }
+  __syncthreads();
+  for (int step = 1; step < num_experts; step *= 2) {
+    int va = 0, vb = 0;
+    const int e = tid;
+    if (e < num_experts && e >= step) va = scan_a[e - step], vb = scan_b[e - step];
+    __syncthreads();
+    if (e < num_experts && e >= step) scan_a[e] += va, scan_b[e] += vb;
+    __syncthreads();
+  }
+  for (int e = tid; e < num_experts; e += blockDim.x) {
+    rows[e + 1] = scan_a[e];
+    tiles[e + 1] = scan_b[e];
+  }
+  if (tid == 0) rows[0] = tiles[0] = 0;
+  __syncthreads();
+  if (tid == 0) *ws.num_tiles = tiles[num_experts];
+  for (int e = tid; e <= num_experts; e += blockDim.x) ws.offsets[e] = rows[e];
+  for (int e = tid; e < num_experts; e += blockDim.x) {
+    for (int t = tiles[e]; t < tiles[e + 1]; ++t) {
+      ws.tile_expert[t] = e;
+      ws.tile_row[t] = rows[e] + (t - tiles[e]) * tile_m;
+    }
+    count[e] = 0;  // reused as the scatter cursor
+  }
+  __syncthreads();
+  for (int i = tid; i < pairs; i += blockDim.x) {
+    const int e = ids[i];
+    if (e < 0 || e >= num_experts) {
+      ws.pair_to_pos[i] = -1;
+      continue;
+    }
+    const int pos = rows[e] + atomicAdd(&count[e], 1);
+    ws.pos_to_pair[pos] = i;
+    ws.pair_to_pos[i] = pos;
+  }
+}
+
 // One CTA per token; each thread 4 consecutive features.
 __global__ void __launch_bounds__(kThreads)
     moe_combine(const float* weights, int top_k, int hidden, MoeWorkspace ws, void* out, bool out_bf16) {
@@ -94,6 +153,11 @@ void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeW
                       int tile_m) {
   OSSRT_CU_CHECK(tile_m >= kMoeMinTileM, "moe route: tile of ", tile_m, " rows, the workspace holds tiles of ",
                  kMoeMinTileM, " rows or more");
+  if (pairs <= kSingleCtaPairs) {
+    moe_route_single_cta<<<1, kPlanThreads, 0, stream>>>(ids, pairs, num_experts, tile_m, ws);
+    OSSRT_CHECK_LAUNCH("moe_route_single_cta");
+    return;
+  }
   OSSRT_CUDA_CALL(cudaMemsetAsync(ws.counts, 0, sizeof(int32_t) * 2 * num_experts, stream));  // counts + cursor
   const int blocks = (pairs + kThreads - 1) / kThreads;
   moe_count_experts<<<blocks, kThreads, 0, stream>>>(ids, pairs, num_experts, ws.counts);
