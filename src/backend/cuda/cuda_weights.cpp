@@ -211,7 +211,7 @@ ExpertWeights CudaBackend::upload_experts_as(const HostExperts& gate_up, const H
   w.experts = gate_up.experts;
   w.hidden = gate_up.in;
   w.intermediate = down.in;
-  const bool mxfp4 = options_.weight_format == WeightFormat::Mxfp4 || options_.weight_format == WeightFormat::Mxfp4Fp8;
+  const bool mxfp4 = format == WeightFormat::Mxfp4 || format == WeightFormat::Mxfp4Fp8;
   if (mxfp4)
     OSSRT_CHECK(gate_up.format == HostExperts::Format::Mxfp4 && down.format == HostExperts::Format::Mxfp4,
                 "the MXFP4 weight format keeps the experts as the checkpoint stores them, but the experts of {} are "
