@@ -568,6 +568,74 @@ TEST(Mxfp4Moe, TokenOutputIsBatchInvariantWithinARegime) {
   }
 }
 
+TEST(Mxfp4Moe, CapturedInACudaGraphMatchesEager) {
+  REQUIRE_GPU();
+  // The small-M chain (one-CTA route, PDL-launched GEMMs and combine) and the large-M one, captured
+  // once and replayed on new routing and activations of the same size: bit-identical to eager.
+  const Experts& ex = experts(32);
+  for (const auto& [path, tokens] :
+       std::vector<std::pair<Path, int>>{{Path::Mxfp4Auto, 1}, {Path::Mxfp4Auto, 8}, {Path::Mxfp4LargeM, 64}}) {
+    SCOPED_TRACE(std::string(path_name(path)) + ", T = " + std::to_string(tokens));
+    const std::vector<uint16_t> x1 = random_bf16(size_t(tokens) * kHidden, 71, 1.0f);
+    const std::vector<uint16_t> x2 = random_bf16(size_t(tokens) * kHidden, 72, 1.0f);
+    const Routing r1 = random_routing(tokens, 32, 73), r2 = random_routing(tokens, 32, 74);
+    DeviceArray<uint16_t> d_x(x1);
+    DeviceArray<int32_t> d_ids(r1.ids);
+    DeviceArray<float> d_w(r1.weights);
+    auto d_out = DeviceArray<float>::empty(size_t(tokens) * kHidden);
+    const size_t ws_bytes = moe_workspace_bytes(tokens, kTopK, 32, kHidden, kInter);
+    auto workspace = DeviceArray<char>::empty(ws_bytes);
+    MoeArgs a;
+    a.num_tokens = tokens;
+    a.top_k = kTopK;
+    a.num_experts = 32;
+    a.hidden = kHidden;
+    a.intermediate = kInter;
+    a.x = d_x.get();
+    a.ids = d_ids.get();
+    a.weights = d_w.get();
+    a.gate_up_b = ex.d_gate_up_b->get();
+    a.down_b = ex.d_down_b->get();
+    a.gate_up_q = ex.q_gate_up.q->get();
+    a.gate_up_scales = ex.q_gate_up.s->get();
+    a.down_q = ex.q_down.q->get();
+    a.down_scales = ex.q_down.s->get();
+    a.regime = path == Path::Mxfp4LargeM ? MoeRegime::LargeM : MoeRegime::Auto;
+    a.out = d_out->get();
+    a.workspace = workspace->get();
+    a.workspace_bytes = ws_bytes;
+    cudaStream_t stream;
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+    launch_bf16_mxfp4w_moe(a, stream);
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    auto download = [&] {
+      std::vector<float> out(size_t(tokens) * kHidden);
+      cuda_ok(cudaMemcpy(out.data(), d_out->get(), out.size() * 4, cudaMemcpyDeviceToHost), "D2H");
+      return out;
+    };
+    for (int round = 0; round < 2; ++round) {
+      const auto& x = round ? x2 : x1;
+      const Routing& r = round ? r2 : r1;
+      cuda_ok(cudaMemcpy(d_x.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice), "H2D");
+      cuda_ok(cudaMemcpy(d_ids.get(), r.ids.data(), r.ids.size() * 4, cudaMemcpyHostToDevice), "H2D");
+      cuda_ok(cudaMemcpy(d_w.get(), r.weights.data(), r.weights.size() * 4, cudaMemcpyHostToDevice), "H2D");
+      cuda_ok(cudaMemset(d_out->get(), 0xff, size_t(tokens) * kHidden * 4), "memset");
+      cuda_ok(cudaGraphLaunch(exec, stream), "graph launch");
+      cuda_ok(cudaStreamSynchronize(stream), "sync");
+      const std::vector<float> replayed = download();
+      const std::vector<float> eager = run_moe(ex, path, x, r, tokens);
+      ASSERT_EQ(std::memcmp(replayed.data(), eager.data(), eager.size() * 4), 0) << "round " << round;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
 TEST(Mxfp4Moe, AutoRegimeFollowsRowsPerExpert) {
   // Host-only.
   EXPECT_EQ(choose_mxfp4_regime(1, 4, 32), MoeRegime::SmallM);

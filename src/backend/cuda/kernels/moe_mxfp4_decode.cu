@@ -34,8 +34,18 @@ template <int kNT, bool kSwiglu>
 __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   // Chunks in flight per warp: ~2 KB of weights and activations per lane-batch whatever kNT is.
   constexpr int kUnroll = kNT == 1 ? 4 : kNT == 2 ? 2 : 1;
+  // Launched with PDL (docs/kernels.md): the gate_up GEMM waits here for the route; the down GEMM
+  // (whose route tiles were final before the gate_up GEMM let it launch) first pulls its weights into
+  // L2 while the gate_up GEMM drains, then waits for the activations.
+  if constexpr (kSwiglu) {
+    pdl_wait();
+    pdl_launch_dependents();
+  }
   const int tile = blockIdx.x;
-  if (tile >= *a.num_tiles) return;
+  if (tile >= *a.num_tiles) {
+    if constexpr (!kSwiglu) pdl_launch_dependents();
+    return;
+  }
   const int expert = a.tile_expert[tile];
   const int row0 = a.tile_row[tile];
   const int row_end = a.offsets[expert + 1];
@@ -45,6 +55,12 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   const int64_t chunk0 = (int64_t(expert) * (a.n / kMxRowTile) + rt) * chunks;
   const uint8_t* wq = a.wq + chunk0 * kMxChunkBytes + lane * 16;
   const uint8_t* wsc = a.wscale + chunk0 * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2;
+  if constexpr (!kSwiglu) {
+    for (int kc = warp; kc < chunks; kc += kWarps)
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wq + int64_t(kc) * kMxChunkBytes));
+    pdl_wait();
+    pdl_launch_dependents();
+  }
 
   // Token column g of n-tile t is grouped row row0 + 8t + g; a lane's 16 activations of a chunk
   // start at column 16c (the layout's k permutation).
@@ -165,20 +181,20 @@ void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& a, int n_ti
   check_decode_args(a, n_tiles, "bf16_mxfp4w_moe_gate_up_swiglu_decode");
   if (a.max_tiles == 0) return;
   const dim3 grid(a.max_tiles, a.n / kMxRowTile);
-  if (n_tiles == 1) bf16_mxfp4w_moe_gate_up_swiglu_decode<1><<<grid, kThreads, 0, stream>>>(a);
-  if (n_tiles == 2) bf16_mxfp4w_moe_gate_up_swiglu_decode<2><<<grid, kThreads, 0, stream>>>(a);
-  if (n_tiles == 4) bf16_mxfp4w_moe_gate_up_swiglu_decode<4><<<grid, kThreads, 0, stream>>>(a);
-  OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_gate_up_swiglu_decode");
+  auto* kernel = n_tiles == 1   ? bf16_mxfp4w_moe_gate_up_swiglu_decode<1>
+                 : n_tiles == 2 ? bf16_mxfp4w_moe_gate_up_swiglu_decode<2>
+                                : bf16_mxfp4w_moe_gate_up_swiglu_decode<4>;
+  OSSRT_CUDA_CALL(launch_pdl(kernel, grid, dim3(kThreads), stream, a));
 }
 
 void launch_bf16_mxfp4w_moe_down_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
   check_decode_args(a, n_tiles, "bf16_mxfp4w_moe_down_decode");
   if (a.max_tiles == 0) return;
   const dim3 grid(a.max_tiles, a.n / kMxRowTile);
-  if (n_tiles == 1) bf16_mxfp4w_moe_down_decode<1><<<grid, kThreads, 0, stream>>>(a);
-  if (n_tiles == 2) bf16_mxfp4w_moe_down_decode<2><<<grid, kThreads, 0, stream>>>(a);
-  if (n_tiles == 4) bf16_mxfp4w_moe_down_decode<4><<<grid, kThreads, 0, stream>>>(a);
-  OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_down_decode");
+  auto* kernel = n_tiles == 1   ? bf16_mxfp4w_moe_down_decode<1>
+                 : n_tiles == 2 ? bf16_mxfp4w_moe_down_decode<2>
+                                : bf16_mxfp4w_moe_down_decode<4>;
+  OSSRT_CUDA_CALL(launch_pdl(kernel, grid, dim3(kThreads), stream, a));
 }
 
 }  // namespace ossrt::cuda

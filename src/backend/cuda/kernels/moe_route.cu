@@ -71,6 +71,8 @@ __global__ void __launch_bounds__(kPlanThreads)
     moe_route_single_cta(const int32_t* ids, int pairs, int num_experts, int tile_m, MoeWorkspace ws) {
   __shared__ int count[kMoeMaxExperts], rows[kMoeMaxExperts + 1], tiles[kMoeMaxExperts + 1];
   __shared__ int scan_a[kMoeMaxExperts], scan_b[kMoeMaxExperts];
+  // The first GEMM (PDL-launched) may take its SM slots now; it waits for this kernel's output.
+  pdl_launch_dependents();
   const int tid = threadIdx.x;
   for (int e = tid; e < num_experts; e += blockDim.x) count[e] = 0;
   __syncthreads();
@@ -124,6 +126,7 @@ __global__ void __launch_bounds__(kPlanThreads)
 // One CTA per token; each thread 4 consecutive features.
 __global__ void __launch_bounds__(kThreads)
     moe_combine(const float* weights, int top_k, int hidden, MoeWorkspace ws, void* out, bool out_bf16) {
+  pdl_wait();  // y comes from the kernel before (launched with PDL after the small-M down GEMM)
   const int t = blockIdx.x;
   for (int n = threadIdx.x * 4; n < hidden; n += blockDim.x * 4) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -170,8 +173,8 @@ void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeW
 
 void launch_moe_combine(const float* weights, int tokens, int top_k, int hidden, const MoeWorkspace& ws, void* out,
                         bool out_bf16, cudaStream_t stream) {
-  moe_combine<<<tokens, kThreads, 0, stream>>>(weights, top_k, hidden, ws, out, out_bf16);
-  OSSRT_CHECK_LAUNCH("moe_combine");
+  OSSRT_CUDA_CALL(
+      launch_pdl(moe_combine, dim3(tokens), dim3(kThreads), stream, weights, top_k, hidden, ws, out, out_bf16));
 }
 
 }  // namespace ossrt::cuda
