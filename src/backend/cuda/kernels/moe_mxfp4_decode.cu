@@ -18,8 +18,12 @@
 namespace ossrt::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
+// K is split 4 ways (chunk kc to part kc % 4) and the parts are added in part order, always; a CTA
+// runs the parts on 4 warps or, when 4-warp CTAs would not all be resident at once (one token:
+// 1,440 CTAs for the 20b's gate_up against ~924 slots), on 2 warps of two parts each: one wave of
+// longer streams instead of a wave and a half. Same arithmetic either way, so the choice (made from
+// host-known sizes) never changes a result.
+constexpr int kSplit = 4;
 
 // Weights are read once per step: no L1 allocation (the activations, reused by every CTA, keep it).
 __device__ __forceinline__ uint4 ldg_stream(const uint8_t* p) {
@@ -30,10 +34,13 @@ __device__ __forceinline__ uint4 ldg_stream(const uint8_t* p) {
   return v;
 }
 
-template <int kNT, bool kSwiglu>
+template <int kNT, int kWarps, bool kSwiglu>
 __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
-  // Chunks in flight per warp: ~2 KB of weights and activations per lane-batch whatever kNT is.
-  constexpr int kUnroll = kNT == 1 ? 4 : kNT == 2 ? 2 : 1;
+  static_assert(kSplit % kWarps == 0, "a warp runs whole parts");
+  constexpr int kSlots = kSplit / kWarps;  // parts per warp
+  // Chunks in flight per warp: ~2 KB of weights and activations per lane-batch whatever kNT is (a
+  // multiple of kSlots, so each unrolled chunk's part is known at compile time).
+  constexpr int kUnroll = (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) > kSlots ? (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) : kSlots;
   // Launched with PDL (docs/kernels.md): the gate_up GEMM waits here for the route; the down GEMM
   // (whose route tiles were final before the gate_up GEMM let it launch) first pulls its weights into
   // L2 while the gate_up GEMM drains, then waits for the activations.
@@ -75,7 +82,7 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
     xr[t] = a.a + (ok[t] ? r : 0) * a.k + 16 * c;
   }
 
-  float acc[kNT][4] = {};
+  float acc[kSlots][kNT][4] = {};  // [part of this warp: part warp + kWarps * slot]
   for (int kc0 = warp; kc0 < chunks; kc0 += kWarps * kUnroll) {
     uint4 wv[kUnroll], xv[kUnroll][kNT][2];
     uint32_t sv[kUnroll];
@@ -107,17 +114,19 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
           uint32_t bf[2];
           bf[0] = (j % 2 == 0) ? lo.x : lo.z;  // activation words 2j, 2j + 1 of the lane's 8
           bf[1] = (j % 2 == 0) ? lo.y : lo.w;
-          mma_bf16_m16n8k16(acc[t], af, bf);
+          mma_bf16_m16n8k16(acc[u % kSlots][t], af, bf);
         }
       }
     }
   }
 
-  __shared__ float red[kWarps][kNT * 4][32];
+  __shared__ float red[kSplit][kNT * 4][32];
 #pragma unroll
-  for (int t = 0; t < kNT; ++t)
+  for (int slot = 0; slot < kSlots; ++slot)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) red[warp][t * 4 + i][lane] = acc[t][i];
+    for (int t = 0; t < kNT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[warp + kWarps * slot][t * 4 + i][lane] = acc[slot][t][i];
   __syncthreads();
   if (warp != 0) return;
 
@@ -158,13 +167,31 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   }
 }
 
-template <int kNT>
-__global__ void __launch_bounds__(kThreads) bf16_mxfp4w_moe_gate_up_swiglu_decode(MoeGemmArgs a) {
-  mx_decode_tile<kNT, true>(a);
+template <int kNT, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_gate_up_swiglu_decode(MoeGemmArgs a) {
+  mx_decode_tile<kNT, kWarps, true>(a);
 }
-template <int kNT>
-__global__ void __launch_bounds__(kThreads) bf16_mxfp4w_moe_down_decode(MoeGemmArgs a) {
-  mx_decode_tile<kNT, false>(a);
+template <int kNT, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_down_decode(MoeGemmArgs a) {
+  mx_decode_tile<kNT, kWarps, false>(a);
+}
+
+using DecodeKernel = void (*)(MoeGemmArgs);
+
+// 4-warp CTAs, or 2-warp ones for one token tile when the 4-warp grid would not be resident at once.
+void launch_decode(DecodeKernel four[3], DecodeKernel two_single_tile, const MoeGemmArgs& a, int n_tiles,
+                   cudaStream_t stream) {
+  const dim3 grid(a.max_tiles, a.n / kMxRowTile);
+  DecodeKernel kernel = four[n_tiles == 1 ? 0 : n_tiles == 2 ? 1 : 2];
+  int warps = 4;
+  if (n_tiles == 1) {
+    int device = 0, sms = 0, per_sm = 0;
+    OSSRT_CUDA_CALL(cudaGetDevice(&device));
+    OSSRT_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    OSSRT_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, 0));
+    if (int64_t(grid.x) * grid.y > int64_t(sms) * per_sm) kernel = two_single_tile, warps = 2;
+  }
+  OSSRT_CUDA_CALL(launch_pdl(kernel, grid, dim3(32 * warps), stream, a));
 }
 
 void check_decode_args(const MoeGemmArgs& a, int n_tiles, const char* name) {
@@ -180,21 +207,17 @@ void check_decode_args(const MoeGemmArgs& a, int n_tiles, const char* name) {
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
   check_decode_args(a, n_tiles, "bf16_mxfp4w_moe_gate_up_swiglu_decode");
   if (a.max_tiles == 0) return;
-  const dim3 grid(a.max_tiles, a.n / kMxRowTile);
-  auto* kernel = n_tiles == 1   ? bf16_mxfp4w_moe_gate_up_swiglu_decode<1>
-                 : n_tiles == 2 ? bf16_mxfp4w_moe_gate_up_swiglu_decode<2>
-                                : bf16_mxfp4w_moe_gate_up_swiglu_decode<4>;
-  OSSRT_CUDA_CALL(launch_pdl(kernel, grid, dim3(kThreads), stream, a));
+  DecodeKernel four[3] = {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4>, bf16_mxfp4w_moe_gate_up_swiglu_decode<2, 4>,
+                          bf16_mxfp4w_moe_gate_up_swiglu_decode<4, 4>};
+  launch_decode(four, bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2>, a, n_tiles, stream);
 }
 
 void launch_bf16_mxfp4w_moe_down_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
   check_decode_args(a, n_tiles, "bf16_mxfp4w_moe_down_decode");
   if (a.max_tiles == 0) return;
-  const dim3 grid(a.max_tiles, a.n / kMxRowTile);
-  auto* kernel = n_tiles == 1   ? bf16_mxfp4w_moe_down_decode<1>
-                 : n_tiles == 2 ? bf16_mxfp4w_moe_down_decode<2>
-                                : bf16_mxfp4w_moe_down_decode<4>;
-  OSSRT_CUDA_CALL(launch_pdl(kernel, grid, dim3(kThreads), stream, a));
+  DecodeKernel four[3] = {bf16_mxfp4w_moe_down_decode<1, 4>, bf16_mxfp4w_moe_down_decode<2, 4>,
+                          bf16_mxfp4w_moe_down_decode<4, 4>};
+  launch_decode(four, bf16_mxfp4w_moe_down_decode<1, 2>, a, n_tiles, stream);
 }
 
 }  // namespace ossrt::cuda
