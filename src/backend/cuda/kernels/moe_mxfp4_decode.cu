@@ -42,8 +42,8 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   // multiple of kSlots, so each unrolled chunk's part is known at compile time).
   constexpr int kUnroll = (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) > kSlots ? (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) : kSlots;
   // Launched with PDL (docs/kernels.md): the gate_up GEMM waits here for the route; the down GEMM
-  // (whose route tiles were final before the gate_up GEMM let it launch) first requests its weights
-  // while the gate_up GEMM drains, then waits for the activations.
+  // (whose route tiles were final before the gate_up GEMM let it launch) first pulls its weights into
+  // L2 while the gate_up GEMM drains, then waits for the activations.
   if constexpr (kSwiglu) {
     pdl_wait();
     pdl_launch_dependents();
@@ -62,13 +62,9 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   const int64_t chunk0 = (int64_t(expert) * (a.n / kMxRowTile) + rt) * chunks;
   const uint8_t* wq = a.wq + chunk0 * kMxChunkBytes + lane * 16;
   const uint8_t* wsc = a.wscale + chunk0 * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2;
-  // Every chunk this warp will read is requested from DRAM now (into L2), so the whole grid's
-  // weights are in flight at once instead of the few chunks the registers hold (one token: the
-  // weights of 4 experts, 35 MB for the 20b's gate_up, fit in L2). The down GEMM does this before
-  // waiting for the activations, overlapping the gate_up GEMM's tail.
-  for (int kc = warp; kc < chunks; kc += kWarps)
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wq + int64_t(kc) * kMxChunkBytes));
   if constexpr (!kSwiglu) {
+    for (int kc = warp; kc < chunks; kc += kWarps)
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wq + int64_t(kc) * kMxChunkBytes));
     pdl_wait();
     pdl_launch_dependents();
   }
