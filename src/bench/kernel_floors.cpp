@@ -48,8 +48,9 @@ OpCost router_cost(int64_t T, int64_t experts, int64_t H, int64_t k) {
           2.0 * T * experts * H};
 }
 
-OpCost moe_cost(int64_t T, int64_t k, double distinct_experts, int64_t H, int64_t I) {
-  const double per_expert = double(2 * I) * H * kBf16 + double(2 * I) * kF32 + double(H) * I * kBf16 + double(H) * kF32;
+OpCost moe_cost(int64_t T, int64_t k, double distinct_experts, int64_t H, int64_t I, double weight_bytes) {
+  const double per_expert =
+      double(2 * I) * H * weight_bytes + double(2 * I) * kF32 + double(H) * I * weight_bytes + double(H) * kF32;
   const double io = double(T) * H * kBf16 * 2 + double(T) * k * (kI32 + kF32);
   return {distinct_experts * per_expert + io, double(T) * k * 2.0 * (2.0 * I * H + double(H) * I)};
 }

@@ -18,6 +18,8 @@ struct OpCost {
 
 // Bytes per element of the CUDA backend's tensors.
 constexpr double kBf16 = 2, kF32 = 4, kI32 = 4;
+// MXFP4: 4 bits a value plus one e8m0 scale byte per 32 values.
+constexpr double kMxfp4 = 0.5 + 1.0 / 32;
 
 // embedding: T rows of a bf16 [V, H] table gathered into the f32 residual.
 OpCost embedding_cost(int64_t T, int64_t H);
@@ -43,8 +45,8 @@ int64_t visible_keys(int64_t position, int64_t window);
 OpCost router_cost(int64_t T, int64_t experts, int64_t H, int64_t k);
 // moe: every distinct expert the step routes to is read once (bf16 gate_up [2I, H] + f32 bias and
 // down [H, I] + f32 bias); x bf16 in, bf16 out, ids and weights read. FLOPs 2 x (2I x H + H x I) per
-// (token, slot).
-OpCost moe_cost(int64_t T, int64_t k, double distinct_experts, int64_t H, int64_t I);
+// (token, slot). weight_bytes: bytes per weight value (kBf16; kMxfp4 for resident MXFP4 experts).
+OpCost moe_cost(int64_t T, int64_t k, double distinct_experts, int64_t H, int64_t I, double weight_bytes = kBf16);
 // The expected number of distinct experts T tokens touch when each picks k of E uniformly:
 // E (1 - (1 - k/E)^T). Random weights route nearly uniformly (docs/reference/PERFORMANCE.md says so).
 double expected_distinct_experts(int64_t T, int64_t experts, int64_t k);

@@ -101,6 +101,9 @@ class CudaBackend final : public Backend {
   // is the one that waits for the ids.
   std::vector<int32_t> sample(const Tensor& logits, std::span<const SamplingRowParams> params,
                               std::span<const std::span<const uint32_t>> allowed = {});
+  // upload_experts in a given format rather than BackendOptions::weight_format's (which upload_experts
+  // uses): the kernel benchmark times bf16 and MXFP4 experts on one backend.
+  ExpertWeights upload_experts_as(const HostExperts& gate_up, const HostExperts& down, WeightFormat format);
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
   bool graphs_enabled() const { return graphs_enabled_; }
   int graph_count() const;

@@ -267,7 +267,11 @@ void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& id
   OSSRT_CHECK(ids.dtype == DType::I32 && weights.dtype == DType::F32 && weights.row_elems() == k && ids.dim(0) >= t &&
                   weights.dim(0) >= t,
               "moe: ids {} / weights {} for {} tokens", ids.shape_str(), weights.shape_str(), t);
-  OSSRT_CHECK(ex.gate_up_w.dtype == DType::BF16 && ex.gate_up_b.dtype == DType::F32,
+  // U8 experts are resident MXFP4 (upload_experts with WeightFormat::Mxfp4), in the kernels' layout.
+  const bool mxfp4 = ex.gate_up_w.dtype == DType::U8;
+  OSSRT_CHECK((ex.gate_up_w.dtype == DType::BF16 ||
+               (mxfp4 && ex.down_w.dtype == DType::U8 && ex.gate_up_scales.data && ex.down_scales.data)) &&
+                  ex.gate_up_b.dtype == DType::F32,
               "moe: expert weights were not uploaded by the CUDA backend");
   // The route kernel indexes experts by global id; expert parallelism (a partial expert set) is
   // proven on the CPU backend only so far (docs/parallel.md).
@@ -289,16 +293,26 @@ void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& id
   a.x = static_cast<const uint16_t*>(x.data);
   a.ids = ids.ptr<int32_t>();
   a.weights = weights.ptr<float>();
-  a.gate_up_w = static_cast<const uint16_t*>(ex.gate_up_w.data);
+  if (mxfp4) {
+    a.gate_up_q = static_cast<const uint8_t*>(ex.gate_up_w.data);
+    a.gate_up_scales = static_cast<const uint8_t*>(ex.gate_up_scales.data);
+    a.down_q = static_cast<const uint8_t*>(ex.down_w.data);
+    a.down_scales = static_cast<const uint8_t*>(ex.down_scales.data);
+  } else {
+    a.gate_up_w = static_cast<const uint16_t*>(ex.gate_up_w.data);
+    a.down_w = static_cast<const uint16_t*>(ex.down_w.data);
+  }
   a.gate_up_b = ex.gate_up_b.data;
-  a.down_w = static_cast<const uint16_t*>(ex.down_w.data);
   a.down_b = ex.down_b.data;
   a.bias_bf16 = false;
   a.out = out.data;
   a.out_bf16 = out.dtype == DType::BF16;
   a.workspace = moe_workspace_;
   a.workspace_bytes = moe_workspace_bytes_;
-  cuda::launch_bf16_bf16w_moe(a, stream_);
+  if (mxfp4)
+    cuda::launch_bf16_mxfp4w_moe(a, stream_);
+  else
+    cuda::launch_bf16_bf16w_moe(a, stream_);
   OSSRT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,6 +1,7 @@
 // Weight conversion for the CUDA backend: everything becomes bf16 on the device (checkpoints are
 // bf16 already; f32/f16 sources are rounded), expert biases become f32 (the MoE kernels add them in
-// fp32), and MXFP4 experts are expanded to bf16 on the device, once, at load time.
+// fp32). MXFP4 experts are expanded to bf16 on the device, once, at load time (WeightFormat::
+// Reference), or stay 4-bit, repacked on the device into the MoE kernels' layout (Mxfp4, Mxfp4Fp8).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffers.h"
 #include "backend/cuda/kernels/moe.cuh"
+#include "backend/cuda/kernels/moe_mxfp4.cuh"
 #include "backend/cuda/mxfp4_dequant.h"
 
 namespace ossrt {
@@ -99,33 +101,75 @@ void copy_host_to_device(void* dst, const void* src, size_t bytes, cudaStream_t 
   OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+// Uploads a checkpoint's MXFP4 experts in chunks of experts through a device staging buffer (blocks,
+// then scales) and hands each chunk to `use(d_blocks, d_scales, first_expert, count)` on `stream`.
+template <typename Use>
+void stage_mxfp4_chunks(const HostExperts& x, cudaStream_t stream, Use use) {
+  const int64_t e_count = x.experts, out = x.out, in = x.in;
+  OSSRT_CHECK(in % kMxfp4BlockElems == 0, "experts {}: in {} is not a multiple of 32", x.blocks.name, in);
+  OSSRT_CHECK(x.blocks.data && x.scales.data, "experts {}: missing blocks or scales", x.blocks.name);
+  const size_t block_bytes_per_expert = size_t(out) * size_t(in / 2);
+  const size_t scale_bytes_per_expert = size_t(out) * size_t(in / kMxfp4BlockElems);
+  const int64_t chunk = std::max<int64_t>(1, int64_t(kDequantStagingBytes / block_bytes_per_expert));
+  uint8_t* staging = nullptr;
+  const size_t staging_bytes = size_t(std::min(chunk, e_count)) * (block_bytes_per_expert + scale_bytes_per_expert);
+  // A load-time temporary, freed below: not part of the steady-state memory plan.
+  OSSRT_CUDA_CHECK(cudaMalloc(&staging, staging_bytes));
+  for (int64_t e0 = 0; e0 < e_count; e0 += chunk) {
+    const int64_t n = std::min(chunk, e_count - e0);
+    uint8_t* d_blocks = staging;
+    uint8_t* d_scales = staging + size_t(n) * block_bytes_per_expert;
+    copy_host_to_device(d_blocks, static_cast<const uint8_t*>(x.blocks.data) + size_t(e0) * block_bytes_per_expert,
+                        size_t(n) * block_bytes_per_expert, stream);
+    copy_host_to_device(d_scales, static_cast<const uint8_t*>(x.scales.data) + size_t(e0) * scale_bytes_per_expert,
+                        size_t(n) * scale_bytes_per_expert, stream);
+    use(d_blocks, d_scales, e0, n);
+    OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  OSSRT_CUDA_CHECK(cudaFree(staging));
+}
+
+// Repacks one MXFP4 expert projection [E, out, in] into the MoE kernels' layout (kernels/moe_mxfp4.cuh)
+// at q / q_scales, never through bf16. gate_up_pairs: the gate/up row pairing of the first GEMM.
+void upload_mxfp4_matrix(const HostExperts& x, bool gate_up_pairs, uint8_t* q, uint8_t* q_scales, cudaStream_t stream) {
+  OSSRT_CHECK(x.out % cuda::kMxRowTile == 0 && x.in % cuda::kMxColChunk == 0,
+              "experts {}: [{}, {}] does not fit the MXFP4 kernels (rows a multiple of {}, columns of {})",
+              x.blocks.name, x.out, x.in, cuda::kMxRowTile, cuda::kMxColChunk);
+  uint32_t* max_scale = nullptr;
+  OSSRT_CUDA_CHECK(cudaMalloc(&max_scale, sizeof(uint32_t)));
+  OSSRT_CUDA_CHECK(cudaMemsetAsync(max_scale, 0, sizeof(uint32_t), stream));
+  stage_mxfp4_chunks(x, stream, [&](const uint8_t* blocks, const uint8_t* scales, int64_t e0, int64_t n) {
+    cuda::Mxfp4RepackArgs a;
+    a.blocks = blocks;
+    a.scales = scales;
+    a.q = q + cuda::mxfp4_values_bytes(e0, x.out, x.in);
+    a.q_scales = q_scales + cuda::mxfp4_scales_bytes(e0, x.out, x.in);
+    a.experts = int(n);
+    a.rows = int(x.out);
+    a.cols = int(x.in);
+    a.gate_up_pairs = gate_up_pairs;
+    a.max_scale = max_scale;
+    cuda::launch_mxfp4_repack(a, stream);
+  });
+  uint32_t seen = 0;
+  OSSRT_CUDA_CHECK(cudaMemcpyAsync(&seen, max_scale, sizeof(seen), cudaMemcpyDeviceToHost, stream));
+  OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  OSSRT_CUDA_CHECK(cudaFree(max_scale));
+  OSSRT_CHECK(seen <= uint32_t(cuda::kMxMaxScale),
+              "experts {}: an MXFP4 scale byte of {} (2^{}) exceeds the {} the resident-MXFP4 kernels take (weights "
+              "beyond +-12); load with --quantization bf16",
+              x.blocks.name, seen, int(seen) - 127, cuda::kMxMaxScale);
+}
+
 // Expands one expert projection into bf16 [E, out, in] at dst.
 void upload_expert_matrix(const HostExperts& x, uint16_t* dst, cudaStream_t stream) {
   const int64_t e_count = x.experts, out = x.out, in = x.in;
   switch (x.format) {
     case HostExperts::Format::Mxfp4: {
-      OSSRT_CHECK(in % kMxfp4BlockElems == 0, "experts {}: in {} is not a multiple of 32", x.blocks.name, in);
-      OSSRT_CHECK(x.blocks.data && x.scales.data, "experts {}: missing blocks or scales", x.blocks.name);
-      const size_t block_bytes_per_expert = size_t(out) * size_t(in / 2);
-      const size_t scale_bytes_per_expert = size_t(out) * size_t(in / kMxfp4BlockElems);
-      const int64_t chunk = std::max<int64_t>(1, int64_t(kDequantStagingBytes / block_bytes_per_expert));
-      uint8_t* staging = nullptr;
-      const size_t staging_bytes = size_t(std::min(chunk, e_count)) * (block_bytes_per_expert + scale_bytes_per_expert);
-      // A load-time temporary, freed below: not part of the steady-state memory plan.
-      OSSRT_CUDA_CHECK(cudaMalloc(&staging, staging_bytes));
-      for (int64_t e0 = 0; e0 < e_count; e0 += chunk) {
-        const int64_t n = std::min(chunk, e_count - e0);
-        uint8_t* d_blocks = staging;
-        uint8_t* d_scales = staging + size_t(n) * block_bytes_per_expert;
-        copy_host_to_device(d_blocks, static_cast<const uint8_t*>(x.blocks.data) + size_t(e0) * block_bytes_per_expert,
-                            size_t(n) * block_bytes_per_expert, stream);
-        copy_host_to_device(d_scales, static_cast<const uint8_t*>(x.scales.data) + size_t(e0) * scale_bytes_per_expert,
-                            size_t(n) * scale_bytes_per_expert, stream);
-        cuda::Mxfp4DequantArgs args{d_blocks, d_scales, dst + size_t(e0) * size_t(out) * size_t(in), n * out, in};
+      stage_mxfp4_chunks(x, stream, [&](const uint8_t* blocks, const uint8_t* scales, int64_t e0, int64_t n) {
+        cuda::Mxfp4DequantArgs args{blocks, scales, dst + size_t(e0) * size_t(out) * size_t(in), n * out, in};
         OSSRT_CUDA_CHECK(cuda::launch_mxfp4_to_bf16_dequant(args, stream));
-        OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
-      }
-      OSSRT_CUDA_CHECK(cudaFree(staging));
+      });
       return;
     }
     case HostExperts::Format::Dense:
@@ -153,6 +197,10 @@ void upload_expert_matrix(const HostExperts& x, uint16_t* dst, cudaStream_t stre
 }  // namespace
 
 ExpertWeights CudaBackend::upload_experts(const HostExperts& gate_up, const HostExperts& down) {
+  return upload_experts_as(gate_up, down, options_.weight_format);
+}
+
+ExpertWeights CudaBackend::upload_experts_as(const HostExperts& gate_up, const HostExperts& down, WeightFormat format) {
   bind_device();
   OSSRT_CHECK(gate_up.experts == down.experts && gate_up.out == 2 * down.in && gate_up.in == down.out,
               "upload_experts: gate_up [{}, {}, {}] and down [{}, {}, {}] do not fit together", gate_up.experts,
@@ -163,6 +211,21 @@ ExpertWeights CudaBackend::upload_experts(const HostExperts& gate_up, const Host
   w.experts = gate_up.experts;
   w.hidden = gate_up.in;
   w.intermediate = down.in;
+  const bool mxfp4 = format == WeightFormat::Mxfp4 || format == WeightFormat::Mxfp4Fp8;
+  if (mxfp4)
+    OSSRT_CHECK(gate_up.format == HostExperts::Format::Mxfp4 && down.format == HostExperts::Format::Mxfp4,
+                "the MXFP4 weight format keeps the experts as the checkpoint stores them, but the experts of {} are "
+                "not MXFP4 (a bf16 checkpoint?): load it with --quantization bf16",
+                gate_up.format == HostExperts::Format::Mxfp4 ? down.weight.name : gate_up.weight.name);
+  // MXFP4: values U8 [E, out, in / 2] and scales U8 [E, out, in / 32], both in the kernels' layout.
+  auto upload_mxfp4 = [&](const HostExperts& x, bool gate_up_pairs, const char* what, Tensor& scales) {
+    Tensor t(nullptr, DType::U8, {x.experts, x.out, x.in / 2}, Device::CUDA);
+    t.data = buffers_->allocate(t.bytes(), what, stream_, cuda::BufferKind::Weights);
+    scales = Tensor(nullptr, DType::U8, {x.experts, x.out, x.in / kMxfp4BlockElems}, Device::CUDA);
+    scales.data = buffers_->allocate(scales.bytes(), what, stream_, cuda::BufferKind::Weights);
+    upload_mxfp4_matrix(x, gate_up_pairs, static_cast<uint8_t*>(t.data), static_cast<uint8_t*>(scales.data), stream_);
+    return t;
+  };
   auto upload_matrix = [&](const HostExperts& x, const char* what) {
     Tensor t(nullptr, DType::BF16, {x.experts, x.out, x.in}, Device::CUDA);
     t.data = buffers_->allocate(t.bytes(), what, stream_, cuda::BufferKind::Weights);
@@ -180,8 +243,13 @@ ExpertWeights CudaBackend::upload_experts(const HostExperts& gate_up, const Host
     copy_to_device(t.data, host.data(), t.bytes());
     return t;
   };
-  w.gate_up_w = upload_matrix(gate_up, "expert weights (gate_up)");
-  w.down_w = upload_matrix(down, "expert weights (down)");
+  if (mxfp4) {
+    w.gate_up_w = upload_mxfp4(gate_up, true, "expert weights (gate_up, mxfp4)", w.gate_up_scales);
+    w.down_w = upload_mxfp4(down, false, "expert weights (down, mxfp4)", w.down_scales);
+  } else {
+    w.gate_up_w = upload_matrix(gate_up, "expert weights (gate_up)");
+    w.down_w = upload_matrix(down, "expert weights (down)");
+  }
   w.gate_up_b = upload_bias(gate_up, "expert biases (gate_up)");
   w.down_b = upload_bias(down, "expert biases (down)");
 

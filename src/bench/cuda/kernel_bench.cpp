@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels/moe.cuh"
 #include "backend/cuda/kernels/sample.cuh"
 #include "bench/cuda/timing.cuh"
 #include "bench/kernel_floors.h"
@@ -256,7 +257,9 @@ class ModelBench {
     std::vector<uint16_t> gu_bias, down_bias;
     const HostExperts gate_up = experts(2 * I(), H(), "gate_up", keep, gu_bias);
     const HostExperts down = experts(H(), I(), "down", keep, down_bias);
-    experts_ = backend_->upload_experts(gate_up, down);
+    experts_ = backend_->upload_experts_as(gate_up, down, WeightFormat::Reference);
+    // The same checkpoint bytes kept 4-bit (--quantization mxfp4), for the moe_mxfp4 cases.
+    experts_mxfp4_ = backend_->upload_experts_as(gate_up, down, WeightFormat::Mxfp4);
     backend_->sync();
   }
 
@@ -443,6 +446,13 @@ class ModelBench {
         "moe", "moe_count/plan/scatter + bf16_bf16w_moe_gate_up_swiglu + _down + moe_combine",
         moe_cost(T, K(), distinct, H(), I()), [&] { b.moe(normed, experts_, ids, weights, swiglu, moe_out); },
         distinct);
+    add(
+        "moe_mxfp4",
+        ::ossrt::cuda::choose_mxfp4_regime(int(T), int(K()), int(E())) == ::ossrt::cuda::MoeRegime::SmallM
+            ? "moe_count/plan/scatter + bf16_mxfp4w_moe_gate_up_swiglu_decode + _down_decode + moe_combine"
+            : "moe_count/plan/scatter + bf16_mxfp4w_moe_gate_up_swiglu + _down + moe_combine",
+        moe_cost(T, K(), distinct, H(), I(), kMxfp4),
+        [&] { b.moe(normed, experts_mxfp4_, ids, weights, swiglu, moe_out); }, distinct);
     add("add", "f32_rmsnorm (add only)", add_cost(T, H()), [&] { b.add(x, moe_out); });
     add("gather_logit_rows", "gather_rows", gather_rows_cost(R, H()), [&] { b.gather_logit_rows(x, logit_in); });
     add("lm_head_linear", "cuBLASLt bf16 GEMM, f32 out", linear_cost(R, V(), H(), false, kF32),
@@ -470,7 +480,7 @@ class ModelBench {
   std::unique_ptr<OpTimer> timer_;
   RopeParams rope_;
   Tensor embed_, lm_head_, norm_w_, qkv_w_, qkv_b_, o_w_, o_b_, sinks_, router_w_, router_b_;
-  ExpertWeights experts_;
+  ExpertWeights experts_, experts_mxfp4_;
   Tensor residual_, normed_, qkv_, attn_, attn_out_, moe_out_, router_ids_, router_weights_, ids_, weights_;
   Tensor logit_in_, final_, logits_, sample_params_, sample_ids_;
 };

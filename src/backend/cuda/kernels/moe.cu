@@ -12,7 +12,7 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-void validate_moe_args(const MoeArgs& a) {
+void validate_moe_args(const MoeArgs& a, bool mxfp4) {
   OSSRT_CU_CHECK(a.num_tokens >= 0, "moe: negative token count ", a.num_tokens);
   OSSRT_CU_CHECK(a.top_k >= 1 && a.top_k <= a.num_experts, "moe: top_k ", a.top_k,
                  " must be in [1, E = ", a.num_experts, "]");
@@ -24,10 +24,21 @@ void validate_moe_args(const MoeArgs& a) {
   OSSRT_CU_CHECK(int64_t(a.num_tokens) * a.top_k <= INT32_MAX / 2, "moe: ", a.num_tokens, " tokens x top_k ", a.top_k,
                  " overflows the pair index");
   if (a.num_tokens == 0) return;
-  OSSRT_CU_CHECK(a.x && a.ids && a.weights && a.gate_up_w && a.gate_up_b && a.down_w && a.down_b && a.out,
-                 "moe: null input, routing, weight, bias or output pointer");
-  OSSRT_CU_CHECK(aligned16(a.x) && aligned16(a.gate_up_w) && aligned16(a.down_w) && aligned16(a.out),
-                 "moe: x, expert weights and out must be 16-byte aligned (vector loads)");
+  OSSRT_CU_CHECK(a.x && a.ids && a.weights && a.gate_up_b && a.down_b && a.out,
+                 "moe: null input, routing, bias or output pointer");
+  if (mxfp4) {
+    OSSRT_CU_CHECK(a.hidden % 64 == 0 && a.intermediate % 64 == 0, "moe (mxfp4): hidden ", a.hidden,
+                   " and intermediate ", a.intermediate, " must be multiples of 64 (the layout's column chunk)");
+    OSSRT_CU_CHECK(a.gate_up_q && a.gate_up_scales && a.down_q && a.down_scales,
+                   "moe (mxfp4): null gate_up_q, gate_up_scales, down_q or down_scales");
+    OSSRT_CU_CHECK(
+        aligned16(a.gate_up_q) && aligned16(a.down_q) && aligned16(a.gate_up_scales) && aligned16(a.down_scales),
+        "moe (mxfp4): expert values and scales must be 16-byte aligned (vector loads)");
+  } else {
+    OSSRT_CU_CHECK(a.gate_up_w && a.down_w, "moe: null gate_up_w or down_w");
+    OSSRT_CU_CHECK(aligned16(a.gate_up_w) && aligned16(a.down_w), "moe: expert weights must be 16-byte aligned");
+  }
+  OSSRT_CU_CHECK(aligned16(a.x) && aligned16(a.out), "moe: x and out must be 16-byte aligned (vector loads)");
   const size_t need = moe_workspace_bytes(a.num_tokens, a.top_k, a.num_experts, a.hidden, a.intermediate);
   OSSRT_CU_CHECK(a.workspace && a.workspace_bytes >= need && aligned16(a.workspace), "moe: workspace of ", need,
                  " bytes (16-byte aligned) needed for ", a.num_tokens, " tokens, ", a.workspace_bytes, " given");
@@ -40,7 +51,7 @@ size_t moe_workspace_bytes(int max_tokens, int top_k, int num_experts, int hidde
 }
 
 void launch_bf16_bf16w_moe(const MoeArgs& a, cudaStream_t stream) {
-  validate_moe_args(a);
+  validate_moe_args(a, false);
   if (a.num_tokens == 0) return;
   const MoeWorkspace ws =
       carve_moe_workspace(a.workspace, a.num_tokens, a.top_k, a.num_experts, a.hidden, a.intermediate);
@@ -77,6 +88,73 @@ void launch_bf16_bf16w_moe(const MoeArgs& a, cudaStream_t stream) {
   down.y_out = ws.y;
   launch_bf16_bf16w_moe_down(down, stream);
 
+  launch_moe_combine(a.weights, a.num_tokens, a.top_k, a.hidden, ws, a.out, a.out_bf16, stream);
+}
+
+MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts) {
+  // Rows per expert on average (the routing itself lives on the device). The small-M kernels stream
+  // each weight tile once per 8 * n_tiles rows and dequantize it again for every tile, so they win
+  // while the rows are few and lose once a 64-row tile is mostly full: measured on the H200 at 8 rows
+  // per expert 228 vs 437 us (E = 32, T = 64), at 32 rows 550 vs 447 us (E = 32, T = 256) and 2256 vs
+  // 1717 us (E = 128, T = 1024); docs/kernels.md.
+  const int64_t per_expert = (int64_t(tokens) * top_k + num_experts - 1) / num_experts;
+  return per_expert <= kMoeSmallMMaxRows ? MoeRegime::SmallM : MoeRegime::LargeM;
+}
+
+static int mxfp4_small_m_tiles(int tokens, int top_k, int num_experts) {
+  const int64_t per_expert = (int64_t(tokens) * top_k + num_experts - 1) / num_experts;
+  return per_expert <= 8 ? 1 : per_expert <= 16 ? 2 : 4;
+}
+
+void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
+  validate_moe_args(a, true);
+  if (a.num_tokens == 0) return;
+  const MoeWorkspace ws =
+      carve_moe_workspace(a.workspace, a.num_tokens, a.top_k, a.num_experts, a.hidden, a.intermediate);
+  const int pairs = a.num_tokens * a.top_k;
+  const MoeRegime regime =
+      a.regime == MoeRegime::Auto ? choose_mxfp4_regime(a.num_tokens, a.top_k, a.num_experts) : a.regime;
+  const int n_tiles = mxfp4_small_m_tiles(a.num_tokens, a.top_k, a.num_experts);
+  const int tile_m = regime == MoeRegime::SmallM ? 8 * n_tiles : kMoeTileM;
+  launch_moe_route(a.ids, pairs, a.num_experts, ws, stream, tile_m);
+
+  MoeGemmArgs gemm;
+  gemm.num_tiles = ws.num_tiles;
+  gemm.tile_expert = ws.tile_expert;
+  gemm.tile_row = ws.tile_row;
+  gemm.offsets = ws.offsets;
+  gemm.max_tiles = moe_max_tiles(pairs, a.num_experts, tile_m);
+  gemm.bias_bf16 = a.bias_bf16;
+
+  MoeGemmArgs gate_up = gemm;
+  gate_up.a = a.x;
+  gate_up.pos_to_pair = ws.pos_to_pair;
+  gate_up.top_k = a.top_k;
+  gate_up.wq = a.gate_up_q;
+  gate_up.wscale = a.gate_up_scales;
+  gate_up.bias = a.gate_up_b;
+  gate_up.n = 2 * a.intermediate;
+  gate_up.k = a.hidden;
+  gate_up.swiglu_alpha = a.swiglu_alpha;
+  gate_up.swiglu_limit = a.swiglu_limit;
+  gate_up.act_out = ws.act;
+
+  MoeGemmArgs down = gemm;
+  down.a = ws.act;
+  down.wq = a.down_q;
+  down.wscale = a.down_scales;
+  down.bias = a.down_b;
+  down.n = a.hidden;
+  down.k = a.intermediate;
+  down.y_out = ws.y;
+
+  if (regime == MoeRegime::SmallM) {
+    launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(gate_up, n_tiles, stream);
+    launch_bf16_mxfp4w_moe_down_decode(down, n_tiles, stream);
+  } else {
+    launch_bf16_mxfp4w_moe_gate_up_swiglu(gate_up, stream);
+    launch_bf16_mxfp4w_moe_down(down, stream);
+  }
   launch_moe_combine(a.weights, a.num_tokens, a.top_k, a.hidden, ws, a.out, a.out_bf16, stream);
 }
 

@@ -18,6 +18,10 @@
 
 namespace ossrt::cuda {
 
+// Which GEMM pair launch_bf16_mxfp4w_moe runs (the bf16 launcher has one). Auto picks from the
+// host-known T, k and E (moe.cu); tests and the benchmark force one to cover both at every size.
+enum class MoeRegime : uint8_t { Auto, SmallM, LargeM };
+
 struct MoeArgs {
   int num_tokens = 0;    // T
   int top_k = 4;         // k
@@ -35,6 +39,13 @@ struct MoeArgs {
   const uint16_t* down_w = nullptr;     // bf16 [E, H, I]
   const void* down_b = nullptr;         // [E, H], f32 or bf16 (bias_bf16)
   bool bias_bf16 = false;
+  // launch_bf16_mxfp4w_moe reads these instead of gate_up_w / down_w: the experts in the load-time
+  // MXFP4 layout of moe_mxfp4.cuh (mxfp4_repack), values and e8m0 scales.
+  const uint8_t* gate_up_q = nullptr;       // [E, 2I, H] as 4-bit, gate/up rows paired per 16-row tile
+  const uint8_t* gate_up_scales = nullptr;  // [E, 2I, H / 32]
+  const uint8_t* down_q = nullptr;          // [E, H, I] as 4-bit
+  const uint8_t* down_scales = nullptr;     // [E, H, I / 32]
+  MoeRegime regime = MoeRegime::Auto;
 
   void* out = nullptr;  // [T, H], f32 (default; added to the fp32 residual) or bf16 (out_bf16)
   bool out_bf16 = false;
@@ -52,5 +63,16 @@ size_t moe_workspace_bytes(int max_tokens, int top_k, int num_experts, int hidde
 // Expert ids outside [0, E) are not range-checked on the host (they live on the device): the route
 // pass drops such pairs, so their contribution is zero rather than an out-of-bounds read.
 void launch_bf16_bf16w_moe(const MoeArgs& args, cudaStream_t stream);
+
+// The same MoE on MXFP4 experts (gate_up_q / down_q and their scales; gate_up_w / down_w unused):
+// route -> gate_up + SwiGLU -> down -> combine, with the small-M (decode) or large-M (prefill) GEMMs
+// per args.regime (docs/kernels.md, "MXFP4 MoE"). Same workspace (moe_workspace_bytes), same
+// validation and the same graph-capture guarantees as launch_bf16_bf16w_moe; additionally H and I
+// must be multiples of 64 (one 64-column chunk of the layout).
+void launch_bf16_mxfp4w_moe(const MoeArgs& args, cudaStream_t stream);
+
+// MoeRegime::Auto: small M while the average rows per expert, ceil(T * k / E), is at most this.
+inline constexpr int kMoeSmallMMaxRows = 16;
+MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts);
 
 }  // namespace ossrt::cuda

@@ -14,6 +14,9 @@ namespace ossrt::cuda {
 inline constexpr int kMoeTileM = 64;
 inline constexpr int kMoeTileN = 64;
 inline constexpr int kMoeTileK = 32;
+// The smallest row tile any MoE launcher plans (the MXFP4 small-M kernels: 8 tokens per mma n8
+// tile); the workspace's tile arrays are sized for it.
+inline constexpr int kMoeMinTileM = 8;
 
 struct MoeWorkspace {
   int32_t* counts = nullptr;       // [E] pairs per expert
@@ -26,12 +29,13 @@ struct MoeWorkspace {
   int32_t* pair_to_pos = nullptr;  // [T*k] pair -> grouped row (-1 for an invalid expert id)
   uint16_t* act = nullptr;         // bf16 [T*k, I] SwiGLU activations, grouped order
   float* y = nullptr;              // f32 [T*k, H] expert outputs incl. down bias, grouped order
-  int max_tiles = 0;
-  size_t bytes = 0;  // total size of the layout
+  int max_tiles = 0;               // tile bound at kMoeTileM rows (the bf16 launcher's grid)
+  int tile_capacity = 0;           // entries of tile_expert / tile_row (the bound at kMoeMinTileM rows)
+  size_t bytes = 0;                // total size of the layout
 };
 
-inline int moe_max_tiles(int pairs, int num_experts) {
-  return (pairs + kMoeTileM - 1) / kMoeTileM + (pairs < num_experts ? pairs : num_experts);
+inline int moe_max_tiles(int pairs, int num_experts, int tile_m = kMoeTileM) {
+  return (pairs + tile_m - 1) / tile_m + (pairs < num_experts ? pairs : num_experts);
 }
 
 // Lays the workspace out from `base` (or only measures it when base is null).
@@ -40,6 +44,7 @@ inline MoeWorkspace carve_moe_workspace(void* base, int tokens, int top_k, int n
   MoeWorkspace ws;
   const int64_t pairs = int64_t(tokens) * top_k;
   ws.max_tiles = moe_max_tiles(int(pairs), num_experts);
+  ws.tile_capacity = moe_max_tiles(int(pairs), num_experts, kMoeMinTileM);
   size_t cursor = 0;
   auto take = [&](size_t bytes) {
     const size_t at = cursor;
@@ -51,8 +56,8 @@ inline MoeWorkspace carve_moe_workspace(void* base, int tokens, int top_k, int n
   ws.cursor = counts ? ws.counts + num_experts : nullptr;
   ws.offsets = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * (num_experts + 1)));
   ws.num_tiles = reinterpret_cast<int32_t*>(take(sizeof(int32_t)));
-  ws.tile_expert = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * ws.max_tiles));
-  ws.tile_row = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * ws.max_tiles));
+  ws.tile_expert = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * ws.tile_capacity));
+  ws.tile_row = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * ws.tile_capacity));
   ws.pos_to_pair = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * pairs));
   ws.pair_to_pos = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * pairs));
   ws.act = reinterpret_cast<uint16_t*>(take(sizeof(uint16_t) * pairs * intermediate));
@@ -68,7 +73,9 @@ struct MoeGemmArgs {
   const int32_t* pos_to_pair = nullptr;  // gate_up only: grouped row -> pair (token = pair / top_k)
   int top_k = 1;
   const uint16_t* w = nullptr;  // bf16 [E, N, K]
-  const void* bias = nullptr;   // [E, N], f32 or bf16
+  const uint8_t* wq = nullptr;  // MXFP4 GEMMs instead of w: values and scales in moe_mxfp4.cuh's layout
+  const uint8_t* wscale = nullptr;
+  const void* bias = nullptr;  // [E, N], f32 or bf16
   bool bias_bf16 = false;
   int n = 0, k = 0;
   const int32_t* num_tiles = nullptr;
@@ -81,13 +88,23 @@ struct MoeGemmArgs {
   float* y_out = nullptr;                            // down: f32 [rows, N]
 };
 
-// Grouping: counts, offsets, tile list and the permutation (moe_route.cu).
-void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeWorkspace& ws, cudaStream_t stream);
+// Grouping: counts, offsets, a tile list of `tile_m`-row tiles (kMoeMinTileM <= tile_m; at most
+// moe_max_tiles(pairs, E, tile_m) entries) and the permutation (moe_route.cu).
+void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeWorkspace& ws, cudaStream_t stream,
+                      int tile_m = kMoeTileM);
 // out[t] = sum_s weights[t,s] * y[pair_to_pos[t*k+s]] (moe_route.cu).
 void launch_moe_combine(const float* weights, int tokens, int top_k, int hidden, const MoeWorkspace& ws, void* out,
                         bool out_bf16, cudaStream_t stream);
 // The two grouped GEMMs (moe_gemm.cu).
 void launch_bf16_bf16w_moe_gate_up_swiglu(const MoeGemmArgs& args, cudaStream_t stream);
 void launch_bf16_bf16w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
+// MXFP4 weights (wq / wscale), large M: 64 x 64 x 64 tiles over the route's 64-row tiles
+// (moe_mxfp4_prefill.cu).
+void launch_bf16_mxfp4w_moe_gate_up_swiglu(const MoeGemmArgs& args, cudaStream_t stream);
+void launch_bf16_mxfp4w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
+// MXFP4 weights, small M: the route's tiles hold 8 * n_tiles rows (n_tiles = 1, 2 or 4), one CTA
+// per (tile, 16 weight rows), K split over its 4 warps (moe_mxfp4_decode.cu).
+void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& args, int n_tiles, cudaStream_t stream);
+void launch_bf16_mxfp4w_moe_down_decode(const MoeGemmArgs& args, int n_tiles, cudaStream_t stream);
 
 }  // namespace ossrt::cuda

@@ -1,0 +1,223 @@
+// Small-M grouped GEMMs of the MXFP4 MoE (decode: 1 to ~64 rows per expert), memory-bound:
+//   bf16_mxfp4w_moe_gate_up_swiglu_decode : act[row] = swiglu(x[token(row)] W_gu[e]^T + b_gu[e])
+//   bf16_mxfp4w_moe_down_decode           : y[row]   = act[row] W_down[e]^T + b_down[e]
+// The weights are the MMA's A operand (16 rows, the wide side) and the tokens its B operand (n = 8
+// per tile, 1 to 4 tiles), so one token costs what eight do. A CTA takes one route tile (an
+// expert's 8 * kNT grouped rows) times one 16-row weight tile; its 4 warps split K (chunks w, w+4,
+// ...) and stream their chunks with 128-bit loads straight from the load-time layout into registers
+// (moe_mxfp4.cuh: a lane's 16 bytes are its A fragments for 4 MMA steps), several chunks in flight,
+// dequantized with the e8m0 scale folded into one bf16x2 multiply. The four partial sums meet in
+// shared memory and are added in warp order, so a row's result depends only on its own data: it is
+// the same in any tile, at any kNT and batch size (the large-M kernels round differently).
+// blockIdx.x walks the route tiles and blockIdx.y the weight tiles, so the CTAs of one weight tile
+// (several tiles of one expert) run together and share it in L2.
+#include "backend/cuda/kernels/attention_moe_common.cuh"
+#include "backend/cuda/kernels/moe_mxfp4_common.cuh"
+#include "backend/cuda/kernels/moe_passes.cuh"
+
+namespace ossrt::cuda {
+namespace {
+
+// K is split 4 ways (chunk kc to part kc % 4) and the parts are added in part order, always; a CTA
+// runs the parts on 4 warps or, when 4-warp CTAs would not all be resident at once (one token:
+// 1,440 CTAs for the 20b's gate_up against ~924 slots), on 2 warps of two parts each: one wave of
+// longer streams instead of a wave and a half. Same arithmetic either way, so the choice (made from
+// host-known sizes) never changes a result.
+constexpr int kSplit = 4;
+
+// Weights are read once per step: no L1 allocation (the activations, reused by every CTA, keep it).
+__device__ __forceinline__ uint4 ldg_stream(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+template <int kNT, int kWarps, bool kSwiglu>
+__device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
+  static_assert(kSplit % kWarps == 0, "a warp runs whole parts");
+  constexpr int kSlots = kSplit / kWarps;  // parts per warp
+  // Chunks in flight per warp: ~2 KB of weights and activations per lane-batch whatever kNT is (a
+  // multiple of kSlots, so each unrolled chunk's part is known at compile time).
+  constexpr int kUnroll = (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) > kSlots ? (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) : kSlots;
+  // Launched with PDL (docs/kernels.md): the gate_up GEMM waits here for the route; the down GEMM
+  // (whose route tiles were final before the gate_up GEMM let it launch) first pulls its weights into
+  // L2 while the gate_up GEMM drains, then waits for the activations.
+  if constexpr (kSwiglu) {
+    pdl_wait();
+    pdl_launch_dependents();
+  }
+  const int tile = blockIdx.x;
+  if (tile >= *a.num_tiles) {
+    if constexpr (!kSwiglu) pdl_launch_dependents();
+    return;
+  }
+  const int expert = a.tile_expert[tile];
+  const int row0 = a.tile_row[tile];
+  const int row_end = a.offsets[expert + 1];
+  const int rt = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int chunks = a.k / kMxColChunk;
+  const int64_t chunk0 = (int64_t(expert) * (a.n / kMxRowTile) + rt) * chunks;
+  const uint8_t* wq = a.wq + chunk0 * kMxChunkBytes + lane * 16;
+  const uint8_t* wsc = a.wscale + chunk0 * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2;
+  if constexpr (!kSwiglu) {
+    for (int kc = warp; kc < chunks; kc += kWarps)
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wq + int64_t(kc) * kMxChunkBytes));
+    pdl_wait();
+    pdl_launch_dependents();
+  }
+
+  // Token column g of n-tile t is grouped row row0 + 8t + g; a lane's 16 activations of a chunk
+  // start at column 16c (the layout's k permutation).
+  const uint16_t* xr[kNT];
+  bool ok[kNT];
+#pragma unroll
+  for (int t = 0; t < kNT; ++t) {
+    const int pos = row0 + 8 * t + g;
+    ok[t] = pos < row_end;
+    int64_t r = pos;
+    if (a.pos_to_pair && ok[t]) r = a.pos_to_pair[pos] / a.top_k;
+    xr[t] = a.a + (ok[t] ? r : 0) * a.k + 16 * c;
+  }
+
+  float acc[kSlots][kNT][4] = {};  // [part of this warp: part warp + kWarps * slot]
+  for (int kc0 = warp; kc0 < chunks; kc0 += kWarps * kUnroll) {
+    uint4 wv[kUnroll], xv[kUnroll][kNT][2];
+    uint32_t sv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int kc = kc0 + u * kWarps;
+      const bool in = kc < chunks;
+      wv[u] = in ? ldg_stream(wq + int64_t(kc) * kMxChunkBytes) : make_uint4(0, 0, 0, 0);
+      sv[u] = in ? *reinterpret_cast<const uint16_t*>(wsc + int64_t(kc) * kMxChunkScaleBytes) : 0u;
+#pragma unroll
+      for (int t = 0; t < kNT; ++t) {
+        const uint4* xp = reinterpret_cast<const uint4*>(xr[t] + kc * kMxColChunk);
+        xv[u][t][0] = in && ok[t] ? __ldg(xp) : make_uint4(0, 0, 0, 0);
+        xv[u][t][1] = in && ok[t] ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (kc0 + u * kWarps >= chunks) break;  // warp-uniform
+      const uint32_t mg = mx_scale_bf16x2(sv[u] & 0xFF), mg8 = mx_scale_bf16x2(sv[u] >> 8);
+      const uint32_t w[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t af[4];
+        mx_dequant_word(w[j], mg, mg8, af);
+#pragma unroll
+        for (int t = 0; t < kNT; ++t) {
+          const uint4& lo = xv[u][t][j / 2];
+          uint32_t bf[2];
+          bf[0] = (j % 2 == 0) ? lo.x : lo.z;  // activation words 2j, 2j + 1 of the lane's 8
+          bf[1] = (j % 2 == 0) ? lo.y : lo.w;
+          mma_bf16_m16n8k16(acc[u % kSlots][t], af, bf);
+        }
+      }
+    }
+  }
+
+  __shared__ float red[kSplit][kNT * 4][32];
+#pragma unroll
+  for (int slot = 0; slot < kSlots; ++slot)
+#pragma unroll
+    for (int t = 0; t < kNT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[warp + kWarps * slot][t * 4 + i][lane] = acc[slot][t][i];
+  __syncthreads();
+  if (warp != 0) return;
+
+#pragma unroll
+  for (int t = 0; t < kNT; ++t) {
+    float s[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      s[i] = ((red[0][t * 4 + i][lane] + red[1][t * 4 + i][lane]) + red[2][t * 4 + i][lane]) + red[3][t * 4 + i][lane];
+    // s[0], s[1]: slot g, token columns 2c, 2c + 1; s[2], s[3]: slot g + 8, same columns.
+    const int pos0 = row0 + 8 * t + 2 * c;
+    const int64_t bias0 = int64_t(expert) * a.n;
+    if constexpr (kSwiglu) {
+      const int unit = 8 * rt + g;
+      const float bg = mx_load_bias(a.bias, a.bias_bf16, bias0 + 2 * unit);
+      const float bu = mx_load_bias(a.bias, a.bias_bf16, bias0 + 2 * unit + 1);
+      __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(a.act_out);
+      const int64_t units = a.n / 2;
+      if (pos0 < row_end)
+        act[int64_t(pos0) * units + unit] =
+            __float2bfloat16_rn(mx_swiglu(s[0] + bg, s[2] + bu, a.swiglu_alpha, a.swiglu_limit));
+      if (pos0 + 1 < row_end)
+        act[int64_t(pos0 + 1) * units + unit] =
+            __float2bfloat16_rn(mx_swiglu(s[1] + bg, s[3] + bu, a.swiglu_alpha, a.swiglu_limit));
+    } else {
+      const int n_lo = kMxRowTile * rt + g, n_hi = n_lo + 8;
+      const float b_lo = mx_load_bias(a.bias, a.bias_bf16, bias0 + n_lo);
+      const float b_hi = mx_load_bias(a.bias, a.bias_bf16, bias0 + n_hi);
+      if (pos0 < row_end) {
+        a.y_out[int64_t(pos0) * a.n + n_lo] = s[0] + b_lo;
+        a.y_out[int64_t(pos0) * a.n + n_hi] = s[2] + b_hi;
+      }
+      if (pos0 + 1 < row_end) {
+        a.y_out[int64_t(pos0 + 1) * a.n + n_lo] = s[1] + b_lo;
+        a.y_out[int64_t(pos0 + 1) * a.n + n_hi] = s[3] + b_hi;
+      }
+    }
+  }
+}
+
+template <int kNT, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_gate_up_swiglu_decode(MoeGemmArgs a) {
+  mx_decode_tile<kNT, kWarps, true>(a);
+}
+template <int kNT, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_down_decode(MoeGemmArgs a) {
+  mx_decode_tile<kNT, kWarps, false>(a);
+}
+
+using DecodeKernel = void (*)(MoeGemmArgs);
+
+// 4-warp CTAs, or 2-warp ones for one token tile when the 4-warp grid would not be resident at once.
+void launch_decode(DecodeKernel four[3], DecodeKernel two_single_tile, const MoeGemmArgs& a, int n_tiles,
+                   cudaStream_t stream) {
+  const dim3 grid(a.max_tiles, a.n / kMxRowTile);
+  DecodeKernel kernel = four[n_tiles == 1 ? 0 : n_tiles == 2 ? 1 : 2];
+  int warps = 4;
+  if (n_tiles == 1) {
+    int device = 0, sms = 0, per_sm = 0;
+    OSSRT_CUDA_CALL(cudaGetDevice(&device));
+    OSSRT_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    OSSRT_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, 0));
+    if (int64_t(grid.x) * grid.y > int64_t(sms) * per_sm) kernel = two_single_tile, warps = 2;
+  }
+  OSSRT_CUDA_CALL(launch_pdl(kernel, grid, dim3(32 * warps), stream, a));
+}
+
+void check_decode_args(const MoeGemmArgs& a, int n_tiles, const char* name) {
+  OSSRT_CU_CHECK(a.n > 0 && a.n % kMxRowTile == 0 && a.k > 0 && a.k % kMxColChunk == 0, name, ": N ", a.n,
+                 " must be a positive multiple of ", kMxRowTile, " and K ", a.k, " of ", kMxColChunk);
+  OSSRT_CU_CHECK(a.n / kMxRowTile <= 65535, name, ": N ", a.n, " exceeds the grid's y limit");
+  OSSRT_CU_CHECK(n_tiles == 1 || n_tiles == 2 || n_tiles == 4, name, ": ", n_tiles, " token tiles (1, 2 or 4)");
+  OSSRT_CU_CHECK(a.wq && a.wscale, name, ": null MXFP4 weights or scales");
+}
+
+}  // namespace
+
+void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
+  check_decode_args(a, n_tiles, "bf16_mxfp4w_moe_gate_up_swiglu_decode");
+  if (a.max_tiles == 0) return;
+  DecodeKernel four[3] = {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4>, bf16_mxfp4w_moe_gate_up_swiglu_decode<2, 4>,
+                          bf16_mxfp4w_moe_gate_up_swiglu_decode<4, 4>};
+  launch_decode(four, bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2>, a, n_tiles, stream);
+}
+
+void launch_bf16_mxfp4w_moe_down_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
+  check_decode_args(a, n_tiles, "bf16_mxfp4w_moe_down_decode");
+  if (a.max_tiles == 0) return;
+  DecodeKernel four[3] = {bf16_mxfp4w_moe_down_decode<1, 4>, bf16_mxfp4w_moe_down_decode<2, 4>,
+                          bf16_mxfp4w_moe_down_decode<4, 4>};
+  launch_decode(four, bf16_mxfp4w_moe_down_decode<1, 2>, a, n_tiles, stream);
+}
+
+}  // namespace ossrt::cuda
