@@ -151,6 +151,15 @@ KvCacheConfig kv_config(const GptOssConfig& mc, const KvMemoryPlan& plan, const 
   return c;
 }
 
+// Speculation keeps the output exactly that of plain decoding only where the target's choice at a
+// position does not depend on the draw or on the tokens before it beyond the logits: greedy rows
+// without penalties, logprobs, constraints or min_tokens suppression. Other requests decode plainly.
+bool can_speculate(const Sequence& seq) {
+  const SamplingParams& p = seq.request.sampling;
+  return p.temperature == 0.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+         p.repetition_penalty == 1.0f && p.logprobs < 0 && !seq.request.constraint && seq.num_output() >= p.min_tokens;
+}
+
 void deliver(const EventCallback& cb, const GenerationEvent& ev, const std::string& request_id) {
   try {
     cb(ev);
@@ -178,7 +187,8 @@ Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* borrowed, EngineConf
       max_model_len_(memory_.max_model_len),
       kv_(kv_config(model_.config(), memory_plan_, config_)),
       scheduler_(SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, kv_),
-      seed_source_(config_.seed ? *config_.seed : std::random_device{}()) {
+      seed_source_(config_.seed ? *config_.seed : std::random_device{}()),
+      drafter_(config_.drafter ? config_.drafter : std::shared_ptr<Drafter>(make_drafter(config_.speculative))) {
   // 0 is allowed: no waiting room, every submit is refused (tests of the 429 path use it).
   OSSRT_CHECK(config_.max_queue >= 0, "engine: max_queue must not be negative, got {}", config_.max_queue);
   const GptOssConfig& mc = model_.config();
@@ -191,6 +201,16 @@ Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* borrowed, EngineConf
   shape.num_kv_heads = mc.num_key_value_heads;
   shape.head_dim = mc.head_dim;
   model_.allocate_kv_cache(shape);  // replaces the profiling step's small cache
+  if (drafter_) {
+    OSSRT_CHECK(config_.speculative.num_speculative_tokens > 0,
+                "engine: a drafter needs speculative.num_speculative_tokens > 0");
+    spec_accepted_per_position_.assign(size_t(config_.speculative.num_speculative_tokens), 0);
+    if (model_.limits().max_logit_rows <= config_.max_num_seqs)
+      spdlog::warn(
+          "speculative decoding is configured but the model has no logit rows beyond max_num_seqs ({}): "
+          "no guesses will be verified",
+          config_.max_num_seqs);
+  }
   if (config_.log_memory_plan) spdlog::info("{}", memory_.report.one_line());
   publish_stats();
   if (config_.start_thread) thread_ = std::thread([this] { thread_main(); });
@@ -354,9 +374,40 @@ void Engine::drain_inbox() {
   }
 }
 
+void Engine::propose_drafts() {
+  if (!drafter_) return;
+  // Every guess takes a logit row; the sequences of a step take up to max_num_seqs of them.
+  int rows_left = model_.limits().max_logit_rows - config_.max_num_seqs;
+  for (const auto& owned : scheduler_.running()) {
+    if (rows_left <= 0) break;
+    Sequence& seq = *owned;
+    if (seq.num_pending() != 1 || seq.num_draft != 0 || !can_speculate(seq)) continue;
+    // No guess past what the request may still produce (the token sampled from the last guess's
+    // row comes on top) or past the context: positions stay below max_model_len.
+    int k = std::min(config_.speculative.num_speculative_tokens, rows_left);
+    k = std::min(k, seq.request.sampling.max_tokens - seq.num_output() - 1);
+    k = std::min(k, max_model_len_ - int(seq.tokens.size()));
+    if (k <= 0) continue;
+    std::vector<int32_t> draft = drafter_->propose(seq.tokens, k);
+    if (draft.empty()) continue;
+    if (int(draft.size()) > k) draft.resize(size_t(k));
+    seq.tokens.insert(seq.tokens.end(), draft.begin(), draft.end());
+    seq.num_draft = int(draft.size());
+    rows_left -= seq.num_draft;
+  }
+}
+
 bool Engine::run_step() {
   drain_inbox();
+  propose_drafts();
   std::vector<ScheduledSequence> scheduled = scheduler_.schedule();
+  // Guesses of sequences that got no room this step are dropped (proposed again next step).
+  for (const auto& owned : scheduler_.running()) {
+    if (owned->num_draft == 0) continue;
+    const bool in_step = std::any_of(scheduled.begin(), scheduled.end(),
+                                     [&](const ScheduledSequence& s) { return s.seq == owned.get(); });
+    if (!in_step) owned->drop_draft();
+  }
   if (scheduled.empty() && scheduler_.has_work() && scheduler_.num_running() == 0) {
     // Nothing runs and the oldest waiting request still does not fit: it never will.
     finish(*scheduler_.waiting().front(),
@@ -400,44 +451,80 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   std::vector<SamplingRow> rows;
   for (const ScheduledSequence& s : scheduled) {
     s.seq->num_computed += s.num_tokens;
-    kv_.commit(s.seq->id, s.seq->tokens, s.seq->num_computed);
+    // A drafted sequence's cache is committed once its guesses are verified (below): a block
+    // completed by guesses that lose must never enter the prefix cache.
+    if (s.seq->num_draft == 0) kv_.commit(s.seq->id, s.seq->tokens, s.seq->num_computed);
     if (!s.samples) continue;
     sampling_seqs.push_back(s.seq);
     SamplingRow row{&s.seq->request.sampling, &s.seq->sampling, s.seq->filter.stop_ids(), {}};
     if (s.seq->request.constraint && s.seq->mask_active) row.allowed = s.seq->allowed_mask;
-    rows.push_back(row);
+    for (int r = 0; r <= s.seq->num_draft; ++r) rows.push_back(row);  // the plan's logit rows, in order
   }
   if (rows.empty()) return;
   const int64_t vocab = model_.config().vocab_size;
   std::vector<SampledToken> sampled = step_sampler_.sample(model_.sampling_backend(), logits, vocab, rows);
 
   const Clock::time_point now = Clock::now();
-  for (size_t i = 0; i < sampling_seqs.size(); ++i) {
-    Sequence& seq = *sampling_seqs[i];
-    const int32_t token = sampled[i].id;
-    if (TokenConstraint* c = seq.request.constraint.get()) {
-      std::string error = seq.mask_error;
-      if (error.empty() && !c->accept(token))
-        error = fmt::format("the token constraint did not allow the sampled token {}", token);
-      if (!error.empty()) {
-        spdlog::error("request {}: {}", seq.request.id, error);
-        finish(seq, FinishInfo{FinishReason::Error, {}, {}, "structured output failed: " + error});
-        continue;
-      }
+  size_t row = 0;
+  for (Sequence* seq_ptr : sampling_seqs) {
+    Sequence& seq = *seq_ptr;
+    if (seq.num_draft == 0) {
+      emit_token(seq, sampled[row].id, std::move(sampled[row].logprob), now);
+      ++row;
+      continue;
     }
-    seq.sampling.observe(token);
-    seq.tokens.push_back(token);
-    if (seq.first_token == Clock::time_point{}) seq.first_token = now;
-    const bool at_limit = int64_t(seq.tokens.size()) >= max_model_len_;
-    FilterResult r = seq.filter.push(token, std::move(sampled[i].logprob), seq.num_output(), at_limit);
-    if (!r.released.empty()) {
-      GenerationEvent ev;
-      ev.token_ids = std::move(r.released);
-      ev.logprobs = std::move(r.released_logprobs);
-      deliver(seq.on_event, ev, seq.request.id);
-    }
-    if (r.finished) finish(seq, FinishInfo{r.reason, r.stop_token, r.stop_string, {}});
+    // Verify: the model's choice after the newest real token and after each guess. Guesses are
+    // accepted while they equal those choices; then the model's own choice follows, so every
+    // emitted token is one plain (greedy) decoding would have produced.
+    const int k = seq.num_draft;
+    const std::vector<int32_t> draft(seq.tokens.end() - k, seq.tokens.end());
+    int accepted = 0;
+    while (accepted < k && sampled[row + size_t(accepted)].id == draft[size_t(accepted)]) ++accepted;
+    ++spec_drafts_;
+    spec_draft_tokens_ += uint64_t(k);
+    spec_accepted_tokens_ += uint64_t(accepted);
+    for (int i = 0; i < accepted && size_t(i) < spec_accepted_per_position_.size(); ++i)
+      ++spec_accepted_per_position_[size_t(i)];
+    const int32_t next = sampled[row + size_t(accepted)].id;
+    row += size_t(k) + 1;
+    // Roll back: the K/V of rejected guesses stays in the blocks, past num_computed, and is
+    // overwritten as the sequence grows (both layer groups index the same positions).
+    seq.drop_draft();
+    seq.num_computed -= k - accepted;
+    bool alive = true;
+    for (int i = 0; i < accepted && alive; ++i) alive = emit_token(seq, draft[size_t(i)], std::nullopt, now);
+    if (alive) alive = emit_token(seq, next, std::nullopt, now);
+    if (alive) kv_.commit(seq.id, seq.tokens, seq.num_computed);
   }
+}
+
+bool Engine::emit_token(Sequence& seq, int32_t token, std::optional<TokenLogprob> logprob, Clock::time_point now) {
+  if (TokenConstraint* c = seq.request.constraint.get()) {
+    std::string error = seq.mask_error;
+    if (error.empty() && !c->accept(token))
+      error = fmt::format("the token constraint did not allow the sampled token {}", token);
+    if (!error.empty()) {
+      spdlog::error("request {}: {}", seq.request.id, error);
+      finish(seq, FinishInfo{FinishReason::Error, {}, {}, "structured output failed: " + error});
+      return false;
+    }
+  }
+  seq.sampling.observe(token);
+  seq.tokens.push_back(token);
+  if (seq.first_token == Clock::time_point{}) seq.first_token = now;
+  const bool at_limit = int64_t(seq.tokens.size()) >= max_model_len_;
+  FilterResult r = seq.filter.push(token, std::move(logprob), seq.num_output(), at_limit);
+  if (!r.released.empty()) {
+    GenerationEvent ev;
+    ev.token_ids = std::move(r.released);
+    ev.logprobs = std::move(r.released_logprobs);
+    deliver(seq.on_event, ev, seq.request.id);
+  }
+  if (r.finished) {
+    finish(seq, FinishInfo{r.reason, r.stop_token, r.stop_string, {}});
+    return false;
+  }
+  return true;
 }
 
 void Engine::finish(Sequence& seq, FinishInfo info) {
@@ -478,6 +565,10 @@ void Engine::publish_stats() {
   const BlockPool& pool = kv_.config().has_full_layers ? kv_.full_pool() : kv_.window_pool();
   s.total_kv_blocks = pool.num_blocks();
   s.free_kv_blocks = pool.num_free();
+  s.spec_drafts = spec_drafts_;
+  s.spec_draft_tokens = spec_draft_tokens_;
+  s.spec_accepted_tokens = spec_accepted_tokens_;
+  s.spec_accepted_per_position = spec_accepted_per_position_;
   bool idle;
   {
     std::lock_guard lk(mu_);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/constraint_masker.h"
+#include "engine/drafter.h"
 #include "engine/memory_profile.h"
 #include "engine/output_filter.h"
 #include "engine/request.h"
@@ -52,6 +53,12 @@ struct EngineConfig {
   bool log_memory_plan = true;   // one info line with the plan at start-up
   TokenBytesFn token_bytes;      // token -> bytes, for stop strings (optional)
   bool start_thread = true;      // false: the caller drives run_step() (tests, benchmarks)
+  // Speculative decoding (--speculative-config): greedy requests get up to k guessed tokens per
+  // step, verified by the model in the same step; the output is exactly that of plain decoding.
+  // Each guess needs a logit row: the model's max_logit_rows must exceed max_num_seqs (the runtime
+  // gives it max_num_seqs * (1 + k)); the guesses of a step are capped by that difference.
+  SpeculativeConfig speculative;
+  std::shared_ptr<Drafter> drafter;  // instead of the one `speculative` names (tests)
 };
 
 // The engine's memory decisions: the KV plan, the context length, and the report of both.
@@ -108,6 +115,10 @@ class Engine : public Generator {
   void drain_inbox();
   void admit_submission(Submission sub);
   void execute(const std::vector<ScheduledSequence>& scheduled);
+  // Appends a drafter's guesses to running sequences that decode greedily (Sequence::num_draft).
+  void propose_drafts();
+  // Feeds one sampled (or verified) token to the sequence's output; false when it finished.
+  bool emit_token(Sequence& seq, int32_t token, std::optional<TokenLogprob> logprob, Clock::time_point now);
   struct FinishInfo {
     FinishReason reason = FinishReason::None;
     std::optional<int32_t> stop_token;
@@ -132,7 +143,10 @@ class Engine : public Generator {
   StepSampler step_sampler_;
   ConstraintMasker masker_;  // token masks of constrained rows, beside the forward pass
   SequenceId next_sequence_id_ = 1;
-  std::mt19937_64 seed_source_;  // seeds for requests without one
+  std::mt19937_64 seed_source_;       // seeds for requests without one
+  std::shared_ptr<Drafter> drafter_;  // null: no speculation
+  uint64_t spec_drafts_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
+  std::vector<uint64_t> spec_accepted_per_position_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;       // wakes the engine thread

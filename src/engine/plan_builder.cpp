@@ -41,7 +41,9 @@ StepPlan build_step_plan(const std::vector<ScheduledSequence>& scheduled, const 
       plan.full_slots.push_back(has_full ? kv.full_slot(seq.id, pos) : 0);
       plan.window_slots.push_back(has_sliding ? kv.window_slot(seq.id, pos) : 0);
     }
-    if (sched.samples) plan.logit_rows.push_back(s.token_begin + s.num_tokens - 1);
+    // A drafted sequence samples at its last token and at each guess (speculative verification).
+    if (sched.samples)
+      for (int r = seq.num_draft; r >= 0; --r) plan.logit_rows.push_back(s.token_begin + s.num_tokens - 1 - r);
     plan.seqs.push_back(s);
   }
   return plan;

@@ -54,6 +54,10 @@ struct GeneratorStats {
   uint64_t preemptions = 0;
   uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // in tokens
   int total_kv_blocks = 0, free_kv_blocks = 0;
+  // Speculative decoding (vLLM's spec_decode counters): verify steps with guesses, guesses made,
+  // guesses accepted, and accepted guesses by position in the draft (0 = the first guess).
+  uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_position;
 };
 
 // The memory and cache configuration a generator runs with (the engine's start-up plan), for

@@ -18,6 +18,7 @@ void Scheduler::preempt_newest() {
   std::unique_ptr<Sequence> victim = std::move(running_.back());
   running_.pop_back();
   kv_.free_sequence(victim->id);
+  victim->drop_draft();  // it recomputes what it had; guesses are not part of it
   victim->num_computed = 0;
   ++victim->num_preemptions;
   ++stats_.preemptions;
@@ -49,12 +50,23 @@ std::vector<ScheduledSequence> Scheduler::schedule() {
 
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& seq = *running_[i];
-    const int n = std::min(seq.num_pending(), budget);
+    // A drafted sequence is verified whole: guesses that do not fit the budget are dropped.
+    if (seq.num_draft > 0 && seq.num_pending() > budget) {
+      const int cut = std::min(seq.num_draft, seq.num_pending() - budget);
+      seq.tokens.resize(seq.tokens.size() - size_t(cut));
+      seq.num_draft -= cut;
+    }
+    int n = std::min(seq.num_pending(), budget);
     if (n <= 0) {
       ++i;
       continue;
     }
     bool ok = kv_.allocate(seq.id, seq.num_computed, n);
+    if (!ok && seq.num_draft > 0) {  // guesses never cost another sequence its place
+      seq.drop_draft();
+      n = std::min(seq.num_pending(), budget);
+      ok = kv_.allocate(seq.id, seq.num_computed, n);
+    }
     while (!ok && i < running_.size()) {
       preempt_newest();  // possibly `seq` itself when it is the newest
       preempted = true;

@@ -44,7 +44,15 @@ struct Sequence {
   bool mask_active = false;
   std::string mask_error;
 
-  int num_output() const { return int(tokens.size()) - prompt_len; }
+  // Speculative tokens (engine/drafter.h) appended to `tokens` for this step's verification only:
+  // guesses, not output. The engine drops or replaces them before anything reads the output.
+  int num_draft = 0;
+  void drop_draft() {
+    tokens.resize(tokens.size() - size_t(num_draft));
+    num_draft = 0;
+  }
+
+  int num_output() const { return int(tokens.size()) - num_draft - prompt_len; }
   int num_pending() const { return int(tokens.size()) - num_computed; }
 };
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -68,7 +69,13 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
   backend_options.threads = options.threads;
   backend_options.max_step_tokens = options.max_num_batched_tokens;
   backend_options.max_seqs = options.max_num_seqs;
-  const ModelLimits limits{options.max_num_batched_tokens, options.max_num_seqs};
+  // Speculative decoding verifies each guess at a logit row of its own (engine/drafter.h).
+  const SpeculativeConfig speculative = parse_speculative_config(options.speculative_config);
+  const int logit_rows =
+      speculative.enabled()
+          ? std::min(options.max_num_batched_tokens, options.max_num_seqs * (1 + speculative.num_speculative_tokens))
+          : options.max_num_seqs;
+  const ModelLimits limits{options.max_num_batched_tokens, logit_rows};
   if (options.parallel.is_single()) {
     o.backend = make_backend(options.backend, backend_options);
     o.model = std::make_unique<GptOssModel>(*o.backend, o.weights, limits);
@@ -88,6 +95,7 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
     engine.enable_prefix_caching = options.enable_prefix_caching;
     engine.max_model_len = options.max_model_len;
     engine.seed = options.seed;
+    engine.speculative = speculative;
     if (auto tok = rt->tokenizer_) engine.token_bytes = [tok](int32_t id) { return tok->token_bytes(id); };
     rt->engine_ =
         o.model ? std::make_shared<Engine>(*o.model, engine) : std::make_shared<Engine>(*o.parallel_model, engine);

@@ -1,6 +1,7 @@
 #include "runtime/runtime_options.h"
 
 #include "core/error.h"
+#include "engine/drafter.h"
 #include "runtime/quantization.h"
 
 namespace ossrt {
@@ -18,6 +19,7 @@ void RuntimeOptions::validate() const {
   OSSRT_CHECK(max_num_batched_tokens >= 0, "--max-num-batched-tokens must be positive, got {}", max_num_batched_tokens);
   OSSRT_CHECK(max_queue >= 0, "--max-queue must not be negative, got {}", max_queue);
   OSSRT_CHECK(threads >= 0, "--threads must not be negative, got {}", threads);
+  parse_speculative_config(speculative_config);  // throws naming the field
 }
 
 RuntimeOptions RuntimeOptions::with_backend_defaults() const {

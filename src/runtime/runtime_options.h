@@ -41,6 +41,8 @@ struct RuntimeOptions {
   int max_queue = 1024;  // waiting requests at most
   bool enable_prefix_caching = true;
   std::optional<uint64_t> seed;  // --seed: sampling seed of requests that bring none
+  // --speculative-config, vLLM's JSON (engine/drafter.h): {"method": "ngram", "num_speculative_tokens": 3}
+  std::string speculative_config;
 
   // Throws ossrt::Error naming the flag for values that can never work.
   void validate() const;

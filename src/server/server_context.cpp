@@ -117,6 +117,11 @@ void declare_server_metrics(MetricsRegistry& m) {
   m.declare("ossrt:kv_blocks_in_use", T::Gauge, "KV blocks of the full-attention pool held by requests.");
   m.declare("ossrt:open_streams", T::Gauge, "Generations currently being answered by the HTTP layer.");
   m.declare("vllm:num_preemptions", T::Counter, "Cumulative number of preemptions from the engine.");
+  m.declare("vllm:spec_decode_num_drafts", T::Counter, "Verify steps of a sequence with speculative tokens.");
+  m.declare("vllm:spec_decode_num_draft_tokens", T::Counter, "Speculative tokens proposed.");
+  m.declare("vllm:spec_decode_num_accepted_tokens", T::Counter, "Speculative tokens accepted.");
+  m.declare("vllm:spec_decode_num_accepted_tokens_per_pos", T::Counter,
+            "Speculative tokens accepted, by position in the draft.");
   m.declare("vllm:prefix_cache_queries", T::Counter, "Prefix cache queries, in tokens.");
   m.declare("vllm:prefix_cache_hits", T::Counter, "Prefix cache hits, in tokens.");
   m.declare("vllm:prompt_tokens_total", T::Counter, "Number of prefill tokens processed.");
@@ -183,6 +188,20 @@ void refresh_generator_gauges(ServerContext& ctx) {
   mirror("vllm:num_preemptions", double(s.preemptions));
   mirror("vllm:prefix_cache_queries", double(s.prefix_cache_queries));
   mirror("vllm:prefix_cache_hits", double(s.prefix_cache_hits));
+  // Speculative decoding's counters exist (from zero) when the engine speculates.
+  if (!s.spec_accepted_per_position.empty()) {
+    auto mirror_series = [&](const char* name, const MetricLabels& series, double total) {
+      const double now = m.value(name, series);
+      if (total >= now) m.add(name, series, total - now);
+    };
+    mirror_series("vllm:spec_decode_num_drafts", labels, double(s.spec_drafts));
+    mirror_series("vllm:spec_decode_num_draft_tokens", labels, double(s.spec_draft_tokens));
+    mirror_series("vllm:spec_decode_num_accepted_tokens", labels, double(s.spec_accepted_tokens));
+    for (size_t i = 0; i < s.spec_accepted_per_position.size(); ++i)
+      mirror_series("vllm:spec_decode_num_accepted_tokens_per_pos",
+                    {{"model_name", ctx.config.served_model_name}, {"position", std::to_string(i)}},
+                    double(s.spec_accepted_per_position[i]));
+  }
 }
 
 }  // namespace ossrt::server

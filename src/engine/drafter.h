@@ -1,0 +1,55 @@
+#pragma once
+// Speculative decoding's drafters (issue 17): something that guesses a sequence's next tokens
+// cheaply, so that one step of the target model can verify 1 + k tokens at the cost of about one
+// (a decode step is bound by reading the weights). The engine checks every guess against the
+// target model's own choice (engine.cpp, "verify"), so a drafter only changes speed, never output.
+//
+// Configured as vLLM's --speculative-config is: {"method": "ngram", "num_speculative_tokens": k,
+// "prompt_lookup_min": 1, "prompt_lookup_max": 4}.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ossrt {
+
+struct SpeculativeConfig {
+  std::string method;              // "" = off; "ngram"
+  int num_speculative_tokens = 0;  // k: tokens drafted per step at most
+  int prompt_lookup_min = 1;       // ngram: shortest suffix matched
+  int prompt_lookup_max = 4;       // ngram: longest suffix matched (tried first)
+
+  bool enabled() const { return !method.empty() && num_speculative_tokens > 0; }
+  // Throws ossrt::Error naming the field for a configuration that can never work.
+  void validate() const;
+};
+
+// Parses vLLM's --speculative-config JSON ("" or "{}" = off). Unknown methods and fields, and
+// values out of range, throw ossrt::Error naming them.
+SpeculativeConfig parse_speculative_config(const std::string& json_text);
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Up to max_tokens guesses of what follows `tokens` (prompt and output so far, the newest last);
+  // fewer or none when it has no good guess.
+  virtual std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) = 0;
+};
+
+// Prompt lookup (vLLM's "ngram"): the longest suffix of the sequence, from prompt_lookup_max tokens
+// down to prompt_lookup_min, that occurred earlier in the sequence; the tokens that followed its
+// most recent earlier occurrence are the draft. No weights, no state.
+class NgramDrafter : public Drafter {
+ public:
+  NgramDrafter(int min_n, int max_n);
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) override;
+
+ private:
+  int min_n_, max_n_;
+};
+
+// The drafter a configuration names (nullptr when speculation is off).
+std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config);
+
+}  // namespace ossrt
