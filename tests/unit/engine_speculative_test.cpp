@@ -245,10 +245,10 @@ TEST_F(EngineSpeculativeTest, AlwaysWrongGuessesCostNothingButTime) {
 }
 
 TEST_F(EngineSpeculativeTest, TightCacheAndBudgetPreemptAndTrimGuesses) {
-  // 40 blocks of 4 tokens for 12 sequences of up to 70 tokens, 24 tokens a step: preemptions and
+  // 24 blocks of 4 tokens for 12 sequences of up to 77 tokens, 20 tokens a step: preemptions and
   // guesses cut to the budget; the output is still exact.
   const std::vector<Case> all = cases();
-  Engine engine(model_->model, config(4, replay(all), /*num_full_blocks=*/40, /*budget=*/24));
+  Engine engine(model_->model, config(4, replay(all), /*num_full_blocks=*/24, /*budget=*/20));
   const GeneratorStats s = run_and_check(engine, all);
   EXPECT_GT(s.preemptions, 0u);
   EXPECT_GT(s.spec_accepted_tokens, 0u);
