@@ -103,6 +103,12 @@ run_test engine_cuda_test 120
 run_test ops_test 180
 run_test attention_test 150
 run_test moe_test 150
+# Every other packed GPU test (cuda_pack.sh packs what ctest labels gpu), so a new suite is never
+# silently left out of the call.
+for t in "$PACK"/bin/*_test; do
+  name=$(basename "$t")
+  [ -n "${STATUS[$name]+x}" ] || run_test "$name" 150
+done
 [ "$MODE" = full ] && [ "${BENCH_LAST:-0}" = 1 ] && run_bench
 
 echo "== summary"
