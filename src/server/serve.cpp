@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "server/api_error.h"
@@ -33,6 +34,9 @@ int run_server(const ServerConfig& config, const ServedModelOptions& model_optio
   raise_fd_limit();
   std::signal(SIGPIPE, SIG_IGN);  // a client that vanished mid-write is an error code, not a signal
 
+  // Declared before the server: handlers still queued on its io_context when it stops hold
+  // generation jobs that refer to the context, and they die with the io_context.
+  std::optional<ServerContext> ctx_storage;
   ServerContext* ctx_ptr = nullptr;
   HttpServerOptions http;
   http.host = config.host;
@@ -54,7 +58,7 @@ int run_server(const ServerConfig& config, const ServedModelOptions& model_optio
       [&ctx_ptr](const std::string& route, const std::string& method, int status) {
         record_http_response(*ctx_ptr, route, method, status);
       });
-  ServerContext ctx(config, server.io());
+  ServerContext& ctx = ctx_storage.emplace(config, server.io());
   ctx_ptr = &ctx;
   try {
     server.start();

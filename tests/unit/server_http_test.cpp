@@ -97,8 +97,15 @@ class ServerFixture : public ::testing::Test {
     generator_ = std::make_shared<ScriptedGenerator>(options, codec);
   }
   void make_ready() { ctx_->set_ready(generator_, tokenizer_); }
+  // The order serve.cpp keeps: I/O threads stop, the generator stops (no more posts to the
+  // io_context), the io_context dies with the handlers it still queues (they hold jobs that
+  // refer to the context), and the context goes last.
   void TearDown() override {
     if (server_) server_->stop();
+    if (ctx_) ctx_->release();
+    generator_.reset();
+    server_.reset();
+    ctx_.reset();
   }
   uint16_t port() const { return server_->port(); }
 

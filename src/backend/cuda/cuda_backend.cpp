@@ -3,11 +3,14 @@
 // graphs in cuda_graphs.cpp, sampling in cuda_sampling.cpp.
 #include "backend/cuda/cuda_backend.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "backend/cuda/cublas_linear.h"
 #include "backend/cuda/cuda_backend_internal.h"
@@ -88,6 +91,12 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   sample_upload_ = device_alloc(upload_bytes, "sampling parameters and token masks");
   sample_staging_ = static_cast<char*>(buffers_->allocate_pinned(upload_bytes, "sampling upload staging"));
   sample_ids_ = device_alloc(size_t(max_sample_rows_) * sizeof(int32_t), "sampled ids");
+  if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
+    OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
+                    profile_count_ > 0,
+                "OSSRT_CUDA_PROFILE_DECODE_STEPS must be first:count (two non-negative integers, count > 0), not '{}'",
+                window);
+  }
   spdlog::info("cuda: {} ({} SMs), workspaces {:.1f} MiB planned for {} tokens / {} sequences per step", prop.name,
                num_sms_, buffers_->device_bytes() / 1048576.0, cap.max_tokens, cap.max_seqs);
 }
@@ -258,8 +267,16 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
 
 namespace ossrt {
 
+void CudaBackend::profile_window(const StepPlan& plan) {
+  if (profile_first_ < 0 || !plan.is_decode_only()) return;
+  const int step = decode_steps_seen_++;
+  if (step == profile_first_) OSSRT_CUDA_CHECK(cudaProfilerStart());
+  if (step == profile_first_ + profile_count_) OSSRT_CUDA_CHECK(cudaProfilerStop());
+}
+
 Tensor CudaBackend::run_step(const StepPlan& plan, const StepFn& step) {
   bind_device();
+  profile_window(plan);
   if (!graphs_enabled_ || !graphs_->graphable(plan)) return step(plan);
   // A graph runs the plan padded to its batch bucket; the caller's model was sized for at most
   // max_seqs rows and max_step_tokens tokens (the server passes the same numbers to both), so a

@@ -155,6 +155,12 @@ class CudaBackend final : public Backend {
 
   bool graphs_enabled_ = true;
   int graph_replays_ = 0;
+  // OSSRT_CUDA_PROFILE_DECODE_STEPS="first:count": cudaProfilerStart before decode-only step
+  // `first` (0-based) and cudaProfilerStop before step first + count, so that `ncu
+  // --profile-from-start off` records exactly those steps, sampling included
+  // (tools/device/profile_decode.sh). Unset: first = -1, never.
+  int profile_first_ = -1, profile_count_ = 0, decode_steps_seen_ = 0;
+  void profile_window(const StepPlan& plan);
 };
 
 // The CUDA backend for sm_90a (H100/H200).
