@@ -19,6 +19,7 @@
 #include "backend/cuda/device_buffers.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/router.cuh"
+#include "backend/cuda/kernels/sample.cuh"
 #include "backend/cuda/plan_upload.h"
 
 namespace ossrt {
@@ -91,6 +92,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   sample_upload_ = device_alloc(upload_bytes, "sampling parameters and token masks");
   sample_staging_ = static_cast<char*>(buffers_->allocate_pinned(upload_bytes, "sampling upload staging"));
   sample_ids_ = device_alloc(size_t(max_sample_rows_) * sizeof(int32_t), "sampled ids");
+  sample_workspace_ = device_alloc(cuda::sample_workspace_bytes(max_sample_rows_), "sampling workspace");
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,

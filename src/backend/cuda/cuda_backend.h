@@ -149,8 +149,9 @@ class CudaBackend final : public Backend {
   // packed back to back (device buffer and pinned host staging of the same planned size).
   void* sample_upload_ = nullptr;
   char* sample_staging_ = nullptr;
-  size_t sample_mask_words_ = 0;  // mask words the upload has room for beside max_sample_rows_ rows
-  void* sample_ids_ = nullptr;    // device int32 [max_sample_rows_]
+  size_t sample_mask_words_ = 0;      // mask words the upload has room for beside max_sample_rows_ rows
+  void* sample_ids_ = nullptr;        // device int32 [max_sample_rows_]
+  void* sample_workspace_ = nullptr;  // the argmax pass's partial results (sample.cuh)
   int max_sample_rows_ = 0;
 
   bool graphs_enabled_ = true;

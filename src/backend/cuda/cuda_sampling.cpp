@@ -72,7 +72,8 @@ std::vector<int32_t> CudaBackend::sample(const Tensor& logits, std::span<const S
                      static_cast<int32_t*>(sample_ids_),
                      int(rows),
                      int(vocab),
-                     int(words)};
+                     int(words),
+                     static_cast<cuda::SampleArgmaxPartial*>(sample_workspace_)};
   OSSRT_CUDA_CHECK(cuda::launch_f32_sample_topk_topp(a, stream_));
   OSSRT_CUDA_CHECK(
       cudaMemcpyAsync(ids.data(), sample_ids_, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));

@@ -284,6 +284,7 @@ class ModelBench {
     std::vector<::ossrt::cuda::SampleRowParams> params(size_t(R), greedy);
     backend_->from_host(sample_params_, params.data());
     sample_ids_ = backend_->alloc(DType::I32, {R});
+    sample_workspace_ = backend_->alloc(DType::U8, {int64_t(::ossrt::cuda::sample_workspace_bytes(int(R)))});
   }
 
   // One full-attention and one sliding layer of KV storage: the decode sequences (each with
@@ -457,14 +458,15 @@ class ModelBench {
     add("gather_logit_rows", "gather_rows", gather_rows_cost(R, H()), [&] { b.gather_logit_rows(x, logit_in); });
     add("lm_head_linear", "cuBLASLt bf16 GEMM, f32 out", linear_cost(R, V(), H(), false, kF32),
         [&] { b.linear(final, lm_head_, nullptr, logits); });
-    add("sample_greedy", "f32_sample_topk_topp", sample_cost(R, V()), [&] {
+    add("sample_greedy", "f32_sample_argmax_partial + f32_sample_topk_topp", sample_cost(R, V()), [&] {
       ::ossrt::cuda::SampleArgs a{logits.ptr<float>(),
                                   static_cast<const ::ossrt::cuda::SampleRowParams*>(sample_params_.data),
                                   /*masks=*/nullptr,
                                   sample_ids_.ptr<int32_t>(),
                                   int(R),
                                   int(V()),
-                                  /*mask_words=*/0};
+                                  /*mask_words=*/0,
+                                  static_cast<::ossrt::cuda::SampleArgmaxPartial*>(sample_workspace_.data)};
       OSSRT_CUDA_CHECK(::ossrt::cuda::launch_f32_sample_topk_topp(a, b.stream()));
     });
   }
@@ -482,7 +484,7 @@ class ModelBench {
   Tensor embed_, lm_head_, norm_w_, qkv_w_, qkv_b_, o_w_, o_b_, sinks_, router_w_, router_b_;
   ExpertWeights experts_, experts_mxfp4_;
   Tensor residual_, normed_, qkv_, attn_, attn_out_, moe_out_, router_ids_, router_weights_, ids_, weights_;
-  Tensor logit_in_, final_, logits_, sample_params_, sample_ids_;
+  Tensor logit_in_, final_, logits_, sample_params_, sample_ids_, sample_workspace_;
 };
 
 }  // namespace

@@ -123,6 +123,26 @@ __device__ uint32_t top_p_key(const Row& row, int vocab, uint32_t floor_key, flo
   return prefix;
 }
 
+constexpr int kArgmaxThreads = 256;
+static_assert(kSampleArgmaxSplits <= kThreads, "one partial result per sampling thread");
+
+// Pass 1: CTA (split, row) finds the largest allowed logit of its contiguous share of the row (the
+// lowest index among equals), or {-inf, INT32_MAX} when it has no allowed token.
+__global__ void __launch_bounds__(kArgmaxThreads) f32_sample_argmax_partial(SampleArgs a) {
+  using Reduce = cub::BlockReduce<ArgMax, kArgmaxThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const int r = blockIdx.y, split = blockIdx.x;
+  const SampleRowParams p = a.params[r];
+  Row row{a.logits + int64_t(r) * a.vocab, p.mask_slot >= 0 ? a.masks + int64_t(p.mask_slot) * a.mask_words : nullptr};
+  const int share = (a.vocab + kSampleArgmaxSplits - 1) / kSampleArgmaxSplits;
+  const int begin = min(a.vocab, split * share), end = min(a.vocab, begin + share);
+  ArgMax local{-INFINITY, INT32_MAX};
+  for (int i = begin + int(threadIdx.x); i < end; i += kArgmaxThreads)
+    if (row.allowed(i)) local = ArgMaxOp()(local, ArgMax{row.at(i), i});
+  const ArgMax best = Reduce(tmp).Reduce(local, ArgMaxOp());
+  if (threadIdx.x == 0) a.partials[int64_t(r) * kSampleArgmaxSplits + split] = {best.value, best.index};
+}
+
 __global__ void __launch_bounds__(kThreads) f32_sample_topk_topp(SampleArgs a) {
   using Reduce = cub::BlockReduce<ArgMax, kThreads>;
   using SumReduce = cub::BlockReduce<float, kThreads>;
@@ -143,10 +163,13 @@ __global__ void __launch_bounds__(kThreads) f32_sample_topk_topp(SampleArgs a) {
   const int vocab = a.vocab;
   Row row{a.logits + int64_t(r) * vocab, p.mask_slot >= 0 ? a.masks + int64_t(p.mask_slot) * a.mask_words : nullptr};
 
-  // Only allowed tokens compete, so a disallowed id never wins a tie at -inf either.
+  // Only allowed tokens compete, so a disallowed id never wins a tie at -inf either. Pass 1's
+  // partial results are reduced with the same operator, so the winner is the row's argmax.
   ArgMax local{-INFINITY, INT32_MAX};
-  for (int i = threadIdx.x; i < vocab; i += kThreads)
-    if (row.allowed(i)) local = ArgMaxOp()(local, ArgMax{row.at(i), i});
+  if (threadIdx.x < kSampleArgmaxSplits) {
+    const SampleArgmaxPartial part = a.partials[int64_t(r) * kSampleArgmaxSplits + threadIdx.x];
+    local = ArgMax{part.value, part.index};
+  }
   const ArgMax best = Reduce(smem.reduce).Reduce(local, ArgMaxOp());
   if (threadIdx.x == 0) s_best = best;
   __syncthreads();
@@ -221,6 +244,7 @@ __global__ void __launch_bounds__(kThreads) f32_sample_topk_topp(SampleArgs a) {
 
 cudaError_t launch_f32_sample_topk_topp(const SampleArgs& args, cudaStream_t stream) {
   if (args.rows <= 0) return cudaSuccess;
+  f32_sample_argmax_partial<<<dim3(kSampleArgmaxSplits, args.rows), kArgmaxThreads, 0, stream>>>(args);
   f32_sample_topk_topp<<<args.rows, kThreads, 0, stream>>>(args);
   return cudaGetLastError();
 }

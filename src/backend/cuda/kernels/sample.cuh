@@ -19,6 +19,19 @@ struct SampleRowParams {  // mirrors ossrt::SamplingRowParams (same layout, stat
   int32_t mask_slot;  // < 0: no mask; else the row's mask is masks[mask_slot * mask_words, +mask_words)
 };
 
+// The argmax over a 201k vocabulary is the one pass every row needs (greedy rows need nothing
+// else); one CTA a row reads ~100 GB/s, so it runs first over kSampleArgmaxSplits CTAs a row, and
+// the sampling CTA reduces their kSampleArgmaxSplits partial results in order.
+constexpr int kSampleArgmaxSplits = 64;
+struct SampleArgmaxPartial {
+  float value;
+  int32_t index;
+};
+// Device workspace sample() needs for `rows` rows.
+inline size_t sample_workspace_bytes(int rows) {
+  return size_t(rows) * kSampleArgmaxSplits * sizeof(SampleArgmaxPartial);
+}
+
 struct SampleArgs {
   const float* logits;            // [rows, vocab]
   const SampleRowParams* params;  // [rows]
@@ -26,7 +39,8 @@ struct SampleArgs {
   int32_t* out_ids;               // [rows]
   int rows;
   int vocab;
-  int mask_words;  // (vocab + 31) / 32
+  int mask_words;                 // (vocab + 31) / 32
+  SampleArgmaxPartial* partials;  // workspace: sample_workspace_bytes(rows)
 };
 
 cudaError_t launch_f32_sample_topk_topp(const SampleArgs& args, cudaStream_t stream);
