@@ -25,6 +25,9 @@ OSSRT=$PACK/bin/ossrt
 CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
 NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
+if [ -f "$ROOT/.carry/tokgz/tokenizer.json.gz" ]; then
+  gunzip -c "$ROOT/.carry/tokgz/tokenizer.json.gz" > /tmp/tokenizer.json && export OSSRT_TOKENIZER=/tmp/tokenizer.json
+fi
 NCU=$(command -v ncu || find /usr/local/cuda*/bin /opt -name ncu -type f 2>/dev/null | head -1)
 echo "== $MODEL $QUANT, commit $(cat "$PACK/COMMIT" | tr '\n' ' '), ncu $NCU"
 left() { echo $((START + DEADLINE_S - $(date +%s))); }
@@ -35,12 +38,12 @@ for B in $BATCHES; do
   COMMON=(bench cost --model "$MODEL" --load-format dummy --backend cuda --quantization "$QUANT" --no-prefill
     --contexts "$CONTEXT" --batch-sizes "$B" --repeats 1 --no-progress)
   echo "== batch $B, context $CONTEXT: bench cost without the profiler"
-  timeout "$(left)" "$OSSRT" "${COMMON[@]}" --warmup-steps 10 --decode-steps 50 --result-dir /tmp/cost_b$B \
+  timeout "$(left)" "$OSSRT" "${COMMON[@]}" --warmup-steps 5 --decode-steps 30 --result-dir /tmp/cost_b$B \
     2>&1 | grep -iE "decode|tok/s|ms" | tail -4
   echo "== batch $B: ncu over decode steps 20..$((20 + STEPS - 1))"
   OSSRT_CUDA_PROFILE_DECODE_STEPS="20:$STEPS" timeout "$(left)" "$NCU" --clock-control none --cache-control none \
     --profile-from-start off --metrics gpu__time_duration.sum --csv --log-file "$FINAL/ncu_b$B.csv" \
-    "$OSSRT" "${COMMON[@]}" --warmup-steps 30 --decode-steps 5 --result-dir /tmp/cost_ncu_b$B > /tmp/ncu_run_b$B.log 2>&1
+    "$OSSRT" "${COMMON[@]}" --warmup-steps $((20 + STEPS + 2)) --decode-steps 2 --result-dir /tmp/cost_ncu_b$B > /tmp/ncu_run_b$B.log 2>&1
   echo "   ncu exit $?"; tail -3 /tmp/ncu_run_b$B.log
   python3 "$ROOT/tools/device/ncu_step_table.py" "$FINAL/ncu_b$B.csv" --steps "$STEPS" --title "batch $B context $CONTEXT"
 done
