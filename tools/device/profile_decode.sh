@@ -39,7 +39,7 @@ for B in $BATCHES; do
     --contexts "$CONTEXT" --batch-sizes "$B" --repeats 1 --no-progress)
   echo "== batch $B, context $CONTEXT: bench cost without the profiler"
   timeout "$(left)" "$OSSRT" "${COMMON[@]}" --warmup-steps 5 --decode-steps 30 --result-dir /tmp/cost_b$B \
-    2>&1 | grep -iE "decode|tok/s|ms" | tail -4
+    2>&1 | grep -A2 "ITL ms"
   echo "== batch $B: ncu over decode steps 20..$((20 + STEPS - 1))"
   OSSRT_CUDA_PROFILE_DECODE_STEPS="20:$STEPS" timeout "$(left)" "$NCU" --clock-control none --cache-control none \
     --profile-from-start off --metrics gpu__time_duration.sum --csv --log-file "$FINAL/ncu_b$B.csv" \
