@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/suffix_drafter.h"
 
 namespace ossrt {
 
@@ -15,13 +16,24 @@ constexpr int kMaxSpeculativeTokens = 16;
 
 void SpeculativeConfig::validate() const {
   if (method.empty()) return;
-  OSSRT_CHECK(method == "ngram", "--speculative-config: method \"{}\" is not supported (\"ngram\")", method);
+  OSSRT_CHECK(method == "ngram" || method == "suffix",
+              "--speculative-config: method \"{}\" is not supported (\"ngram\", \"suffix\")", method);
   OSSRT_CHECK(num_speculative_tokens >= 1 && num_speculative_tokens <= kMaxSpeculativeTokens,
               "--speculative-config: num_speculative_tokens must be in [1, {}], got {}", kMaxSpeculativeTokens,
               num_speculative_tokens);
   OSSRT_CHECK(prompt_lookup_min >= 1 && prompt_lookup_max >= prompt_lookup_min,
               "--speculative-config: need 1 <= prompt_lookup_min <= prompt_lookup_max, got {} and {}",
               prompt_lookup_min, prompt_lookup_max);
+  OSSRT_CHECK(suffix_max_tree_depth >= 2 && suffix_max_tree_depth <= 1024,
+              "--speculative-config: suffix_decoding_max_tree_depth must be in [2, 1024], got {}",
+              suffix_max_tree_depth);
+  OSSRT_CHECK(suffix_max_cached_requests >= 0,
+              "--speculative-config: suffix_decoding_max_cached_requests must be >= 0, got {}",
+              suffix_max_cached_requests);
+  OSSRT_CHECK(suffix_max_spec_factor > 0, "--speculative-config: suffix_decoding_max_spec_factor must be > 0, got {}",
+              suffix_max_spec_factor);
+  OSSRT_CHECK(suffix_min_token_prob >= 0 && suffix_min_token_prob <= 1,
+              "--speculative-config: suffix_decoding_min_token_prob must be in [0, 1], got {}", suffix_min_token_prob);
 }
 
 SpeculativeConfig parse_speculative_config(const std::string& text) {
@@ -37,7 +49,14 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
   auto get_int = [&](const char* key, int& out) {
     const auto& v = j.at(key);
     OSSRT_CHECK(v.is_number_integer(), "--speculative-config: {} must be an integer", key);
-    out = v.get<int>();
+    const int64_t x = v.get<int64_t>();
+    OSSRT_CHECK(x >= -(int64_t(1) << 30) && x <= (int64_t(1) << 30), "--speculative-config: {} is out of range", key);
+    out = int(x);
+  };
+  auto get_number = [&](const char* key, double& out) {
+    const auto& v = j.at(key);
+    OSSRT_CHECK(v.is_number(), "--speculative-config: {} must be a number", key);
+    out = v.get<double>();
   };
   for (const auto& [key, value] : j.items()) {
     if (key == "method") {
@@ -49,12 +68,24 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
       get_int("prompt_lookup_min", c.prompt_lookup_min);
     } else if (key == "prompt_lookup_max") {
       get_int("prompt_lookup_max", c.prompt_lookup_max);
+    } else if (key == "suffix_decoding_max_tree_depth") {
+      get_int("suffix_decoding_max_tree_depth", c.suffix_max_tree_depth);
+    } else if (key == "suffix_decoding_max_cached_requests") {
+      get_int("suffix_decoding_max_cached_requests", c.suffix_max_cached_requests);
+    } else if (key == "suffix_decoding_max_spec_factor") {
+      get_number("suffix_decoding_max_spec_factor", c.suffix_max_spec_factor);
+    } else if (key == "suffix_decoding_min_token_prob") {
+      get_number("suffix_decoding_min_token_prob", c.suffix_min_token_prob);
     } else {
       fail("--speculative-config: unknown field \"{}\"", key);
     }
   }
+  // vLLM lets suffix decoding default k to the tree depth; every guess here holds a logit row of the
+  // step (planned at start-up for max_num_seqs x (1 + k)), so the default is a more modest 8.
+  if (c.method == "suffix" && !j.contains("num_speculative_tokens")) c.num_speculative_tokens = 8;
   if (!c.method.empty())
-    OSSRT_CHECK(j.contains("num_speculative_tokens"), "--speculative-config: num_speculative_tokens is required");
+    OSSRT_CHECK(j.contains("num_speculative_tokens") || c.method == "suffix",
+                "--speculative-config: num_speculative_tokens is required");
   c.validate();
   return c;
 }
@@ -63,7 +94,7 @@ NgramDrafter::NgramDrafter(int min_n, int max_n) : min_n_(min_n), max_n_(max_n) 
   OSSRT_CHECK(min_n >= 1 && max_n >= min_n, "ngram drafter: need 1 <= min {} <= max {}", min_n, max_n);
 }
 
-std::vector<int32_t> NgramDrafter::propose(std::span<const int32_t> tokens, int max_tokens) {
+std::vector<int32_t> NgramDrafter::propose(std::span<const int32_t> tokens, int max_tokens) const {
   const int len = int(tokens.size());
   if (max_tokens <= 0) return {};
   for (int n = std::min(max_n_, len - 1); n >= min_n_; --n) {
@@ -82,6 +113,7 @@ std::vector<int32_t> NgramDrafter::propose(std::span<const int32_t> tokens, int 
 std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config) {
   if (!config.enabled()) return nullptr;
   config.validate();
+  if (config.method == "suffix") return std::make_unique<SuffixDrafter>(config);
   return std::make_unique<NgramDrafter>(config.prompt_lookup_min, config.prompt_lookup_max);
 }
 

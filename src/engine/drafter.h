@@ -5,7 +5,8 @@
 // target model's own choice (engine.cpp, "verify"), so a drafter only changes speed, never output.
 //
 // Configured as vLLM's --speculative-config is: {"method": "ngram", "num_speculative_tokens": k,
-// "prompt_lookup_min": 1, "prompt_lookup_max": 4}.
+// "prompt_lookup_min": 1, "prompt_lookup_max": 4}, or {"method": "suffix", ...} with vLLM's
+// suffix_decoding_* fields (engine/suffix_drafter.h).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -15,10 +16,19 @@
 namespace ossrt {
 
 struct SpeculativeConfig {
-  std::string method;              // "" = off; "ngram"
+  std::string method;              // "" = off; "ngram" or "suffix"
   int num_speculative_tokens = 0;  // k: tokens drafted per step at most
   int prompt_lookup_min = 1;       // ngram: shortest suffix matched
   int prompt_lookup_max = 4;       // ngram: longest suffix matched (tried first)
+  // suffix (vLLM's names and defaults): the trees hold strings of up to max_tree_depth tokens, so
+  // a match and the draft that follows it are at most that long together; outputs of the last
+  // max_cached_requests finished requests feed the shared tree; a draft is at most max_spec_factor x
+  // the match's length and stops where the product of its tokens' empirical probabilities falls
+  // below min_token_prob.
+  int suffix_max_tree_depth = 24;
+  int suffix_max_cached_requests = 10000;
+  double suffix_max_spec_factor = 1.0;
+  double suffix_min_token_prob = 0.1;
 
   bool enabled() const { return !method.empty() && num_speculative_tokens > 0; }
   // Throws ossrt::Error naming the field for a configuration that can never work.
@@ -29,12 +39,21 @@ struct SpeculativeConfig {
 // values out of range, throw ossrt::Error naming them.
 SpeculativeConfig parse_speculative_config(const std::string& json_text);
 
+// What a drafter is shown of one sequence.
+struct DraftInput {
+  uint64_t sequence = 0;            // the engine's sequence id: stable while the sequence lives
+  std::span<const int32_t> tokens;  // prompt then output so far (no guesses), the newest last
+  int prompt_len = 0;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // Up to max_tokens guesses of what follows `tokens` (prompt and output so far, the newest last);
-  // fewer or none when it has no good guess.
-  virtual std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) = 0;
+  // Up to max_tokens guesses of what follows in.tokens; fewer or none when it has no good guess.
+  virtual std::vector<int32_t> propose(const DraftInput& in, int max_tokens) = 0;
+  // The sequence ended (finished, aborted or failed; in.tokens is all it has): a drafter that
+  // learns from outputs takes them now and drops what it kept for the sequence.
+  virtual void finished(const DraftInput& in) { (void)in; }
 };
 
 // Prompt lookup (vLLM's "ngram"): the longest suffix of the sequence, from prompt_lookup_max tokens
@@ -43,7 +62,8 @@ class Drafter {
 class NgramDrafter : public Drafter {
  public:
   NgramDrafter(int min_n, int max_n);
-  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) override;
+  std::vector<int32_t> propose(const DraftInput& in, int max_tokens) override { return propose(in.tokens, max_tokens); }
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) const;
 
  private:
   int min_n_, max_n_;

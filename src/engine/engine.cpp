@@ -388,7 +388,7 @@ void Engine::propose_drafts() {
     k = std::min(k, seq.request.sampling.max_tokens - seq.num_output() - 1);
     k = std::min(k, max_model_len_ - int(seq.tokens.size()));
     if (k <= 0) continue;
-    std::vector<int32_t> draft = drafter_->propose(seq.tokens, k);
+    std::vector<int32_t> draft = drafter_->propose(DraftInput{seq.id, seq.tokens, seq.prompt_len}, k);
     if (draft.empty()) continue;
     if (int(draft.size()) > k) draft.resize(size_t(k));
     seq.tokens.insert(seq.tokens.end(), draft.begin(), draft.end());
@@ -529,6 +529,10 @@ bool Engine::emit_token(Sequence& seq, int32_t token, std::optional<TokenLogprob
 
 void Engine::finish(Sequence& seq, FinishInfo info) {
   const Clock::time_point now = Clock::now();
+  if (drafter_) {
+    const std::span<const int32_t> done(seq.tokens.data(), seq.tokens.size() - size_t(seq.num_draft));
+    drafter_->finished(DraftInput{seq.id, done, seq.prompt_len});
+  }
   GenerationEvent ev;
   ev.finished = true;
   ev.finish_reason = info.reason;

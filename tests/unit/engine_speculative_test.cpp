@@ -74,7 +74,8 @@ class ReplayDrafter : public Drafter {
   int wrong_from = 1 << 30;
   std::atomic<int> proposals{0};
 
-  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) override {
+  std::vector<int32_t> propose(const DraftInput& in, int max_tokens) override {
+    const std::span<const int32_t> tokens = in.tokens;
     for (const auto& [prompt, cont] : known_) {
       if (tokens.size() < prompt.size() || !std::equal(prompt.begin(), prompt.end(), tokens.begin())) continue;
       const size_t done = tokens.size() - prompt.size();
