@@ -16,8 +16,12 @@ constexpr int kMaxSpeculativeTokens = 16;
 
 void SpeculativeConfig::validate() const {
   if (method.empty()) return;
-  OSSRT_CHECK(method == "ngram" || method == "suffix",
-              "--speculative-config: method \"{}\" is not supported (\"ngram\", \"suffix\")", method);
+  OSSRT_CHECK(method == "ngram" || method == "suffix" || method == "draft_model",
+              "--speculative-config: method \"{}\" is not supported (\"ngram\", \"suffix\", \"draft_model\")", method);
+  OSSRT_CHECK(method != "draft_model" || !draft_model.empty(),
+              "--speculative-config: draft_model needs \"model\" (the draft checkpoint)");
+  OSSRT_CHECK(method == "draft_model" || draft_model.empty(),
+              "--speculative-config: \"model\" is for method draft_model");
   OSSRT_CHECK(num_speculative_tokens >= 1 && num_speculative_tokens <= kMaxSpeculativeTokens,
               "--speculative-config: num_speculative_tokens must be in [1, {}], got {}", kMaxSpeculativeTokens,
               num_speculative_tokens);
@@ -68,6 +72,10 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
       get_int("prompt_lookup_min", c.prompt_lookup_min);
     } else if (key == "prompt_lookup_max") {
       get_int("prompt_lookup_max", c.prompt_lookup_max);
+    } else if (key == "model") {
+      OSSRT_CHECK(value.is_string() && !value.get<std::string>().empty(),
+                  "--speculative-config: model must be a non-empty string");
+      c.draft_model = value.get<std::string>();
     } else if (key == "suffix_decoding_max_tree_depth") {
       get_int("suffix_decoding_max_tree_depth", c.suffix_max_tree_depth);
     } else if (key == "suffix_decoding_max_cached_requests") {
@@ -114,6 +122,9 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config) {
   if (!config.enabled()) return nullptr;
   config.validate();
   if (config.method == "suffix") return std::make_unique<SuffixDrafter>(config);
+  OSSRT_CHECK(config.method != "draft_model",
+              "speculative method draft_model: the draft model is loaded by the model runtime, which passes the "
+              "drafter in EngineConfig::drafter");
   return std::make_unique<NgramDrafter>(config.prompt_lookup_min, config.prompt_lookup_max);
 }
 

@@ -16,7 +16,7 @@
 namespace ossrt {
 
 struct SpeculativeConfig {
-  std::string method;              // "" = off; "ngram" or "suffix"
+  std::string method;              // "" = off; "ngram", "suffix" or "draft_model"
   int num_speculative_tokens = 0;  // k: tokens drafted per step at most
   int prompt_lookup_min = 1;       // ngram: shortest suffix matched
   int prompt_lookup_max = 4;       // ngram: longest suffix matched (tried first)
@@ -29,6 +29,9 @@ struct SpeculativeConfig {
   int suffix_max_cached_requests = 10000;
   double suffix_max_spec_factor = 1.0;
   double suffix_min_token_prob = 0.1;
+  // draft_model: the draft checkpoint (a directory or a preset name, as --model takes), loaded by
+  // the model runtime with the target's load format (engine/draft_model_drafter.h).
+  std::string draft_model;
 
   bool enabled() const { return !method.empty() && num_speculative_tokens > 0; }
   // Throws ossrt::Error naming the field for a configuration that can never work.
@@ -69,7 +72,8 @@ class NgramDrafter : public Drafter {
   int min_n_, max_n_;
 };
 
-// The drafter a configuration names (nullptr when speculation is off).
+// The drafter a configuration names (nullptr when speculation is off). "draft_model" needs a loaded
+// model: the model runtime makes that drafter (EngineConfig::drafter); here it is an error.
 std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config);
 
 }  // namespace ossrt

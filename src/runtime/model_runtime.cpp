@@ -9,6 +9,7 @@
 
 #include "backend/registry/registry.h"
 #include "core/error.h"
+#include "engine/draft_model_drafter.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"
@@ -27,6 +28,10 @@ struct ModelRuntime::Owned {
   std::unique_ptr<Backend> backend;               // unsharded
   std::unique_ptr<GptOssModel> model;             // unsharded
   std::unique_ptr<ParallelModel> parallel_model;  // tensor / expert parallel
+  // Speculative decoding with a draft model: its weights, backend and model, like the target's.
+  HostModelWeights draft_weights;
+  std::unique_ptr<Backend> draft_backend;
+  std::unique_ptr<GptOssModel> draft_model;
 };
 
 std::string resolve_tokenizer_path(const RuntimeOptions& options) {
@@ -84,6 +89,30 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
         std::make_unique<ParallelModel>(o.weights, options.parallel, options.backend, backend_options, limits);
   }
 
+  // The draft model of --speculative-config {"method": "draft_model", "model": ...}: loaded as the
+  // target is (same load format and quantization rule), on a backend of its own, with logits for
+  // one row a step (it drafts one sequence, token by token; engine/draft_model_drafter.h).
+  auto load_draft_model = [&]() -> std::shared_ptr<Drafter> {
+    OSSRT_CHECK(options.parallel.is_single(), "--speculative-config draft_model: one rank only for now");
+    // The CUDA memory plan does not count a second model and its cache yet, and the path has not
+    // been measured on a GPU: refused rather than left to run out of memory.
+    OSSRT_CHECK(options.backend != "cuda", "--speculative-config draft_model: not on --backend cuda yet (cpu only)");
+    o.draft_weights =
+        load_model_weights(ModelSource{speculative.draft_model, options.load_format, options.weights_seed});
+    OSSRT_CHECK(o.draft_weights.config.vocab_size == o.weights.config.vocab_size,
+                "--speculative-config draft_model: the draft model's vocabulary ({}) differs from the target's ({})",
+                o.draft_weights.config.vocab_size, o.weights.config.vocab_size);
+    BackendOptions b = backend_options;
+    b.weight_format = resolve_quantization(options.quantization, options.backend, o.draft_weights.config).format;
+    b.max_seqs = 1;
+    o.draft_backend = make_backend(options.backend, b);
+    o.draft_model = std::make_unique<GptOssModel>(*o.draft_backend, o.draft_weights,
+                                                  ModelLimits{options.max_num_batched_tokens, 1});
+    // Room for the longest sequence the engine may run (its cache holds one sequence).
+    const int max_len =
+        options.max_model_len > 0 ? options.max_model_len : int(o.weights.config.max_position_embeddings);
+    return std::make_shared<DraftModelDrafter>(*o.draft_model, max_len, options.block_size);
+  };
   if (parts == Parts::ModelAndEngine) {
     EngineConfig engine;
     engine.max_num_seqs = options.max_num_seqs;
@@ -96,6 +125,7 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
     engine.max_model_len = options.max_model_len;
     engine.seed = options.seed;
     engine.speculative = speculative;
+    if (speculative.enabled() && speculative.method == "draft_model") engine.drafter = load_draft_model();
     if (auto tok = rt->tokenizer_) engine.token_bytes = [tok](int32_t id) { return tok->token_bytes(id); };
     rt->engine_ =
         o.model ? std::make_shared<Engine>(*o.model, engine) : std::make_shared<Engine>(*o.parallel_model, engine);
