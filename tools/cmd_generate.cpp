@@ -133,6 +133,15 @@ void run_generate(const GenerateOptions& o) {
         "{} prompt tokens ({} cached), {} generated, finish {}: TTFT {:.3f} s, {:.1f} tok/s decode, {:.2f} s total",
         last.prompt_tokens, last.cached_prompt_tokens, last.completion_tokens, finish_reason_name(last.finish_reason),
         last.time_to_first_token, last.completion_tokens > 1 ? (last.completion_tokens - 1) / decode : 0.0, total);
+    if (engine.config().speculative.enabled()) {
+      engine.drain(std::chrono::seconds(10));  // the step that finished the request publishes its counters
+      const GeneratorStats s = engine.stats();
+      spdlog::info(
+          "speculative decoding ({}, k = {}): {} verify steps with guesses, {} of {} guesses accepted, mean acceptance "
+          "length {:.2f}",
+          engine.config().speculative.method, engine.config().speculative.num_speculative_tokens, s.spec_drafts,
+          s.spec_accepted_tokens, s.spec_draft_tokens, s.spec_mean_acceptance_length());
+    }
   }
 }
 

@@ -16,7 +16,7 @@ struct Row {
   Row(SamplingParams p, uint64_t seed, std::vector<int32_t> prompt = {})
       : params(std::move(p)), state(seed, prompt, params) {}
   SamplingRow view(std::span<const int32_t> suppressed = {}) const {
-    return SamplingRow{&params, &state, suppressed, {}};
+    return SamplingRow{&params, &state, suppressed, {}, {}};
   }
 };
 
