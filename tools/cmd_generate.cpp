@@ -136,11 +136,16 @@ void run_generate(const GenerateOptions& o) {
     if (engine.config().speculative.enabled()) {
       engine.drain(std::chrono::seconds(10));  // the step that finished the request publishes its counters
       const GeneratorStats s = engine.stats();
-      spdlog::info(
-          "speculative decoding ({}, k = {}): {} verify steps with guesses, {} of {} guesses accepted, mean acceptance "
-          "length {:.2f}",
-          engine.config().speculative.method, engine.config().speculative.num_speculative_tokens, s.spec_drafts,
-          s.spec_accepted_tokens, s.spec_draft_tokens, s.spec_mean_acceptance_length());
+      const SpeculativeConfig& sc = engine.config().speculative;
+      if (s.spec_drafts == 0)
+        spdlog::info("speculative decoding ({}, k = {}): the drafter had no guess at any step", sc.method,
+                     sc.num_speculative_tokens);
+      else
+        spdlog::info(
+            "speculative decoding ({}, k = {}): {} verify steps with guesses, {} of {} guesses accepted, mean "
+            "acceptance length {:.2f}",
+            sc.method, sc.num_speculative_tokens, s.spec_drafts, s.spec_accepted_tokens, s.spec_draft_tokens,
+            s.spec_mean_acceptance_length());
     }
   }
 }

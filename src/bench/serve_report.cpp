@@ -105,15 +105,15 @@ std::string format_run_block(const ServeBenchResult& result, const ServeRun& run
   block("End-to-end Latency", "E2EL", m.e2el_ms);
   // vLLM's block, from the server's counters over the run (bench/spec_decode_metrics.h).
   if (const nlohmann::json& sd = run.spec_decode; sd.is_object()) {
-    auto number = [&](const char* key, const char* format) {
-      return sd[key].is_number() ? fmt::format(fmt::runtime(format), sd[key].get<double>()) : std::string("-");
+    auto number = [&](const char* key, double scale, const char* format) {
+      return sd[key].is_number() ? fmt::format(fmt::runtime(format), scale * sd[key].get<double>()) : std::string("-");
     };
     title(" Speculative Decoding ");
-    row("Acceptance rate:", number("acceptance_rate", "{:.3f}"));
-    row("Acceptance length:", number("mean_acceptance_length", "{:.2f}"));
-    row("Drafts:", number("num_drafts", "{:.0f}"));
-    row("Draft tokens:", number("num_draft_tokens", "{:.0f}"));
-    row("Accepted tokens:", number("num_accepted_tokens", "{:.0f}"));
+    row("Acceptance rate (%):", number("acceptance_rate", 100.0, "{:.2f}"));
+    row("Acceptance length:", number("mean_acceptance_length", 1.0, "{:.2f}"));
+    row("Drafts:", number("num_drafts", 1.0, "{:.0f}"));
+    row("Draft tokens:", number("num_draft_tokens", 1.0, "{:.0f}"));
+    row("Accepted tokens:", number("num_accepted_tokens", 1.0, "{:.0f}"));
   }
   if (!m.errors.empty()) {
     title(" Failed requests ");

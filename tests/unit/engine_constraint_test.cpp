@@ -169,7 +169,7 @@ TEST(EngineConstraint, MaskedRowsGoToTheDeviceSamplerWithTheirMask) {
   p.temperature = 0.0f;
   SamplingState st(1, {}, p);
   std::vector<uint32_t> mask(16, 0xFFFFFFFFu);
-  SamplingRow row{&p, &st, {}, {}};
+  SamplingRow row{&p, &st, {}, {}, {}};
   ASSERT_TRUE(device_sampling_row(row).has_value());
   EXPECT_TRUE(device_sampling_row(row)->allowed.empty());
   row.allowed = mask;

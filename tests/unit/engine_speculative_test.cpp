@@ -194,6 +194,9 @@ TEST_F(EngineSpeculativeTest, NgramDraftsLeaveTheOutputUnchanged) {
   uint64_t by_position = 0;
   for (uint64_t a : s.spec_accepted_per_position) by_position += a;
   EXPECT_EQ(by_position, s.spec_accepted_tokens);
+  // vLLM's mean acceptance length, as generate --verbose prints it: tokens per verify step.
+  EXPECT_DOUBLE_EQ(s.spec_mean_acceptance_length(), 1.0 + double(s.spec_accepted_tokens) / double(s.spec_drafts));
+  EXPECT_EQ(GeneratorStats{}.spec_mean_acceptance_length(), 0.0);
   // A guess at position i is only accepted after the one at i - 1.
   EXPECT_GE(s.spec_accepted_per_position[0], s.spec_accepted_per_position[1]);
   EXPECT_GE(s.spec_accepted_per_position[1], s.spec_accepted_per_position[2]);
