@@ -4,7 +4,7 @@
 // - The rule alone, on hand-made distributions: the first emitted token over 200,000 seeded trials
 //   follows p by a chi-square test, for point-mass guesses and for guesses drawn from a q vector;
 //   a rule that resamples from p instead of the residual fails the same test.
-// - The engine on the tiny model: the joint distribution of a 4-token continuation over 2,400
+// - The engine on the tiny model: the joint distribution of a 4-token continuation over 2,000
 //   seeded requests matches the exact one (products of the processed conditional distributions,
 //   computed here from plain single-sequence forwards with temperature, min-p, top-k and top-p
 //   written out independently), with a drafter whose guesses are right sometimes and wrong
@@ -187,7 +187,7 @@ TEST(SpeculativeRule, ARejectedVectorGuessDrawsFromTheResidual) {
 // ---------------------------------------------------------------- the engine
 
 constexpr int kContinuation = 4;  // tokens per request
-constexpr int kRequests = 2400;
+constexpr int kRequests = 2000;
 
 SamplingParams sampled_params() {
   SamplingParams p;
