@@ -8,7 +8,8 @@
 //   seeded requests matches the exact one (products of the processed conditional distributions,
 //   computed here from plain single-sequence forwards with temperature, min-p, top-k and top-p
 //   written out independently), with a drafter whose guesses are right sometimes and wrong
-//   sometimes, and with one that draws its guesses from a q vector; the same test with an
+//   sometimes, and with one that draws its guesses from a q vector, also under logit bias and
+//   penalties (a row's penalties count the guesses before it); the same test with an
 //   acceptance rule that always accepts, or that resamples from p instead of the residual, exceeds
 //   the threshold by far.
 // - Seeded requests (penalties, logit bias, min_tokens, logprobs) emit exactly plain decoding's
@@ -200,9 +201,34 @@ SamplingParams sampled_params() {
   return p;
 }
 
-// temperature -> min-p -> top-k -> top-p, written out on doubles (the order of logits_processing.h).
-std::vector<double> processed(const std::vector<float>& logits, const SamplingParams& sp) {
+// Penalties on the output matter only where tokens repeat: a logit bias makes three tokens the
+// likeliest at every position, and the penalties push back on each once it has been emitted.
+SamplingParams penalized_params() {
+  SamplingParams p = sampled_params();
+  p.logit_bias = {{11, 3.0f}, {22, 3.0f}, {33, 2.5f}};
+  p.repetition_penalty = 1.5f;
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.3f;
+  return p;
+}
+
+using Path = std::vector<int32_t>;
+
+// Bias -> penalties -> temperature -> min-p -> top-k -> top-p, written out on doubles (the order of
+// logits_processing.h): repetition divides positive and multiplies negative logits of tokens in the
+// prompt or the output, frequency and presence subtract per output occurrence and once.
+std::vector<double> processed(std::vector<float> logits, const SamplingParams& sp, const Path& output,
+                              const std::vector<int32_t>& prompt) {
   const size_t v = logits.size();
+  for (const auto& [t, b] : sp.logit_bias) logits[size_t(t)] += b;
+  std::map<int32_t, int> counts;
+  for (int32_t t : output) ++counts[t];
+  std::vector<bool> seen(v, false);
+  for (int32_t t : prompt) seen[size_t(t)] = true;
+  for (int32_t t : output) seen[size_t(t)] = true;
+  for (size_t t = 0; t < v; ++t)
+    if (seen[t]) logits[t] = logits[t] > 0 ? logits[t] / sp.repetition_penalty : logits[t] * sp.repetition_penalty;
+  for (const auto& [t, n] : counts) logits[size_t(t)] -= sp.frequency_penalty * float(n) + sp.presence_penalty;
   double mx = -1e300;
   for (size_t i = 0; i < v; ++i) mx = std::max(mx, double(logits[i]) / sp.temperature);
   std::vector<double> prob(v);
@@ -228,8 +254,6 @@ std::vector<double> processed(const std::vector<float>& logits, const SamplingPa
   return out;
 }
 
-using Path = std::vector<int32_t>;
-
 // Every continuation's exact probability, by walking the tree of supported tokens with plain
 // forwards (rewinding the runner to try each alternative), plus each prefix's distribution.
 struct ExactTree {
@@ -237,9 +261,9 @@ struct ExactTree {
   std::map<Path, std::vector<double>> next;  // prefix -> processed distribution of the next token
 };
 
-void walk(SingleSequenceRunner& runner, const SamplingParams& sp, const std::vector<float>& logits, Path& path,
-          double prob, ExactTree& tree) {
-  const std::vector<double> p = processed(logits, sp);
+void walk(SingleSequenceRunner& runner, const SamplingParams& sp, const std::vector<int32_t>& prompt,
+          const std::vector<float>& logits, Path& path, double prob, ExactTree& tree) {
+  const std::vector<double> p = processed(logits, sp, path, prompt);
   tree.next[path] = p;
   const int base = runner.position();
   for (size_t t = 0; t < p.size(); ++t) {
@@ -251,7 +275,7 @@ void walk(SingleSequenceRunner& runner, const SamplingParams& sp, const std::vec
       runner.rewind(base);
       const std::vector<float> l =
           runner.run(std::vector<int32_t>{int32_t(t)}, 1, SingleSequenceRunner::Logits::LastRow);
-      walk(runner, sp, l, path, prob * p[t], tree);
+      walk(runner, sp, prompt, l, path, prob * p[t], tree);
     }
     path.pop_back();
   }
@@ -331,16 +355,21 @@ class EngineSpeculativeSamplingTest : public ::testing::Test {
     model_ = new SmallModel(256, 256);
     prompt_ = new std::vector<int32_t>(random_prompt(8, 4242));
     tree_ = new ExactTree();
+    penalized_tree_ = new ExactTree();
     SmallModel reference;
     SingleSequenceRunner runner(reference.model, int(prompt_->size()) + kContinuation);
-    const std::vector<float> logits = runner.run(*prompt_, 0, SingleSequenceRunner::Logits::LastRow);
-    Path path;
-    walk(runner, sampled_params(), logits, path, 1.0, *tree_);
+    for (auto [sp, tree] : {std::pair{sampled_params(), tree_}, std::pair{penalized_params(), penalized_tree_}}) {
+      runner.reset();
+      const std::vector<float> logits = runner.run(*prompt_, 0, SingleSequenceRunner::Logits::LastRow);
+      Path path;
+      walk(runner, sp, *prompt_, logits, path, 1.0, *tree);
+    }
   }
   static void TearDownTestSuite() {
     delete model_;
     delete prompt_;
     delete tree_;
+    delete penalized_tree_;
   }
 
   static EngineConfig config(std::shared_ptr<Drafter> drafter) {
@@ -360,7 +389,8 @@ class EngineSpeculativeSamplingTest : public ::testing::Test {
   }
 
   // kRequests seeded requests of the same prompt; the fit of their continuations to the exact tree.
-  static ChiSquare fit(EngineConfig c, GeneratorStats* stats = nullptr) {
+  static ChiSquare fit(EngineConfig c, GeneratorStats* stats = nullptr) { return fit(std::move(c), false, stats); }
+  static ChiSquare fit(EngineConfig c, bool penalized, GeneratorStats* stats) {
     const auto start = std::chrono::steady_clock::now();
     Engine engine(model_->model, std::move(c));
     EventLog log;
@@ -368,7 +398,7 @@ class EngineSpeculativeSamplingTest : public ::testing::Test {
       GenerationRequest r;
       r.id = std::to_string(i);
       r.prompt_ids = *prompt_;
-      r.sampling = sampled_params();
+      r.sampling = penalized ? penalized_params() : sampled_params();
       r.sampling.seed = 90000 + uint64_t(i);
       EXPECT_TRUE(engine.submit(std::move(r), log.callback(std::to_string(i))));
     }
@@ -381,7 +411,7 @@ class EngineSpeculativeSamplingTest : public ::testing::Test {
       ++observed[s.tokens];
     }
     if (stats) *stats = engine.stats();
-    const ChiSquare chi = chi_square(observed, tree_->leaves, kRequests);
+    const ChiSquare chi = chi_square(observed, (penalized ? penalized_tree_ : tree_)->leaves, kRequests);
     std::printf("chi-square %.1f (df %d, threshold %.1f at p = 0.001) in %.1f s\n", chi.statistic, chi.df,
                 chi.critical(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return chi;
@@ -390,11 +420,13 @@ class EngineSpeculativeSamplingTest : public ::testing::Test {
   static SmallModel* model_;
   static std::vector<int32_t>* prompt_;
   static ExactTree* tree_;
+  static ExactTree* penalized_tree_;  // the same with repetition, frequency and presence penalties
 };
 
 SmallModel* EngineSpeculativeSamplingTest::model_ = nullptr;
 std::vector<int32_t>* EngineSpeculativeSamplingTest::prompt_ = nullptr;
 ExactTree* EngineSpeculativeSamplingTest::tree_ = nullptr;
+ExactTree* EngineSpeculativeSamplingTest::penalized_tree_ = nullptr;
 
 TEST_F(EngineSpeculativeSamplingTest, TheExactTreeIsADistribution) {
   double total = 0;
@@ -434,6 +466,26 @@ TEST_F(EngineSpeculativeSamplingTest, GuessesDrawnFromAVectorKeepTheDistribution
   EXPECT_FALSE(chi.rejects()) << chi.statistic << " > " << chi.critical();
   EXPECT_GT(s.spec_accepted_tokens, 0u);
   EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens);
+}
+
+TEST_F(EngineSpeculativeSamplingTest, PenaltiesKeepTheDistributionForPointAndVectorGuesses) {
+  // A verify row counts the guesses before it in its penalties; the exact tree counts the path.
+  EXPECT_NE(tree_->leaves, penalized_tree_->leaves);
+  const int prompt_len = int(prompt_->size());
+  const int vocab = small_engine_config().vocab_size;
+  // Plain decoding (the oracle's own check), point-mass guesses (the target's draws, on rows whose
+  // penalties count the guesses), guesses from a q vector (Sampler::distribution on those rows).
+  for (int drafter = 0; drafter < 3; ++drafter) {
+    std::shared_ptr<Drafter> d;
+    if (drafter == 1) d = std::make_shared<TreeDrafter>(*penalized_tree_, prompt_len);
+    if (drafter == 2) d = std::make_shared<VectorDrafter>(*penalized_tree_, prompt_len, vocab);
+    GeneratorStats s;
+    const ChiSquare chi = fit(config(d), /*penalized=*/true, &s);
+    EXPECT_FALSE(chi.rejects()) << "drafter " << drafter << ": " << chi.statistic << " > " << chi.critical();
+    if (drafter) {
+      EXPECT_GT(s.spec_accepted_tokens, 0u) << drafter;
+    }
+  }
 }
 
 TEST_F(EngineSpeculativeSamplingTest, AlwaysAcceptingFailsTheTest) {
