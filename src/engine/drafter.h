@@ -48,7 +48,9 @@ struct DraftRequest {
 struct Draft {
   std::vector<int32_t> tokens;
   // q_i, one row of vocab_size per guess, for the acceptance rule; empty: each guess is a point
-  // mass (a deterministic drafter such as ngram), which verifies without any distribution.
+  // mass (a deterministic drafter such as ngram), which verifies without any distribution. The
+  // rule is exact only when tokens[i] is a draw from probs[i] (given the guesses before it) made
+  // with randomness of the drafter's own, not the target's or the rule's streams.
   std::vector<std::vector<float>> probs;
 };
 
