@@ -133,6 +133,20 @@ void run_generate(const GenerateOptions& o) {
         "{} prompt tokens ({} cached), {} generated, finish {}: TTFT {:.3f} s, {:.1f} tok/s decode, {:.2f} s total",
         last.prompt_tokens, last.cached_prompt_tokens, last.completion_tokens, finish_reason_name(last.finish_reason),
         last.time_to_first_token, last.completion_tokens > 1 ? (last.completion_tokens - 1) / decode : 0.0, total);
+    if (engine.config().speculative.enabled()) {
+      engine.drain(std::chrono::seconds(10));  // the step that finished the request publishes its counters
+      const GeneratorStats s = engine.stats();
+      const SpeculativeConfig& sc = engine.config().speculative;
+      if (s.spec_drafts == 0)
+        spdlog::info("speculative decoding ({}, k = {}): the drafter had no guess at any step", sc.method,
+                     sc.num_speculative_tokens);
+      else
+        spdlog::info(
+            "speculative decoding ({}, k = {}): {} verify steps with guesses, {} of {} guesses accepted, mean "
+            "acceptance length {:.2f}",
+            sc.method, sc.num_speculative_tokens, s.spec_drafts, s.spec_accepted_tokens, s.spec_draft_tokens,
+            s.spec_mean_acceptance_length());
+    }
   }
 }
 

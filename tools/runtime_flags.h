@@ -96,7 +96,7 @@ inline void add_runtime_flags(CLI::App* cmd, RuntimeOptions& o, RuntimeFlagGroup
       ->group("Scheduler");
   cmd->add_option("--speculative-config", o.speculative_config,
                   "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}' "
-                  "(also prompt_lookup_min / _max); greedy requests only, output unchanged")
+                  "(also prompt_lookup_min / _max); greedy output unchanged, sampled output distributed as without it")
       ->group("Scheduler");
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "bench/http_client.h"
+#include "bench/spec_decode_metrics.h"
 #include "core/build_info.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -36,6 +37,13 @@ nlohmann::json get_json(const HttpClient& client, const std::string& path) {
     return {{"status", 200}, {"error", "not JSON"}};
   }
   return {{"status", r.status}, {"error", r.error.empty() ? r.body.substr(0, 2000) : r.error}};
+}
+
+// The server's speculative decoding counters now; nullopt when /metrics fails or has none.
+std::optional<SpecDecodeCounters> spec_decode_counters(const HttpClient& client) {
+  const HttpResult r = client.get("/metrics");
+  if (r.status != 200) return std::nullopt;
+  return parse_spec_decode_counters(r.body);
 }
 
 std::string resolve_model(const ServeBenchOptions& o, const nlohmann::json& models) {
@@ -315,6 +323,7 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& o,
         spdlog::warn("{}: {} of {} warm-up requests failed", label, run.warmup_failed, warm.size());
     }
     run.records = records_for(workload, 0, workload.size());
+    const std::optional<SpecDecodeCounters> spec_before = spec_decode_counters(client);
     ProgressBar bar(o.progress, run.records.size(), label);
     const double duration = Dispatcher(client, o, tokenizer.get(), bodies(workload), run.records,
                                        poisson_send_times(run.records.size(), o.request_rate,
@@ -322,6 +331,7 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& o,
                                        run.max_concurrency, bar)
                                 .run();
     run.metrics = compute_metrics(run.records, duration, o.percentiles, o.slo);
+    run.spec_decode = spec_decode_json(spec_before, spec_decode_counters(client));
     result.runs.push_back(std::move(run));
     if (on_run) on_run(result, result.runs.back());
   }

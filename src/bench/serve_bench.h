@@ -47,6 +47,9 @@ struct ServeRun {
   size_t warmup_requests = 0, warmup_failed = 0;
   std::vector<RequestRecord> records;
   RunMetrics metrics;
+  // The server's speculative decoding counters over the run (bench/spec_decode_metrics.h); null
+  // when its /metrics has none (no speculation, or another server without them).
+  nlohmann::json spec_decode;
 };
 
 struct ServeBenchResult {

@@ -103,6 +103,18 @@ std::string format_run_block(const ServeBenchResult& result, const ServeRun& run
   block("Time per Output Token (excl. 1st token)", "TPOT", m.tpot_ms);
   block("Inter-token Latency", "ITL", m.itl_ms);
   block("End-to-end Latency", "E2EL", m.e2el_ms);
+  // vLLM's block, from the server's counters over the run (bench/spec_decode_metrics.h).
+  if (const nlohmann::json& sd = run.spec_decode; sd.is_object()) {
+    auto number = [&](const char* key, double scale, const char* format) {
+      return sd[key].is_number() ? fmt::format(fmt::runtime(format), scale * sd[key].get<double>()) : std::string("-");
+    };
+    title(" Speculative Decoding ");
+    row("Acceptance rate (%):", number("acceptance_rate", 100.0, "{:.2f}"));
+    row("Acceptance length:", number("mean_acceptance_length", 1.0, "{:.2f}"));
+    row("Drafts:", number("num_drafts", 1.0, "{:.0f}"));
+    row("Draft tokens:", number("num_draft_tokens", 1.0, "{:.0f}"));
+    row("Accepted tokens:", number("num_accepted_tokens", 1.0, "{:.0f}"));
+  }
   if (!m.errors.empty()) {
     title(" Failed requests ");
     for (const auto& g : m.errors) out += fmt::format("{} x {}\n", g.count, short_error(g.message));
@@ -164,6 +176,7 @@ nlohmann::json serve_result_json(const ServeBenchResult& result, bool with_itl) 
     j["num_prompts"] = run.num_prompts;
     j["warmup_requests"] = run.warmup_requests;
     j["warmup_failed"] = run.warmup_failed;
+    j["spec_decode"] = run.spec_decode;
     j["requests"] = std::move(requests);
     runs.push_back(std::move(j));
   }

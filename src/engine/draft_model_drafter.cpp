@@ -9,7 +9,8 @@ namespace ossrt {
 DraftModelDrafter::DraftModelDrafter(GptOssModel& model, int max_model_len, int block_size)
     : runner_(model, max_model_len, block_size), max_model_len_(max_model_len) {}
 
-std::vector<int32_t> DraftModelDrafter::propose(const DraftInput& in, int max_tokens) {
+Draft DraftModelDrafter::propose(const DraftRequest& in) {
+  int max_tokens = in.max_tokens;
   if (max_tokens <= 0 || in.tokens.empty()) return {};
   if (owner_ && *owner_ != in.sequence) return {};
   if (!owner_) {
@@ -32,11 +33,11 @@ std::vector<int32_t> DraftModelDrafter::propose(const DraftInput& in, int max_to
   fed_.insert(fed_.end(), fresh.begin(), fresh.end());
   tokens_run_ += int64_t(fresh.size());
 
-  std::vector<int32_t> draft;
+  Draft draft;
   for (int i = 0; i < max_tokens; ++i) {
     // Greedy, the lowest id on ties: what the target's greedy choice would be from these logits.
     const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    draft.push_back(next);
+    draft.tokens.push_back(next);
     if (i + 1 == max_tokens) break;
     const int32_t one[1] = {next};
     logits = runner_.run(one, 1, SequenceRunnerBase::Logits::LastRow);
@@ -46,8 +47,9 @@ std::vector<int32_t> DraftModelDrafter::propose(const DraftInput& in, int max_to
   return draft;
 }
 
-void DraftModelDrafter::finished(const DraftInput& in) {
-  if (owner_ && *owner_ == in.sequence) {
+void DraftModelDrafter::finished(uint64_t sequence, std::span<const int32_t> tokens, int prompt_len) {
+  (void)tokens, (void)prompt_len;
+  if (owner_ && *owner_ == sequence) {
     owner_.reset();
     fed_.clear();
   }

@@ -3,6 +3,10 @@
 // guesses the next k tokens greedily with a KV cache of its own; the target verifies them like any
 // other guesses (engine.cpp), so the output does not depend on the draft model at all.
 //
+// The guesses are the draft model's greedy choices, point masses (Draft::probs empty) for every
+// request: exact for the acceptance rule, since each is a deterministic function of the context;
+// a sampled request accepts them less often than draws from the draft's own distribution would be.
+//
 // One sequence at a time: the draft model's cache holds one sequence (SingleSequenceRunner), bound
 // to the first sequence that asks and freed when it ends; other sequences decode plainly meanwhile.
 // That is the batch-1 latency case drafting exists for; at larger batches a decode step already
@@ -21,8 +25,8 @@ class DraftModelDrafter : public Drafter {
   // `model` (same vocabulary as the target) outlives the drafter; its cache gets room for
   // max_model_len positions (the target's, so every guess the engine may ask for fits).
   DraftModelDrafter(GptOssModel& model, int max_model_len, int block_size = 16);
-  std::vector<int32_t> propose(const DraftInput& in, int max_tokens) override;
-  void finished(const DraftInput& in) override;
+  Draft propose(const DraftRequest& request) override;
+  void finished(uint64_t sequence, std::span<const int32_t> tokens, int prompt_len) override;
 
   std::optional<uint64_t> bound_sequence() const { return owner_; }
   int64_t tokens_run() const { return tokens_run_; }  // draft-model tokens computed (prompt and guesses)

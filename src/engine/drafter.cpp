@@ -102,7 +102,11 @@ NgramDrafter::NgramDrafter(int min_n, int max_n) : min_n_(min_n), max_n_(max_n) 
   OSSRT_CHECK(min_n >= 1 && max_n >= min_n, "ngram drafter: need 1 <= min {} <= max {}", min_n, max_n);
 }
 
-std::vector<int32_t> NgramDrafter::propose(std::span<const int32_t> tokens, int max_tokens) const {
+Draft NgramDrafter::propose(const DraftRequest& request) {
+  return Draft{lookup(request.tokens, request.max_tokens), {}};
+}
+
+std::vector<int32_t> NgramDrafter::lookup(std::span<const int32_t> tokens, int max_tokens) const {
   const int len = int(tokens.size());
   if (max_tokens <= 0) return {};
   for (int n = std::min(max_n_, len - 1); n >= min_n_; --n) {

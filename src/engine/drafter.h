@@ -1,17 +1,22 @@
 #pragma once
 // Speculative decoding's drafters (issue 17): something that guesses a sequence's next tokens
 // cheaply, so that one step of the target model can verify 1 + k tokens at the cost of about one
-// (a decode step is bound by reading the weights). The engine checks every guess against the
-// target model's own choice (engine.cpp, "verify"), so a drafter only changes speed, never output.
+// (a decode step is bound by reading the weights). The engine verifies every guess with the target
+// model in the same step (engine.cpp, "verify"): greedy requests accept a guess when it is the
+// target's choice, sampled ones by speculative sampling's rule (sampling/speculative_rule.h), so a
+// drafter only changes speed, never the output (greedy) or its distribution (sampled).
 //
 // Configured as vLLM's --speculative-config is: {"method": "ngram", "num_speculative_tokens": k,
-// "prompt_lookup_min": 1, "prompt_lookup_max": 4}, or {"method": "suffix", ...} with vLLM's
-// suffix_decoding_* fields (engine/suffix_drafter.h).
+// "prompt_lookup_min": 1, "prompt_lookup_max": 4}, {"method": "suffix", ...} with vLLM's
+// suffix_decoding_* fields (engine/suffix_drafter.h), or {"method": "draft_model", "model": ...}
+// (engine/draft_model_drafter.h).
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "sampling/sampling_params.h"
 
 namespace ossrt {
 
@@ -42,21 +47,39 @@ struct SpeculativeConfig {
 // values out of range, throw ossrt::Error naming them.
 SpeculativeConfig parse_speculative_config(const std::string& json_text);
 
-// What a drafter is shown of one sequence.
-struct DraftInput {
+// What a drafter is asked for one sequence.
+struct DraftRequest {
   uint64_t sequence = 0;            // the engine's sequence id: stable while the sequence lives
-  std::span<const int32_t> tokens;  // prompt then output so far (no guesses), the newest last
-  int prompt_len = 0;
+  std::span<const int32_t> tokens;  // prompt and output so far (no guesses), the newest last
+  int max_tokens = 0;               // guesses at most
+  // The request's sampling: a drafter that samples (a draft model) draws its guesses from q
+  // processed as plain decoding processes p (temperature, top-k/top-p/min-p, penalties).
+  const SamplingParams* sampling = nullptr;
+  uint64_t seed = 0;  // the request's seed, for a drafter's own draws (keep them apart from the target's)
+  int position = 0;   // output tokens so far: the position of the first guess
+};
+
+// A drafter's guesses for one sequence and the distributions they were drawn from.
+struct Draft {
+  std::vector<int32_t> tokens;
+  // q_i, one row of vocab_size per guess, for the acceptance rule; empty: each guess is a point
+  // mass (a deterministic drafter such as ngram), which verifies without any distribution. The
+  // rule is exact only when tokens[i] is a draw from probs[i] (given the guesses before it) made
+  // with randomness of the drafter's own, not the target's or the rule's streams.
+  std::vector<std::vector<float>> probs;
 };
 
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // Up to max_tokens guesses of what follows in.tokens; fewer or none when it has no good guess.
-  virtual std::vector<int32_t> propose(const DraftInput& in, int max_tokens) = 0;
-  // The sequence ended (finished, aborted or failed; in.tokens is all it has): a drafter that
-  // learns from outputs takes them now and drops what it kept for the sequence.
-  virtual void finished(const DraftInput& in) { (void)in; }
+  // Up to request.max_tokens guesses of what follows request.tokens; fewer or none when it has no
+  // good guess.
+  virtual Draft propose(const DraftRequest& request) = 0;
+  // The sequence ended (finished, aborted or failed; `tokens` is all it has, the prompt its first
+  // prompt_len): a drafter that learns from outputs takes them now and drops what it kept for it.
+  virtual void finished(uint64_t sequence, std::span<const int32_t> tokens, int prompt_len) {
+    (void)sequence, (void)tokens, (void)prompt_len;
+  }
 };
 
 // Prompt lookup (vLLM's "ngram"): the longest suffix of the sequence, from prompt_lookup_max tokens
@@ -65,8 +88,9 @@ class Drafter {
 class NgramDrafter : public Drafter {
  public:
   NgramDrafter(int min_n, int max_n);
-  std::vector<int32_t> propose(const DraftInput& in, int max_tokens) override { return propose(in.tokens, max_tokens); }
-  std::vector<int32_t> propose(std::span<const int32_t> tokens, int max_tokens) const;
+  Draft propose(const DraftRequest& request) override;
+  // The lookup itself: up to max_tokens guesses of what follows `tokens`.
+  std::vector<int32_t> lookup(std::span<const int32_t> tokens, int max_tokens) const;
 
  private:
   int min_n_, max_n_;

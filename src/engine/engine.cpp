@@ -151,14 +151,14 @@ KvCacheConfig kv_config(const GptOssConfig& mc, const KvMemoryPlan& plan, const 
   return c;
 }
 
-// Speculation keeps the output exactly that of plain decoding only where the target's choice at a
-// position does not depend on the draw or on the tokens before it beyond the logits: greedy rows
-// without penalties, logprobs, constraints or min_tokens suppression. Other requests decode plainly.
-bool can_speculate(const Sequence& seq) {
-  const SamplingParams& p = seq.request.sampling;
-  return p.temperature == 0.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
-         p.repetition_penalty == 1.0f && p.logprobs < 0 && !seq.request.constraint && seq.num_output() >= p.min_tokens;
-}
+// Which requests get guesses. Every row of a verify step is sampled as plain decoding would sample
+// it after the guesses before it (SamplingRow::pending: the draw counter, min_tokens suppression
+// and penalty counts all advance through them), so greedy and sampled requests, penalties, logit
+// bias, min_tokens and logprobs all keep exactly plain decoding's output (greedy) or its
+// distribution (sampled). A token constraint does not: its mask at a guessed position depends on
+// the grammar advanced through the guesses before it, and the masker computes one mask per
+// sequence per step from accepted tokens only; constrained requests decode plainly.
+bool can_speculate(const Sequence& seq) { return !seq.request.constraint; }
 
 void deliver(const EventCallback& cb, const GenerationEvent& ev, const std::string& request_id) {
   try {
@@ -388,11 +388,26 @@ void Engine::propose_drafts() {
     k = std::min(k, seq.request.sampling.max_tokens - seq.num_output() - 1);
     k = std::min(k, max_model_len_ - int(seq.tokens.size()));
     if (k <= 0) continue;
-    std::vector<int32_t> draft = drafter_->propose(DraftInput{seq.id, seq.tokens, seq.prompt_len}, k);
-    if (draft.empty()) continue;
-    if (int(draft.size()) > k) draft.resize(size_t(k));
-    seq.tokens.insert(seq.tokens.end(), draft.begin(), draft.end());
-    seq.num_draft = int(draft.size());
+    const DraftRequest request{.sequence = seq.id,
+                               .tokens = seq.tokens,
+                               .max_tokens = k,
+                               .sampling = &seq.request.sampling,
+                               .seed = seq.sampling.seed(),
+                               .position = seq.num_output()};
+    Draft draft = drafter_->propose(request);
+    if (draft.tokens.empty()) continue;
+    if (int(draft.tokens.size()) > k) draft.tokens.resize(size_t(k));
+    if (!draft.probs.empty()) {
+      const size_t vocab = size_t(model_.config().vocab_size);
+      OSSRT_CHECK(draft.probs.size() >= draft.tokens.size(), "drafter: {} distributions for {} guesses",
+                  draft.probs.size(), draft.tokens.size());
+      draft.probs.resize(draft.tokens.size());
+      for (const std::vector<float>& q : draft.probs)
+        OSSRT_CHECK(q.size() == vocab, "drafter: a distribution of {} tokens for a vocabulary of {}", q.size(), vocab);
+    }
+    seq.tokens.insert(seq.tokens.end(), draft.tokens.begin(), draft.tokens.end());
+    seq.num_draft = int(draft.tokens.size());
+    seq.draft_probs = std::move(draft.probs);
     rows_left -= seq.num_draft;
   }
 }
@@ -456,9 +471,14 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
     if (s.seq->num_draft == 0) kv_.commit(s.seq->id, s.seq->tokens, s.seq->num_computed);
     if (!s.samples) continue;
     sampling_seqs.push_back(s.seq);
-    SamplingRow row{&s.seq->request.sampling, &s.seq->sampling, s.seq->filter.stop_ids(), {}};
+    SamplingRow row{&s.seq->request.sampling, &s.seq->sampling, s.seq->filter.stop_ids(), {}, {}};
     if (s.seq->request.constraint && s.seq->mask_active) row.allowed = s.seq->allowed_mask;
-    for (int r = 0; r <= s.seq->num_draft; ++r) rows.push_back(row);  // the plan's logit rows, in order
+    // The plan's logit rows, in order: a verify row follows the guesses before it.
+    const int32_t* draft = s.seq->tokens.data() + (s.seq->tokens.size() - size_t(s.seq->num_draft));
+    for (int r = 0; r <= s.seq->num_draft; ++r) {
+      row.pending = std::span<const int32_t>(draft, size_t(r));
+      rows.push_back(row);
+    }
   }
   if (rows.empty()) return;
   const int64_t vocab = model_.config().vocab_size;
@@ -473,29 +493,76 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
       ++row;
       continue;
     }
-    // Verify: the model's choice after the newest real token and after each guess. Guesses are
-    // accepted while they equal those choices; then the model's own choice follows, so every
-    // emitted token is one plain (greedy) decoding would have produced.
+    // Verify (sampling/speculative_rule.h): row i was sampled as plain decoding samples position
+    // i after guesses 0..i-1, so for greedy rows and point-mass guesses the rule accepts guesses
+    // while they equal those draws and then emits the draw at the first mismatch: every emitted
+    // token is the one plain decoding would have produced (sampled: with the same seed).
     const int k = seq.num_draft;
     const std::vector<int32_t> draft(seq.tokens.end() - k, seq.tokens.end());
-    int accepted = 0;
-    while (accepted < k && sampled[row + size_t(accepted)].id == draft[size_t(accepted)]) ++accepted;
+    const SpeculativeVerdict verdict = verify(seq, logits, rows, sampled, row);
+    const int accepted = verdict.accepted;
     ++spec_drafts_;
     spec_draft_tokens_ += uint64_t(k);
     spec_accepted_tokens_ += uint64_t(accepted);
     for (int i = 0; i < accepted && size_t(i) < spec_accepted_per_position_.size(); ++i)
       ++spec_accepted_per_position_[size_t(i)];
-    const int32_t next = sampled[row + size_t(accepted)].id;
+    // What each emitted token reports: the draw's own logprob when it is the draw, else the rule
+    // copied the rows to the host (verify_logits_).
+    auto logprob_at = [&](int i, int32_t token) -> std::optional<TokenLogprob> {
+      SampledToken& s = sampled[row + size_t(i)];
+      if (s.id == token) return std::move(s.logprob);
+      if (seq.request.sampling.logprobs < 0) return std::nullopt;
+      return verify_sampler_.logprob_of(verify_logits_[size_t(i)], token, seq.request.sampling.logprobs);
+    };
+    std::vector<std::optional<TokenLogprob>> logprobs;
+    for (int i = 0; i < accepted; ++i) logprobs.push_back(logprob_at(i, draft[size_t(i)]));
+    logprobs.push_back(logprob_at(accepted, verdict.next));
+    const int32_t next = verdict.next;
     row += size_t(k) + 1;
     // Roll back: the K/V of rejected guesses stays in the blocks, past num_computed, and is
     // overwritten as the sequence grows (both layer groups index the same positions).
     seq.drop_draft();
     seq.num_computed -= k - accepted;
     bool alive = true;
-    for (int i = 0; i < accepted && alive; ++i) alive = emit_token(seq, draft[size_t(i)], std::nullopt, now);
-    if (alive) alive = emit_token(seq, next, std::nullopt, now);
+    for (int i = 0; i < accepted && alive; ++i)
+      alive = emit_token(seq, draft[size_t(i)], std::move(logprobs[size_t(i)]), now);
+    if (alive) alive = emit_token(seq, next, std::move(logprobs[size_t(accepted)]), now);
     if (alive) kv_.commit(seq.id, seq.tokens, seq.num_computed);
   }
+}
+
+SpeculativeVerdict Engine::verify(const Sequence& seq, const Tensor& logits, std::span<const SamplingRow> rows,
+                                  std::span<const SampledToken> sampled, size_t first_row) {
+  const int k = seq.num_draft;
+  SpeculativeVerifyInput in;
+  in.draft = std::span<const int32_t>(seq.tokens).subspan(seq.tokens.size() - size_t(k));
+  std::vector<int32_t> samples(size_t(k) + 1);
+  for (int i = 0; i <= k; ++i) samples[size_t(i)] = sampled[first_row + size_t(i)].id;
+  in.target_samples = samples;
+  in.seed = seq.sampling.seed();
+  in.position = seq.num_output();
+  verify_logits_.clear();
+  verify_probs_.clear();
+  const bool needs_probs =
+      !seq.draft_probs.empty() || (config_.speculative_rule && config_.speculative_rule_needs_probs);
+  if (needs_probs) {
+    // The drafted rows' logits cross to the host: p_i, processed as the sampler processes row i.
+    verify_probs_.resize(size_t(k) + 1);
+    for (int i = 0; i <= k; ++i) {
+      verify_logits_.push_back(model_.sampling_backend().to_host_f32(logits.rows(int64_t(first_row) + i, 1)));
+      verify_sampler_.distribution(verify_logits_.back(), rows[first_row + size_t(i)], verify_probs_[size_t(i)]);
+    }
+    in.target_probs = verify_probs_;
+    in.draft_probs = seq.draft_probs;
+  } else if (seq.request.sampling.logprobs >= 0 && config_.speculative_rule) {
+    // A test's rule may emit tokens other than the draws; their logprobs need the rows.
+    for (int i = 0; i <= k; ++i)
+      verify_logits_.push_back(model_.sampling_backend().to_host_f32(logits.rows(int64_t(first_row) + i, 1)));
+  }
+  const SpeculativeVerdict v = config_.speculative_rule ? config_.speculative_rule(in) : speculative_sampling_rule(in);
+  OSSRT_CHECK(v.accepted >= 0 && v.accepted <= k && v.next >= 0 && v.next < model_.config().vocab_size,
+              "speculative rule: accepted {} of {} guesses, then token {}", v.accepted, k, v.next);
+  return v;
 }
 
 bool Engine::emit_token(Sequence& seq, int32_t token, std::optional<TokenLogprob> logprob, Clock::time_point now) {
@@ -531,7 +598,7 @@ void Engine::finish(Sequence& seq, FinishInfo info) {
   const Clock::time_point now = Clock::now();
   if (drafter_) {
     const std::span<const int32_t> done(seq.tokens.data(), seq.tokens.size() - size_t(seq.num_draft));
-    drafter_->finished(DraftInput{seq.id, done, seq.prompt_len});
+    drafter_->finished(seq.id, done, seq.prompt_len);
   }
   GenerationEvent ev;
   ev.finished = true;

@@ -31,6 +31,7 @@
 #include "kvcache/kv_cache.h"
 #include "kvcache/memory_plan.h"
 #include "model/gpt_oss.h"
+#include "sampling/speculative_rule.h"
 
 namespace ossrt {
 
@@ -53,12 +54,18 @@ struct EngineConfig {
   bool log_memory_plan = true;   // one info line with the plan at start-up
   TokenBytesFn token_bytes;      // token -> bytes, for stop strings (optional)
   bool start_thread = true;      // false: the caller drives run_step() (tests, benchmarks)
-  // Speculative decoding (--speculative-config): greedy requests get up to k guessed tokens per
-  // step, verified by the model in the same step; the output is exactly that of plain decoding.
+  // Speculative decoding (--speculative-config): requests get up to k guessed tokens per step,
+  // verified by the model in the same step; the output is exactly that of plain decoding (greedy)
+  // or distributed exactly as it (sampled: sampling/speculative_rule.h). Constrained requests
+  // decode plainly (engine.cpp, can_speculate).
   // Each guess needs a logit row: the model's max_logit_rows must exceed max_num_seqs (the runtime
   // gives it max_num_seqs * (1 + k)); the guesses of a step are capped by that difference.
   SpeculativeConfig speculative;
   std::shared_ptr<Drafter> drafter;  // instead of the one `speculative` names (tests)
+  // Tests only: an acceptance rule instead of speculative_sampling_rule (a broken one shows that a
+  // test can catch it), and whether it reads the target's distributions (copied to the host).
+  SpeculativeRule speculative_rule;
+  bool speculative_rule_needs_probs = false;
 };
 
 // The engine's memory decisions: the KV plan, the context length, and the report of both.
@@ -115,8 +122,11 @@ class Engine : public Generator {
   void drain_inbox();
   void admit_submission(Submission sub);
   void execute(const std::vector<ScheduledSequence>& scheduled);
-  // Appends a drafter's guesses to running sequences that decode greedily (Sequence::num_draft).
+  // Appends a drafter's guesses to running sequences that may speculate (Sequence::num_draft).
   void propose_drafts();
+  // The acceptance rule's verdict on a drafted sequence whose k + 1 rows start at first_row.
+  SpeculativeVerdict verify(const Sequence& seq, const Tensor& logits, std::span<const SamplingRow> rows,
+                            std::span<const SampledToken> sampled, size_t first_row);
   // Feeds one sampled (or verified) token to the sequence's output; false when it finished.
   bool emit_token(Sequence& seq, int32_t token, std::optional<TokenLogprob> logprob, Clock::time_point now);
   struct FinishInfo {
@@ -147,6 +157,8 @@ class Engine : public Generator {
   std::shared_ptr<Drafter> drafter_;  // null: no speculation
   uint64_t spec_drafts_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
   std::vector<uint64_t> spec_accepted_per_position_;
+  Sampler verify_sampler_;  // target distributions and logprobs of verify rows, on the host
+  std::vector<std::vector<float>> verify_logits_, verify_probs_;  // verify()'s host rows
 
   mutable std::mutex mu_;
   std::condition_variable cv_;       // wakes the engine thread

@@ -58,6 +58,11 @@ struct GeneratorStats {
   // guesses accepted, and accepted guesses by position in the draft (0 = the first guess).
   uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::vector<uint64_t> spec_accepted_per_position;
+  // vLLM's mean acceptance length: tokens emitted per verify step with guesses, 1 + accepted /
+  // drafts (0 before the first such step).
+  double spec_mean_acceptance_length() const {
+    return spec_drafts ? 1.0 + double(spec_accepted_tokens) / double(spec_drafts) : 0.0;
+  }
 };
 
 // The memory and cache configuration a generator runs with (the engine's start-up plan), for

@@ -47,9 +47,11 @@ struct Sequence {
   // Speculative tokens (engine/drafter.h) appended to `tokens` for this step's verification only:
   // guesses, not output. The engine drops or replaces them before anything reads the output.
   int num_draft = 0;
+  std::vector<std::vector<float>> draft_probs;  // the drafter's q rows (Draft::probs); empty: point masses
   void drop_draft() {
     tokens.resize(tokens.size() - size_t(num_draft));
     num_draft = 0;
+    draft_probs.clear();
   }
 
   int num_output() const { return int(tokens.size()) - num_draft - prompt_len; }

@@ -13,11 +13,11 @@ std::optional<DeviceSamplingRow> device_sampling_row(const SamplingRow& row) {
   // a token constraint's mask is the exception: the device sampler applies it (DeviceSamplingRow::allowed).
   if (p.logprobs >= 0 || !p.logit_bias.empty()) return std::nullopt;
   if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) return std::nullopt;
-  if (state.num_generated() < p.min_tokens && !row.suppressed_ids.empty()) return std::nullopt;
+  if (row.position() < p.min_tokens && !row.suppressed_ids.empty()) return std::nullopt;
 
   DeviceSamplingRow d;
   d.seed = state.seed();
-  d.draw_index = uint32_t(state.num_generated());  // < max_model_len, far below 2^32
+  d.draw_index = uint32_t(row.position());  // < max_model_len, far below 2^32
   d.allowed = row.allowed;
   // Greedy ignores min_p, top_k and top_p on the host as well.
   if (p.temperature < kGreedyTemperature) return d;

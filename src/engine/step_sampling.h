@@ -2,12 +2,13 @@
 // Where each row of a step is sampled: on the backend's device sampler (Backend::sample_on_device,
 // only ids cross to the host) or by the host Sampler (the logits row is copied first).
 //
-// The choice is made PER ROW from the request's own parameters and its own progress (tokens
-// generated so far), never from the rest of the batch. That keeps a request's n-th draw a pure
-// function of (seed, n) however it is batched or preempted: a seeded request beside a logprobs
-// request draws from the same generator it would draw from alone. (Falling back to the host for the
-// whole step whenever one row needs it would make a seeded request's tokens depend on its
-// neighbours, because the device and host samplers draw different streams for the same seed.)
+// The choice is made PER ROW from the request's own parameters and its own progress (the row's
+// output position: tokens generated so far, plus the guesses before a verify row), never from the
+// rest of the batch. That keeps a request's n-th draw a pure function of (seed, n) however it is
+// batched, preempted or speculated: a seeded request beside a logprobs request draws from the same
+// generator it would draw from alone. (Falling back to the host for the whole step whenever one row
+// needs it would make a seeded request's tokens depend on its neighbours, because the device and
+// host samplers draw different streams for the same seed.)
 #include <cstdint>
 #include <optional>
 #include <span>

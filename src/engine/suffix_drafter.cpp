@@ -112,7 +112,8 @@ SuffixDrafter::SuffixDrafter(const SpeculativeConfig& config)
               "suffix drafter: invalid configuration");
 }
 
-std::vector<int32_t> SuffixDrafter::propose(const DraftInput& in, int max_tokens) {
+Draft SuffixDrafter::propose(const DraftRequest& in) {
+  const int max_tokens = in.max_tokens;
   if (max_tokens <= 0 || in.tokens.empty()) return {};
   auto it = requests_.try_emplace(in.sequence, max_depth_).first;
   RequestTree& r = it->second;
@@ -124,13 +125,15 @@ std::vector<int32_t> SuffixDrafter::propose(const DraftInput& in, int max_tokens
 
   SuffixTree::Draft own = r.tree.speculate(in.tokens, max_tokens, max_spec_factor_, min_token_prob_);
   SuffixTree::Draft shared = global_.speculate(in.tokens, max_tokens, max_spec_factor_, min_token_prob_);
-  return (shared.score > own.score ? shared : own).tokens;
+  // Point-mass guesses (Draft::probs empty): the tree's statistics are not a distribution the
+  // guesses were drawn from.
+  return Draft{std::move(shared.score > own.score ? shared : own).tokens, {}};
 }
 
-void SuffixDrafter::finished(const DraftInput& in) {
-  requests_.erase(in.sequence);
-  if (max_cached_ == 0 || int(in.tokens.size()) <= in.prompt_len) return;
-  cached_.emplace_back(in.tokens.begin() + in.prompt_len, in.tokens.end());
+void SuffixDrafter::finished(uint64_t sequence, std::span<const int32_t> tokens, int prompt_len) {
+  requests_.erase(sequence);
+  if (max_cached_ == 0 || int(tokens.size()) <= prompt_len) return;
+  cached_.emplace_back(tokens.begin() + prompt_len, tokens.end());
   global_.add(cached_.back());
   while (int(cached_.size()) > max_cached_) {
     global_.add(cached_.front(), -1);  // its counts go; its nodes stay (count 0) until a rebuild

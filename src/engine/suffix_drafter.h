@@ -69,8 +69,8 @@ class SuffixTree {
 class SuffixDrafter : public Drafter {
  public:
   explicit SuffixDrafter(const SpeculativeConfig& config);
-  std::vector<int32_t> propose(const DraftInput& in, int max_tokens) override;
-  void finished(const DraftInput& in) override;
+  Draft propose(const DraftRequest& request) override;
+  void finished(uint64_t sequence, std::span<const int32_t> tokens, int prompt_len) override;
 
   size_t num_tracked_requests() const { return requests_.size(); }
   size_t num_cached_outputs() const { return cached_.size(); }

@@ -63,7 +63,7 @@ std::vector<SampledToken> Sampler::sample(std::span<const float> logits, int64_t
   return out;
 }
 
-SampledToken Sampler::sample_row(std::span<const float> raw, const SamplingRow& row) {
+int32_t Sampler::process(std::span<const float> raw, const SamplingRow& row) {
   const SamplingParams& p = *row.params;
   const SamplingState& state = *row.state;
   work_.assign(raw.begin(), raw.end());
@@ -73,11 +73,19 @@ SampledToken Sampler::sample_row(std::span<const float> raw, const SamplingRow& 
   const bool constrained = !row.allowed.empty();
   if (constrained) apply_allowed_mask(logits, row.allowed);
   // min_tokens yields to a constraint that allows nothing but a stop token (a finished grammar).
-  if (state.num_generated() < p.min_tokens &&
+  if (row.position() < p.min_tokens &&
       (!constrained || allows_other_than(row.allowed, int64_t(raw.size()), row.suppressed_ids)))
     suppress_tokens(logits, row.suppressed_ids);
-  apply_penalties(logits, PenaltyParams{p.repetition_penalty, p.frequency_penalty, p.presence_penalty},
-                  state.prompt_tokens(), state.output_counts());
+  const PenaltyParams penalties{p.repetition_penalty, p.frequency_penalty, p.presence_penalty};
+  const bool penalized = penalties.repetition != 1.0f || penalties.frequency != 0.0f || penalties.presence != 0.0f;
+  if (penalized && !row.pending.empty()) {
+    // A verify row counts the guesses before it as output, as plain decoding would have by then.
+    pending_counts_ = state.output_counts();
+    for (int32_t t : row.pending) ++pending_counts_[t];
+    apply_penalties(logits, penalties, state.prompt_tokens(), pending_counts_);
+  } else if (penalized) {
+    apply_penalties(logits, penalties, state.prompt_tokens(), state.output_counts());
+  }
 
   int32_t token = -1;
   if (p.temperature < kGreedyTemperature) {
@@ -88,22 +96,7 @@ SampledToken Sampler::sample_row(std::span<const float> raw, const SamplingRow& 
     apply_min_p(logits, p.min_p);
     apply_top_k(logits, p.top_k);
     apply_top_p(logits, p.top_p);
-    if (softmax(logits, probs_)) {
-      // Inverse CDF in id order: deterministic for a given draw.
-      const double u = uniform_draw(state.seed(), uint64_t(state.num_generated()));
-      double cumulative = 0.0;
-      int32_t last_nonzero = -1;
-      for (size_t i = 0; i < probs_.size(); ++i) {
-        if (probs_[i] <= 0.0f) continue;
-        last_nonzero = int32_t(i);
-        cumulative += probs_[i];
-        if (u < cumulative) {
-          token = int32_t(i);
-          break;
-        }
-      }
-      if (token < 0) token = last_nonzero;  // u beyond a sum that rounded below 1
-    }
+    if (softmax(logits, probs_)) return -1;
   }
   // Everything masked (e.g. a -inf logit_bias on every token, or NaN logits from broken weights):
   // fall back to the raw argmax (within the constraint, if any), then to token 0, rather than
@@ -111,18 +104,45 @@ SampledToken Sampler::sample_row(std::span<const float> raw, const SamplingRow& 
   if (token < 0 && constrained) token = argmax_allowed(raw, row.allowed);
   if (token < 0) token = argmax_lowest_id(raw);
   if (token < 0) token = 0;
+  return token;
+}
 
+SampledToken Sampler::sample_row(std::span<const float> raw, const SamplingRow& row) {
+  int32_t token = process(raw, row);
+  if (token < 0) {
+    // Inverse CDF in id order: deterministic for a given draw.
+    const double u = uniform_draw(row.state->seed(), uint64_t(row.position()));
+    double cumulative = 0.0;
+    for (size_t i = 0; i < probs_.size(); ++i) {
+      if (probs_[i] <= 0.0f) continue;
+      token = int32_t(i);  // the last nonzero one stands when u is beyond a sum that rounded below 1
+      cumulative += probs_[i];
+      if (u < cumulative) break;
+    }
+  }
   SampledToken result;
   result.id = token;
-  if (p.logprobs >= 0) {
-    log_softmax(raw, logprobs_);
-    TokenLogprob lp;
-    lp.id = token;
-    lp.logprob = logprobs_[size_t(token)];
-    lp.top = top_logprobs(logprobs_, p.logprobs);
-    result.logprob = std::move(lp);
-  }
+  if (row.params->logprobs >= 0) result.logprob = logprob_of(raw, token, row.params->logprobs);
   return result;
+}
+
+void Sampler::distribution(std::span<const float> raw, const SamplingRow& row, std::vector<float>& probs) {
+  const int32_t token = process(raw, row);
+  if (token < 0) {
+    probs = probs_;
+    return;
+  }
+  probs.assign(raw.size(), 0.0f);
+  probs[size_t(token)] = 1.0f;
+}
+
+TokenLogprob Sampler::logprob_of(std::span<const float> raw, int32_t token, int top) {
+  log_softmax(raw, logprobs_);
+  TokenLogprob lp;
+  lp.id = token;
+  lp.logprob = logprobs_[size_t(token)];
+  lp.top = top_logprobs(logprobs_, top);
+  return lp;
 }
 
 }  // namespace ossrt

@@ -57,6 +57,14 @@ struct SamplingRow {
   // A request's token constraint for this step (bit i of word i / 32 = token i allowed); empty
   // when unconstrained. It wins over min_tokens: suppression never empties the allowed set.
   std::span<const uint32_t> allowed;
+  // Speculative decoding's verify rows (engine/drafter.h): the guesses between the state's last
+  // observed token and this row's position, not observed by the state. The row is sampled exactly
+  // as plain decoding would sample it once they were accepted: its draw counter, min_tokens
+  // suppression and penalty counts all count them. Empty for an ordinary row.
+  std::span<const int32_t> pending;
+
+  // The output position this row samples (its draw counter): tokens observed plus pending.
+  int position() const { return state->num_generated() + int(pending.size()); }
 };
 
 struct SampledToken {
@@ -73,8 +81,21 @@ class Sampler {
   // One row (the loop body of sample()); public for tests.
   SampledToken sample_row(std::span<const float> raw_logits, const SamplingRow& row);
 
+  // The distribution sample_row() draws this row's token from, after bias, masks, penalties,
+  // temperature, min-p, top-k and top-p (greedy rows and rows with nothing left: a point mass on
+  // the token sample_row() returns). For speculative sampling's acceptance rule.
+  void distribution(std::span<const float> raw_logits, const SamplingRow& row, std::vector<float>& probs);
+
+  // The raw log-probability of `token` and the top `top` alternatives (as sample_row() reports
+  // them for the token it chose): for tokens an acceptance rule emits that are not the row's draw.
+  TokenLogprob logprob_of(std::span<const float> raw_logits, int32_t token, int top);
+
  private:
+  // Applies the row's processing to work_: returns the token when it is fixed (greedy, or the
+  // fallback when everything is masked), else -1 with probs_ holding the distribution.
+  int32_t process(std::span<const float> raw, const SamplingRow& row);
   std::vector<float> work_, probs_, logprobs_;
+  std::unordered_map<int32_t, int> pending_counts_;
 };
 
 }  // namespace ossrt

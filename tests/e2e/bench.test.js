@@ -168,6 +168,7 @@ test('bench serve: a concurrency sweep agrees with the server\'s own counts', { 
     for (const m of ['ttft_ms', 'tpot_ms', 'itl_ms', 'e2el_ms']) assertOrdered(run[m], m);
     assert.equal(run.good_requests, n, 'generous SLOs: every request is good');
     near(run.request_goodput, run.request_throughput, 'goodput');
+    assert.equal(run.spec_decode, null, 'no speculation: no acceptance figures');
   }
   // The server counted exactly what the benchmark reports.
   assert.equal(after.requests - before.requests, requests);

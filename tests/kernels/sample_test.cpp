@@ -196,7 +196,7 @@ TEST_F(CudaSample, MaskedGreedyEqualsTheHostSamplersMaskedGreedy) {
     SamplingState state(1, {}, greedy);
     for (int64_t i = 0; i < r; ++i) {
       const std::vector<float> row(logits.begin() + i * v, logits.begin() + (i + 1) * v);
-      const int want = host.sample_row(row, SamplingRow{&greedy, &state, {}, masks[size_t(i)]}).id;
+      const int want = host.sample_row(row, SamplingRow{&greedy, &state, {}, masks[size_t(i)], {}}).id;
       EXPECT_EQ(ids[size_t(i)], want) << "row " << i;
     }
     EXPECT_EQ(ids[0], int(v / 3));

@@ -9,6 +9,7 @@
 #include "bench/cost_report.h"
 #include "bench/kernel_floors.h"
 #include "bench/serve_report.h"
+#include "bench/spec_decode_metrics.h"
 #include "bench/svg_plot.h"
 #include "bench/table.h"
 #include "core/error.h"
@@ -146,6 +147,20 @@ TEST(BenchServeReport, EconomicsTablesAndPlots) {
   EXPECT_EQ(l.series[1].y, (std::vector<double>{101, 801}));
   const std::string svg = render_svg(t);
   EXPECT_NE(svg.find(">C=1 $"), std::string::npos);
+}
+
+TEST(BenchServeReport, SpeculativeDecodingBlockAndJsonOnlyWithCounters) {
+  ServeBenchResult r = two_runs();
+  r.runs[1].spec_decode = spec_decode_json(SpecDecodeCounters{10, 30, 12, {}}, SpecDecodeCounters{50, 150, 92, {}});
+  const std::string plain = format_run_block(r, r.runs[0]);
+  EXPECT_EQ(plain.find("Speculative Decoding"), std::string::npos) << plain;
+  const std::string spec = format_run_block(r, r.runs[1]);
+  EXPECT_NE(spec.find("Speculative Decoding"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("66.67"), std::string::npos) << spec;  // 80 of 120 guesses accepted
+  EXPECT_NE(spec.find("3.00"), std::string::npos) << spec;   // 1 + 80 / 40
+  const nlohmann::json j = serve_result_json(r, false);
+  EXPECT_TRUE(j["runs"][0]["spec_decode"].is_null());
+  EXPECT_DOUBLE_EQ(j["runs"][1]["spec_decode"]["mean_acceptance_length"].get<double>(), 3.0);
 }
 
 CostBenchResult cost_run(int context) {

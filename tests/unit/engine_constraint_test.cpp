@@ -169,7 +169,7 @@ TEST(EngineConstraint, MaskedRowsGoToTheDeviceSamplerWithTheirMask) {
   p.temperature = 0.0f;
   SamplingState st(1, {}, p);
   std::vector<uint32_t> mask(16, 0xFFFFFFFFu);
-  SamplingRow row{&p, &st, {}, {}};
+  SamplingRow row{&p, &st, {}, {}, {}};
   ASSERT_TRUE(device_sampling_row(row).has_value());
   EXPECT_TRUE(device_sampling_row(row)->allowed.empty());
   row.allowed = mask;
@@ -195,13 +195,13 @@ TEST(SamplerConstraint, MaskWinsOverMinTokensAndOverEverythingMasked) {
   const std::vector<int32_t> eos = {63};
   Sampler s;
   // Below min_tokens the EOS is suppressed while something else is allowed...
-  EXPECT_EQ(s.sample_row(logits, SamplingRow{&p, &st, eos, mask}).id, 20);
+  EXPECT_EQ(s.sample_row(logits, SamplingRow{&p, &st, eos, mask, {}}).id, 20);
   // ...but when the constraint allows only the EOS (a finished grammar), the EOS it is.
   mask[0] = 0;
-  EXPECT_EQ(s.sample_row(logits, SamplingRow{&p, &st, eos, mask}).id, 63);
+  EXPECT_EQ(s.sample_row(logits, SamplingRow{&p, &st, eos, mask, {}}).id, 63);
   // NaN logits everywhere: the fallback stays inside the mask.
   std::vector<float> nan(size_t(vocab), std::numeric_limits<float>::quiet_NaN());
-  EXPECT_EQ(s.sample_row(nan, SamplingRow{&p, &st, {}, mask}).id, 63);
+  EXPECT_EQ(s.sample_row(nan, SamplingRow{&p, &st, {}, mask, {}}).id, 63);
   // Sampled rows draw only allowed ids.
   p.temperature = 1.0f;
   p.min_tokens = 0;
@@ -209,7 +209,7 @@ TEST(SamplerConstraint, MaskWinsOverMinTokensAndOverEverythingMasked) {
   mask[1] = 0;
   for (uint64_t seed = 0; seed < 50; ++seed) {
     SamplingState sst(seed, {}, p);
-    const int32_t id = s.sample_row(logits, SamplingRow{&p, &sst, {}, mask}).id;
+    const int32_t id = s.sample_row(logits, SamplingRow{&p, &sst, {}, mask, {}}).id;
     EXPECT_TRUE(id == 3 || id == 4) << id;
   }
 }

@@ -150,7 +150,7 @@ struct RowFixture {
   std::optional<DeviceSamplingRow> map() const {
     SamplingState state(seed, std::vector<int32_t>{1, 2, 3}, params);
     for (int i = 0; i < generated; ++i) state.observe(7);
-    return device_sampling_row(SamplingRow{&params, &state, suppressed, allowed});
+    return device_sampling_row(SamplingRow{&params, &state, suppressed, allowed, {}});
   }
 };
 
@@ -290,7 +290,7 @@ struct StepFixture {
   }
   std::vector<SamplingRow> rows() const {
     std::vector<SamplingRow> r;
-    for (size_t i = 0; i < params.size(); ++i) r.push_back(SamplingRow{&params[i], &states[i], suppressed[i], {}});
+    for (size_t i = 0; i < params.size(); ++i) r.push_back(SamplingRow{&params[i], &states[i], suppressed[i], {}, {}});
     return r;
   }
   std::span<const float> row_logits(size_t i) const {
@@ -616,6 +616,64 @@ TEST(EngineDeviceSampling, SeededDrawsAreAPureFunctionOfSeedAndTokenIndexInAnyBa
   EXPECT_EQ(engine.sampling_counters().host_rows + engine.sampling_counters().device_rows, uint64_t(15 * 9 + kTokens));
   EXPECT_EQ(engine.kv_cache().full_pool().num_free(), engine.kv_cache().full_pool().num_blocks());
   EXPECT_EQ(engine.kv_cache().window_pool().num_free(), engine.kv_cache().window_pool().num_blocks());
+}
+
+// Guesses the given continuation of a prompt, with every third guess wrong.
+class ContinuationDrafter : public Drafter {
+ public:
+  ContinuationDrafter(std::vector<int32_t> prompt, std::vector<int32_t> continuation)
+      : prompt_(std::move(prompt)), continuation_(std::move(continuation)) {}
+  Draft propose(const DraftRequest& r) override {
+    Draft d;
+    const size_t done = r.tokens.size() - prompt_.size();
+    for (size_t i = done; i < continuation_.size() && int(d.tokens.size()) < r.max_tokens; ++i)
+      d.tokens.push_back(i % 3 == 2 ? (continuation_[i] + 1) % 500 : continuation_[i]);
+    return d;
+  }
+
+ private:
+  std::vector<int32_t> prompt_, continuation_;
+};
+
+TEST(EngineDeviceSampling, SpeculativeVerifyRowsDrawOnTheDeviceAtTheirOwnTokenIndex) {
+  // A seeded sampled request verified on the device sampler: row i of a verify step draws with
+  // index n + i, so the request emits exactly its tokens without speculation, and no logits cross
+  // to the host.
+  constexpr uint64_t kSeed = 5151;
+  constexpr int kTokens = 14;
+  const auto prompt = random_prompt(11, 31);
+  std::vector<int32_t> plain;
+  {
+    SmallModel m(recording_backend());
+    Engine engine(m.model, engine_config(64));
+    EventLog log;
+    ASSERT_TRUE(engine.submit(seeded_request("s", prompt, kSeed, kTokens), log.callback("s")));
+    engine.run_until_idle();
+    plain = log.get("s").tokens;
+  }
+  ASSERT_EQ(int(plain.size()), kTokens);
+  SmallModel m(recording_backend(), /*max_step_tokens=*/256, /*max_logit_rows=*/80);
+  auto& backend = static_cast<RecordingDeviceSamplerBackend&>(*m.backend);
+  EngineConfig c = engine_config(64);
+  c.speculative.method = "ngram";
+  c.speculative.num_speculative_tokens = 3;
+  c.drafter = std::make_shared<ContinuationDrafter>(prompt, plain);
+  Engine engine(m.model, c);
+  EventLog log;
+  ASSERT_TRUE(engine.submit(seeded_request("s", prompt, kSeed, kTokens), log.callback("s")));
+  engine.run_until_idle();
+  EXPECT_EQ(log.get("s").tokens, plain);
+  const GeneratorStats s = engine.stats();
+  EXPECT_GT(s.spec_accepted_tokens, 0u);
+  EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens);  // the wrong guesses were rejected
+  EXPECT_EQ(backend.to_host_calls, 0) << "verify rows are drawn on the device; only ids come back";
+  bool saw_verify = false;
+  for (const auto& call : backend.calls) {
+    if (call.rows.size() < 2) continue;
+    saw_verify = true;
+    for (size_t i = 1; i < call.rows.size(); ++i) EXPECT_EQ(call.rows[i].draw_index, call.rows[0].draw_index + i);
+  }
+  EXPECT_TRUE(saw_verify);
 }
 
 TEST(EngineDeviceSampling, MinTokensRowsGoToTheHostUntilStopIdsAreAllowed) {

@@ -24,21 +24,21 @@ TEST(NgramDrafter, ProposesWhatFollowedTheLongestEarlierMatch) {
   NgramDrafter d(1, 4);
   // Suffix [1, 2] occurred at 0; [3, 4, 1, 2] / [4, 1, 2] did not: what followed it is [3, 4, 1, ...].
   const std::vector<int32_t> a = {1, 2, 3, 4, 1, 2};
-  EXPECT_EQ(d.propose(a, 3), (std::vector<int32_t>{3, 4, 1}));
-  EXPECT_EQ(d.propose(a, 10), (std::vector<int32_t>{3, 4, 1, 2}));  // up to the end of the sequence
+  EXPECT_EQ(d.lookup(a, 3), (std::vector<int32_t>{3, 4, 1}));
+  EXPECT_EQ(d.lookup(a, 10), (std::vector<int32_t>{3, 4, 1, 2}));  // up to the end of the sequence
   // The most recent earlier occurrence wins: [5, 6] at 3 (followed by 7), not at 0 (followed by 9).
   const std::vector<int32_t> b = {5, 6, 9, 5, 6, 7, 5, 6};
-  EXPECT_EQ(d.propose(b, 2), (std::vector<int32_t>{7, 5}));
+  EXPECT_EQ(d.lookup(b, 2), (std::vector<int32_t>{7, 5}));
   // A longer match beats a more recent shorter one: [8, 5, 6] at 0 -> 1.
   const std::vector<int32_t> c = {8, 5, 6, 1, 9, 5, 6, 2, 8, 5, 6};
-  EXPECT_EQ(d.propose(c, 1), (std::vector<int32_t>{1}));
-  EXPECT_TRUE(d.propose(std::vector<int32_t>{1, 2, 3}, 3).empty());  // nothing repeats
-  EXPECT_TRUE(d.propose(a, 0).empty());
-  EXPECT_TRUE(d.propose(std::vector<int32_t>{7}, 3).empty());
+  EXPECT_EQ(d.lookup(c, 1), (std::vector<int32_t>{1}));
+  EXPECT_TRUE(d.lookup(std::vector<int32_t>{1, 2, 3}, 3).empty());  // nothing repeats
+  EXPECT_TRUE(d.lookup(a, 0).empty());
+  EXPECT_TRUE(d.lookup(std::vector<int32_t>{7}, 3).empty());
   // min_n: a single repeated token is not enough for min 2.
   NgramDrafter strict(2, 3);
-  EXPECT_TRUE(strict.propose(std::vector<int32_t>{4, 9, 1, 4}, 2).empty());
-  EXPECT_EQ(strict.propose(std::vector<int32_t>{4, 9, 1, 4, 9}, 2), (std::vector<int32_t>{1, 4}));
+  EXPECT_TRUE(strict.lookup(std::vector<int32_t>{4, 9, 1, 4}, 2).empty());
+  EXPECT_EQ(strict.lookup(std::vector<int32_t>{4, 9, 1, 4, 9}, 2), (std::vector<int32_t>{1, 4}));
 }
 
 TEST(SpeculativeConfig, ParsesVllmJsonAndRefusesWhatCannotWork) {
@@ -74,8 +74,9 @@ class ReplayDrafter : public Drafter {
   int wrong_from = 1 << 30;
   std::atomic<int> proposals{0};
 
-  std::vector<int32_t> propose(const DraftInput& in, int max_tokens) override {
-    const std::span<const int32_t> tokens = in.tokens;
+  Draft propose(const DraftRequest& request) override {
+    const std::span<const int32_t> tokens = request.tokens;
+    const int max_tokens = request.max_tokens;
     for (const auto& [prompt, cont] : known_) {
       if (tokens.size() < prompt.size() || !std::equal(prompt.begin(), prompt.end(), tokens.begin())) continue;
       const size_t done = tokens.size() - prompt.size();
@@ -86,7 +87,7 @@ class ReplayDrafter : public Drafter {
         out.push_back(int(out.size()) >= wrong_from ? (truth + 1) % 500 : truth);
       }
       ++proposals;
-      return out;
+      return Draft{out, {}};
     }
     return {};
   }
@@ -193,6 +194,9 @@ TEST_F(EngineSpeculativeTest, NgramDraftsLeaveTheOutputUnchanged) {
   uint64_t by_position = 0;
   for (uint64_t a : s.spec_accepted_per_position) by_position += a;
   EXPECT_EQ(by_position, s.spec_accepted_tokens);
+  // vLLM's mean acceptance length, as generate --verbose prints it: tokens per verify step.
+  EXPECT_DOUBLE_EQ(s.spec_mean_acceptance_length(), 1.0 + double(s.spec_accepted_tokens) / double(s.spec_drafts));
+  EXPECT_EQ(GeneratorStats{}.spec_mean_acceptance_length(), 0.0);
   // A guess at position i is only accepted after the one at i - 1.
   EXPECT_GE(s.spec_accepted_per_position[0], s.spec_accepted_per_position[1]);
   EXPECT_GE(s.spec_accepted_per_position[1], s.spec_accepted_per_position[2]);

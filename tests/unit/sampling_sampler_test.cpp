@@ -1,4 +1,5 @@
-// Sampler: greedy, seeded reproducibility, the empirical distribution, min_tokens and logprobs.
+// Sampler: greedy, seeded reproducibility, the empirical distribution, min_tokens and logprobs;
+// speculative decoding's verify rows (SamplingRow::pending) and the distribution a row draws from.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,7 +17,7 @@ struct Row {
   Row(SamplingParams p, uint64_t seed, std::vector<int32_t> prompt = {})
       : params(std::move(p)), state(seed, prompt, params) {}
   SamplingRow view(std::span<const int32_t> suppressed = {}) const {
-    return SamplingRow{&params, &state, suppressed, {}};
+    return SamplingRow{&params, &state, suppressed, {}, {}};
   }
 };
 
@@ -153,6 +154,79 @@ TEST(SamplerTest, BatchShapedCallMatchesRowByRow) {
   EXPECT_EQ(batch[0].id, 2);
   EXPECT_EQ(batch[1].id, s.sample_row(std::span<const float>(logits).subspan(3), b.view()).id);
   EXPECT_THROW(s.sample(std::vector<float>(5), 3, rows), Error);
+}
+
+TEST(SamplerTest, APendingRowSamplesAsIfTheStateHadObservedTheGuesses) {
+  // Penalties, min_tokens and the draw counter all count the pending guesses: for many seeds the
+  // token and the distribution equal those of a state that observed them.
+  const std::vector<float> logits = {0.5f, 1.2f, 0.9f, 1.1f, 0.2f, 1.0f};
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.frequency_penalty = 0.7f;
+  p.presence_penalty = 0.2f;
+  p.repetition_penalty = 1.3f;
+  p.min_tokens = 3;
+  const std::vector<int32_t> stop = {5};
+  const std::vector<int32_t> pending = {1, 3, 1};
+  Sampler s;
+  int differs_from_unobserved = 0;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    Row base(p, seed, {2});
+    base.state.observe(4);
+    Row observed(p, seed, {2});
+    observed.state.observe(4);
+    for (int32_t t : pending) observed.state.observe(t);
+    SamplingRow verify = base.view(stop);
+    verify.pending = pending;
+    EXPECT_EQ(verify.position(), 4);
+    EXPECT_EQ(s.sample_row(logits, verify).id, s.sample_row(logits, observed.view(stop)).id) << seed;
+    std::vector<float> a, b;
+    s.distribution(logits, verify, a);
+    s.distribution(logits, observed.view(stop), b);
+    EXPECT_EQ(a, b);
+    differs_from_unobserved += s.sample_row(logits, verify).id != s.sample_row(logits, base.view(stop)).id;
+  }
+  EXPECT_GT(differs_from_unobserved, 20);  // the guesses matter
+  // Below min_tokens by position: with one observed token and one pending, position 2 < 3 still
+  // suppresses the stop id.
+  Row early(p, 9);
+  early.state.observe(0);
+  SamplingRow row = early.view(stop);
+  const std::vector<int32_t> one = {1};
+  row.pending = one;
+  std::vector<float> probs;
+  s.distribution(logits, row, probs);
+  EXPECT_EQ(probs[5], 0.0f);
+  const std::vector<int32_t> two = {1, 2};
+  row.pending = two;  // position 3: allowed again
+  s.distribution(logits, row, probs);
+  EXPECT_GT(probs[5], 0.0f);
+}
+
+TEST(SamplerTest, DistributionIsWhatSampleRowDrawsFrom) {
+  // Greedy: a point mass on the argmax; sampled: the empirical frequencies of sample_row follow it.
+  const std::vector<float> logits = {0.1f, 1.5f, 1.4f, -0.3f, 0.8f};
+  Sampler s;
+  SamplingParams g;
+  g.temperature = 0.0f;
+  Row greedy(g, 1);
+  std::vector<float> probs;
+  s.distribution(logits, greedy.view(), probs);
+  EXPECT_EQ(probs, (std::vector<float>{0, 1, 0, 0, 0}));
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = 3;
+  Row r(p, 1);
+  s.distribution(logits, r.view(), probs);
+  EXPECT_EQ(probs[0], 0.0f);  // top-k dropped it
+  EXPECT_EQ(probs[3], 0.0f);
+  std::vector<int> counts(logits.size(), 0);
+  constexpr int kDraws = 20000;
+  for (uint64_t seed = 0; seed < kDraws; ++seed) {
+    Row d(p, seed);
+    ++counts[size_t(s.sample_row(logits, d.view()).id)];
+  }
+  for (size_t i = 0; i < logits.size(); ++i) EXPECT_NEAR(counts[i] / double(kDraws), probs[i], 0.015) << i;
 }
 
 }  // namespace
