@@ -259,10 +259,11 @@ struct BackendOptions {
   WeightFormat weight_format = WeightFormat::Reference;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;
   // Fp8E4m3: the scales of K and V, [num_full_layers][num_kv_heads of this backend] row-major;
-  // empty means 1.0 everywhere (a checkpoint without calibrated scales).
-  std::vector<float> kv_k_scales = {}, kv_v_scales = {};  // "= {}": designated initializers may omit them
-  int threads = 0;                                        // CPU: worker threads (0 = all cores)
-  int device_index = 0;                                   // CUDA
+  // empty means 1.0 everywhere (a checkpoint without calibrated scales). "= {}" so designated
+  // initializers may leave them out without -Wmissing-field-initializers.
+  std::vector<float> kv_k_scales = {}, kv_v_scales = {};
+  int threads = 0;       // CPU: worker threads (0 = all cores)
+  int device_index = 0;  // CUDA
   // CUDA: capacities its start-up memory plan is sized for (plan buffers, router/MoE/attention
   // workspaces). A step beyond them is refused with an error, never served by a new allocation.
   int max_step_tokens = 8192;
