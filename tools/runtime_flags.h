@@ -22,6 +22,11 @@ inline std::vector<std::string> quantization_choices() {
   return {std::begin(kQuantizationChoices), std::end(kQuantizationChoices)};
 }
 
+// --kv-cache-dtype's values (runtime/quantization.h).
+inline std::vector<std::string> kv_cache_dtype_choices() {
+  return {std::begin(kKvCacheDtypeChoices), std::end(kKvCacheDtypeChoices)};
+}
+
 inline void add_runtime_flags(CLI::App* cmd, RuntimeOptions& o, RuntimeFlagGroups groups) {
   cmd->add_option("--model", o.model, "Checkpoint directory or preset (tiny, gpt-oss-20b, gpt-oss-120b)")
       ->capture_default_str()
@@ -42,6 +47,13 @@ inline void add_runtime_flags(CLI::App* cmd, RuntimeOptions& o, RuntimeFlagGroup
                   "(e4m3, 128x128 block scales, activations per 1x128) | mxfp4-fp8 (MXFP4 experts, fp8 attention and "
                   "unembedding); docs/quantization.md")
       ->check(CLI::IsMember(quantization_choices()))
+      ->capture_default_str()
+      ->group("Model");
+  cmd->add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                  "KV cache dtype: auto (the model's: bf16 on cuda, f32 on cpu) | bf16 | fp8 = fp8_e4m3 (the "
+                  "full-attention layers as e4m3 with a scale per layer and KV head, about twice the tokens in the "
+                  "same memory; window layers unchanged; cpu only for now); docs/quantization.md")
+      ->check(CLI::IsMember(kv_cache_dtype_choices()))
       ->capture_default_str()
       ->group("Model");
   cmd->add_option("--threads", o.threads, "CPU backend threads (0 = all cores; shared by the ranks)")

@@ -165,8 +165,11 @@ class Backend {
   // Allocates the KV storage (zeroed). Called again, it replaces the previous storage (freed
   // first): the engine profiles a step on a small cache, then allocates the planned one.
   virtual void allocate_kv_cache(const KvCacheShape& shape) = 0;
-  // Bytes one block of one layer takes (K and V), for memory planning.
+  // Bytes one block of one layer takes (K and V), for memory planning: a sliding-window layer's,
+  // and a full-attention layer's unless the full layers' cache is narrower (--kv-cache-dtype fp8).
   virtual size_t kv_block_bytes(const KvCacheShape& shape) const = 0;
+  // Bytes one block of one full-attention layer takes (K and V).
+  virtual size_t kv_full_block_bytes(const KvCacheShape& shape) const { return kv_block_bytes(shape); }
   // What the backend holds and what its memory has room for, for the engine's memory plan
   // (engine/memory_profile.h).
   virtual MemoryUse memory_use() const = 0;
@@ -245,8 +248,20 @@ enum class WeightFormat : uint8_t {
   Mxfp4Fp8,   // MXFP4 experts, FP8 block-scaled attention projections and unembedding
 };
 
+// How the full-attention layers' K and V are cached (--kv-cache-dtype, docs/quantization.md "FP8 KV
+// cache"). The sliding-window layers always keep the backend's activation dtype.
+enum class KvCacheDtype {
+  Auto,     // the backend's activation dtype (bf16 on CUDA, f32 on the CPU)
+  Fp8E4m3,  // e4m3 of value / scale, one fp32 scale per full layer and KV head (core/fp8.h rounding)
+};
+
 struct BackendOptions {
   WeightFormat weight_format = WeightFormat::Reference;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;
+  // Fp8E4m3: the scales of K and V, [num_full_layers][num_kv_heads of this backend] row-major;
+  // empty means 1.0 everywhere (a checkpoint without calibrated scales). "= {}" so designated
+  // initializers may leave them out without -Wmissing-field-initializers.
+  std::vector<float> kv_k_scales = {}, kv_v_scales = {};
   int threads = 0;       // CPU: worker threads (0 = all cores)
   int device_index = 0;  // CUDA
   // CUDA: capacities its start-up memory plan is sized for (plan buffers, router/MoE/attention

@@ -18,17 +18,24 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Bytes one cached K or V element takes in this backend (bf16 on CUDA, f32 on the CPU oracle).
-size_t kv_elem_bytes(const StepModel& model, int block_size) {
+// Bytes one cached K or V element takes in this backend (bf16 on CUDA, f32 on the CPU oracle), in
+// the window layers or (full = true) in the full-attention layers (1 under --kv-cache-dtype fp8).
+size_t kv_elem_bytes(const StepModel& model, int block_size, bool full = false) {
   KvCacheShape probe;
   probe.block_size = block_size;
   probe.num_kv_heads = model.kv_heads_per_rank();
   probe.head_dim = model.config().head_dim;
   const size_t per_elem_count = 2 * size_t(block_size) * size_t(probe.num_kv_heads) * size_t(probe.head_dim);
-  const size_t bytes = model.kv_block_bytes(probe);
+  const size_t bytes = full ? model.kv_full_block_bytes(probe) : model.kv_block_bytes(probe);
   OSSRT_CHECK(bytes > 0 && bytes % per_elem_count == 0, "backend reports {} bytes per KV block of {} elements", bytes,
               per_elem_count);
   return bytes / per_elem_count;
+}
+
+// vLLM's cache_dtype names; "fp8_e4m3" when the full layers are fp8 (the window layers keep theirs).
+std::string kv_cache_dtype_name(size_t full_elem_bytes, size_t window_elem_bytes) {
+  if (full_elem_bytes == 1) return "fp8_e4m3";
+  return window_elem_bytes == 2 ? "bfloat16" : "float32";
 }
 
 // The KV plan and context length the engine runs with (docs/engine.md "Memory plan").
@@ -46,6 +53,7 @@ EngineMemory plan_memory(StepModel& model, const EngineConfig& config) {
   const int wanted_len = config.max_model_len > 0 ? config.max_model_len : model_len;
   KvMemoryPlanRequest request;
   request.elem_bytes = kv_elem_bytes(model, config.block_size);
+  request.full_elem_bytes = kv_elem_bytes(model, config.block_size, /*full=*/true);
   request.block_size = config.block_size;
   request.max_num_seqs = config.max_num_seqs;
   request.max_num_batched_tokens = config.max_num_batched_tokens;
@@ -131,6 +139,8 @@ EngineMemory plan_memory(StepModel& model, const EngineConfig& config) {
     out.max_model_len = model_len;
   }
   report.kv_bytes = out.kv.total_bytes;
+  report.full_kv_dtype = kv_cache_dtype_name(out.kv.full_elem_bytes, out.kv.window_elem_bytes);
+  report.window_kv_dtype = kv_cache_dtype_name(out.kv.window_elem_bytes, out.kv.window_elem_bytes);
   report.kv_tokens = capacity;
   report.window_bytes_per_sequence = out.kv.window_bytes_per_sequence;
   report.num_full_layers = mc.num_full_layers();
@@ -254,7 +264,7 @@ CacheConfig Engine::cache_config() const {
   c.num_gpu_blocks = memory_plan_.num_full_blocks;
   c.gpu_memory_utilization = r.profiled ? r.utilization : 0.0;
   c.enable_prefix_caching = config_.enable_prefix_caching;
-  c.cache_dtype = kv_elem_bytes(model_, config_.block_size) == 2 ? "bfloat16" : "float32";
+  c.cache_dtype = kv_cache_dtype_name(memory_plan_.full_elem_bytes, memory_plan_.window_elem_bytes);
   c.kv_tokens = r.kv_tokens;
   c.kv_bytes = r.kv_bytes;
   c.weights_bytes = r.weights;

@@ -63,26 +63,22 @@ std::string MemoryReport::one_line() const {
                                 : std::string("as configured");
   return fmt::format(
       "memory plan ({}): weights {:.2f} GiB, activations and workspaces {:.2f} GiB, other in use {:.2f} GiB, "
-      "reserve {:.2f} GiB, KV cache {:.2f} GiB = {} tokens in the {} full-attention layers + {:.1f} MiB per "
-      "sequence in the window layers; max_model_len {}, max concurrency {:.1f} sequences at that length",
+      "reserve {:.2f} GiB, KV cache {:.2f} GiB = {} tokens in the {} full-attention layers{} + {:.1f} MiB per "
+      "sequence in the window layers{}; max_model_len {}, max concurrency {:.1f} sequences at that length",
       source, gib(weights), gib(workspaces), gib(other_in_use), gib(reserve), gib(kv_bytes), kv_tokens, num_full_layers,
-      double(window_bytes_per_sequence) / 1048576.0, max_model_len, max_concurrency);
+      full_kv_dtype.empty() ? "" : " (" + full_kv_dtype + ")", double(window_bytes_per_sequence) / 1048576.0,
+      window_kv_dtype.empty() ? "" : " (" + window_kv_dtype + ")", max_model_len, max_concurrency);
 }
 
 std::string describe_memory_plan(const KvMemoryPlan& p, const GptOssConfig& c) {
   const int heads = p.kv_heads > 0 ? p.kv_heads : c.num_key_value_heads;
-  const size_t per_position_layer = size_t(2) * size_t(heads) * size_t(c.head_dim);
-  const size_t elem =
-      c.num_full_layers() > 0
-          ? p.full_bytes_per_token / (per_position_layer * size_t(c.num_full_layers()))
-          : p.window_bytes_per_sequence / (per_position_layer * size_t(c.num_sliding_layers() * c.sliding_window));
   std::string out = fmt::format(
       "kv cache: full layers {} B per token (2 x {} layers x {} kv heads x {} dims x {} B)\n"
       "kv cache: window layers {} B per sequence (2 x {} layers x {} positions x {} kv heads x {} dims x {} B)\n"
       "kv cache: {} full blocks ({} tokens), {} window blocks, {} tokens per block, {} bytes in all\n",
-      p.full_bytes_per_token, c.num_full_layers(), heads, c.head_dim, elem, p.window_bytes_per_sequence,
-      c.num_sliding_layers(), c.sliding_window, heads, c.head_dim, elem, p.num_full_blocks, p.full_token_capacity(),
-      p.num_window_blocks, p.block_size, p.total_bytes);
+      p.full_bytes_per_token, c.num_full_layers(), heads, c.head_dim, p.full_elem_bytes, p.window_bytes_per_sequence,
+      c.num_sliding_layers(), c.sliding_window, heads, c.head_dim, p.window_elem_bytes, p.num_full_blocks,
+      p.full_token_capacity(), p.num_window_blocks, p.block_size, p.total_bytes);
   if (heads != c.num_key_value_heads)
     out += fmt::format(
         "kv cache: figures are per tensor-parallel rank: each caches {} of the model's {} kv heads, "

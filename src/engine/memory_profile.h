@@ -48,6 +48,8 @@ struct MemoryReport {
   int64_t kv_tokens = 0;  // positions the full-attention layers' pool holds
   size_t window_bytes_per_sequence = 0;
   int num_full_layers = 0;
+  // What the full-attention and the window layers cache: "bfloat16", "float32", "fp8_e4m3".
+  std::string full_kv_dtype, window_kv_dtype;
   int max_model_len = 0;
   double max_concurrency = 0;  // kv_tokens / max_model_len
   // "memory plan: weights 12.8 GiB, ..., max concurrency 35.0 at 131072 tokens"

@@ -72,7 +72,7 @@ struct CacheConfig {
   int num_gpu_blocks = 0;             // full-attention blocks (vLLM's name; on the CPU too)
   double gpu_memory_utilization = 0;  // 0 when the size was given (--kv-cache-bytes / blocks)
   bool enable_prefix_caching = false;
-  std::string cache_dtype;  // "bfloat16", "float32"
+  std::string cache_dtype;  // "bfloat16", "float32", or "fp8_e4m3" (full layers; window layers keep theirs)
   int64_t kv_tokens = 0;    // positions the full-attention layers' pool holds
   uint64_t kv_bytes = 0;
   uint64_t weights_bytes = 0;

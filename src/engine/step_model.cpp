@@ -9,6 +9,10 @@ size_t SingleModelStep::kv_block_bytes(const KvCacheShape& shape) const {
   return model_.backend().kv_block_bytes(shape);
 }
 
+size_t SingleModelStep::kv_full_block_bytes(const KvCacheShape& shape) const {
+  return model_.backend().kv_full_block_bytes(shape);
+}
+
 void SingleModelStep::allocate_kv_cache(const KvCacheShape& shape) { model_.backend().allocate_kv_cache(shape); }
 
 // run_step lets the backend run the step its own way (CUDA: a captured graph for decode-only plans).
@@ -34,6 +38,10 @@ int ParallelModelStep::kv_heads_per_rank() const { return model_.local_kv_heads(
 
 size_t ParallelModelStep::kv_block_bytes(const KvCacheShape& shape) const {
   return model_.rank_backend(0).kv_block_bytes(shape);
+}
+
+size_t ParallelModelStep::kv_full_block_bytes(const KvCacheShape& shape) const {
+  return model_.rank_backend(0).kv_full_block_bytes(shape);
 }
 
 void ParallelModelStep::allocate_kv_cache(const KvCacheShape& shape) { model_.allocate_kv_cache(shape); }

@@ -31,6 +31,8 @@ class StepModel {
   virtual int kv_heads_per_rank() const = 0;
   // Bytes of one KV block on one rank for `shape` (shape.num_kv_heads = kv_heads_per_rank()).
   virtual size_t kv_block_bytes(const KvCacheShape& shape) const = 0;
+  // The same for a full-attention layer's block (narrower under --kv-cache-dtype fp8).
+  virtual size_t kv_full_block_bytes(const KvCacheShape& shape) const = 0;
   // Allocates the KV storage for the whole model's `shape`; a sharded model gives each rank its heads.
   virtual void allocate_kv_cache(const KvCacheShape& shape) = 0;
   // Each rank's memory (backend/backend.h MemoryUse), for the engine's memory plan.
@@ -50,6 +52,7 @@ class SingleModelStep final : public StepModel {
   const ModelLimits& limits() const override { return model_.limits(); }
   int kv_heads_per_rank() const override { return model_.local_kv_heads(); }
   size_t kv_block_bytes(const KvCacheShape& shape) const override;
+  size_t kv_full_block_bytes(const KvCacheShape& shape) const override;
   void allocate_kv_cache(const KvCacheShape& shape) override;
   std::vector<MemoryUse> memory_use() override { return {model_.backend().memory_use()}; }
   Tensor run_step(const StepPlan& plan) override;
@@ -68,6 +71,7 @@ class ParallelModelStep final : public StepModel {
   const ModelLimits& limits() const override;
   int kv_heads_per_rank() const override;
   size_t kv_block_bytes(const KvCacheShape& shape) const override;
+  size_t kv_full_block_bytes(const KvCacheShape& shape) const override;
   void allocate_kv_cache(const KvCacheShape& shape) override;
   std::vector<MemoryUse> memory_use() override;
   Tensor run_step(const StepPlan& plan) override;

@@ -47,13 +47,19 @@ KvMemoryPlan plan_kv_memory(const GptOssConfig& config, const KvMemoryPlanReques
   const int kv_heads = r.kv_heads > 0 ? r.kv_heads : config.num_key_value_heads;
   OSSRT_CHECK(kv_heads <= config.num_key_value_heads, "kv memory plan: {} KV heads per rank, the model has {}",
               kv_heads, config.num_key_value_heads);
+  const size_t full_elem = r.full_elem_bytes > 0 ? r.full_elem_bytes : r.elem_bytes;
   KvMemoryPlan plan;
   plan.block_size = r.block_size;
   plan.kv_heads = kv_heads;
-  const size_t per_layer_block = kv_bytes_per_position_layer(config, kv_heads, r.elem_bytes) * size_t(r.block_size);
-  plan.bytes_per_full_block = per_layer_block * size_t(config.num_full_layers());
-  plan.bytes_per_window_block = per_layer_block * size_t(config.num_sliding_layers());
-  plan.full_bytes_per_token = full_layers_bytes_per_token(config, kv_heads, r.elem_bytes);
+  plan.full_elem_bytes = full_elem;
+  plan.window_elem_bytes = r.elem_bytes;
+  // The groups are planned apart, so a narrower full-layer element only makes full blocks cheaper:
+  // the window pool keeps its worst case and the full pool gets more blocks from the same bytes.
+  plan.bytes_per_full_block = kv_bytes_per_position_layer(config, kv_heads, full_elem) * size_t(r.block_size) *
+                              size_t(config.num_full_layers());
+  plan.bytes_per_window_block = kv_bytes_per_position_layer(config, kv_heads, r.elem_bytes) * size_t(r.block_size) *
+                                size_t(config.num_sliding_layers());
+  plan.full_bytes_per_token = full_layers_bytes_per_token(config, kv_heads, full_elem);
   plan.window_bytes_per_sequence = window_layers_bytes_per_sequence(config, kv_heads, r.elem_bytes);
 
   plan.num_window_blocks =

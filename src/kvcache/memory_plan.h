@@ -18,6 +18,9 @@ size_t kv_bytes_per_sequence_window_layers(const GptOssConfig& config, size_t el
 struct KvMemoryPlanRequest {
   size_t kv_budget_bytes = 0;  // bytes for both groups together
   size_t elem_bytes = 2;       // bytes per cached K or V element (bf16 = 2, f32 = 4)
+  // Bytes per element in the full-attention layers when they differ (--kv-cache-dtype fp8: 1);
+  // 0: elem_bytes. The window layers always use elem_bytes.
+  size_t full_elem_bytes = 0;
   int block_size = 16;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
@@ -33,6 +36,8 @@ struct KvMemoryPlanRequest {
 struct KvMemoryPlan {
   int block_size = 16;
   int kv_heads = 0;                 // KV heads per rank the figures below count
+  size_t full_elem_bytes = 2;       // bytes per K or V element in the full layers
+  size_t window_elem_bytes = 2;     // ... and in the window layers
   int num_full_blocks = 0;          // per full layer
   int num_window_blocks = 0;        // per sliding layer
   size_t bytes_per_full_block = 0;  // one block across all full layers (K and V)

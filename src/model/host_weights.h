@@ -13,12 +13,14 @@
 namespace ossrt {
 
 struct HostLayerWeights {
-  HostTensor attn_norm;           // [H]
-  HostTensor q_w, q_b;            // [Hq*D, H], [Hq*D]
-  HostTensor k_w, k_b;            // [Hkv*D, H], [Hkv*D]
-  HostTensor v_w, v_b;            // [Hkv*D, H], [Hkv*D]
-  HostTensor o_w, o_b;            // [H, Hq*D], [H]
-  HostTensor sinks;               // [Hq]
+  HostTensor attn_norm;  // [H]
+  HostTensor q_w, q_b;   // [Hq*D, H], [Hq*D]
+  HostTensor k_w, k_b;   // [Hkv*D, H], [Hkv*D]
+  HostTensor v_w, v_b;   // [Hkv*D, H], [Hkv*D]
+  HostTensor o_w, o_b;   // [H, Hq*D], [H]
+  HostTensor sinks;      // [Hq]
+  // Calibrated FP8 KV cache scales ([], [1] or [Hkv]); empty when the checkpoint has none (1.0).
+  HostTensor k_scale, v_scale;
   HostTensor mlp_norm;            // [H]
   HostTensor router_w, router_b;  // [E, H], [E]
   HostExperts gate_up;            // out = 2*I, rows interleaved: 2j = gate j, 2j+1 = up j

@@ -3,7 +3,9 @@
 #include "model/loader.h"
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
+#include <utility>
 
 #include <fmt/ranges.h>
 
@@ -169,6 +171,19 @@ HostLayerWeights bind_layer(const TensorBinder& b, const Names& n, const GptOssC
   w.o_w = b.floats(n.layer(l, "self_attn.o_proj.weight", "attn.out.weight"), {H, q});
   w.o_b = b.floats(n.layer(l, "self_attn.o_proj.bias", "attn.out.bias"), {H});
   w.sinks = b.floats(n.layer(l, "self_attn.sinks", "attn.sinks"), {c.num_attention_heads});
+  if (!n.original) {
+    // vLLM's names for calibrated KV cache scales (after its remapping of ".k_proj.k_scale"): a
+    // per-tensor scalar or one per KV head. Absent in OpenAI's checkpoints: the scale is then 1.0.
+    for (auto [dst, names] : {std::pair{&w.k_scale, std::array{"self_attn.k_scale", "self_attn.k_proj.k_scale"}},
+                              std::pair{&w.v_scale, std::array{"self_attn.v_scale", "self_attn.v_proj.v_scale"}}})
+      for (const char* name : names)
+        if (const std::string full = n.layer(l, name, ""); b.has(full) && dst->empty()) {
+          *dst = b.floats_any_shape(full);
+          if (dst->numel() != 1 && dst->numel() != c.num_key_value_heads)
+            fail("{}: tensor {}: {} elements, expected 1 or {} (one per KV head)", b.file_of(full), full, dst->numel(),
+                 c.num_key_value_heads);
+        }
+  }
   w.mlp_norm = b.floats(n.layer(l, "post_attention_layernorm.weight", "mlp.norm.scale"), {H});
   w.router_w = b.floats(n.layer(l, "mlp.router.weight", "mlp.gate.weight"), {E, H});
   w.router_b = b.floats(n.layer(l, "mlp.router.bias", "mlp.gate.bias"), {E});
@@ -215,6 +230,30 @@ void check_load_format(const std::string& format) {
 }
 
 }  // namespace
+
+KvCacheScales full_layer_kv_scales(const HostModelWeights& w) {
+  const GptOssConfig& c = w.config;
+  KvCacheScales out;
+  bool any = false;
+  for (int l = 0; l < c.num_layers; ++l)
+    if (size_t(l) < w.layers.size() && (!w.layers[size_t(l)].k_scale.empty() || !w.layers[size_t(l)].v_scale.empty()))
+      any = true;
+  if (!any) return out;
+  auto append = [&](const HostTensor& t, std::vector<float>& dst) {
+    std::vector<float> v(1, 1.0f);
+    if (!t.empty()) {
+      v.resize(size_t(t.numel()));
+      t.to_f32(0, t.numel(), v.data());
+    }
+    for (int h = 0; h < c.num_key_value_heads; ++h) dst.push_back(v.size() == 1 ? v[0] : v[size_t(h)]);
+  };
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (c.is_sliding(l)) continue;
+    append(w.layers[size_t(l)].k_scale, out.k);
+    append(w.layers[size_t(l)].v_scale, out.v);
+  }
+  return out;
+}
 
 GptOssConfig resolve_config(const ModelSource& source) {
   check_load_format(source.load_format);

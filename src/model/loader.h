@@ -4,6 +4,7 @@
 // Every failure is an ossrt::Error naming the file and, where one is involved, the tensor.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/gpt_oss_config.h"
 #include "model/host_weights.h"
@@ -24,6 +25,14 @@ HostModelWeights load_model_weights(const ModelSource& source);
 // Seeded random weights of the config's real shapes: MXFP4 experts, bf16 elsewhere. Deterministic
 // for a seed; values keep activations finite (norms ~1, matrices ~N(0, 1/sqrt(in))).
 HostModelWeights make_dummy_weights(const GptOssConfig& config, uint64_t seed);
+
+// Calibrated FP8 KV cache scales of the full-attention layers, [num_full_layers][num_kv_heads]
+// row-major each (a scalar tensor broadcast over the heads, a missing one 1.0); both empty when no
+// layer has any (every scale 1.0). docs/quantization.md "FP8 KV cache".
+struct KvCacheScales {
+  std::vector<float> k, v;
+};
+KvCacheScales full_layer_kv_scales(const HostModelWeights& weights);
 
 // The config only: a preset, or <dir>/config.json (+ generation_config.json for eos ids).
 GptOssConfig resolve_config(const ModelSource& source);

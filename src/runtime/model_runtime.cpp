@@ -71,6 +71,16 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
   rt->quantization_ = resolve_quantization(options.quantization, options.backend, o.weights.config);
   BackendOptions backend_options;
   backend_options.weight_format = rt->quantization_.format;
+  backend_options.kv_cache_dtype = parse_kv_cache_dtype(options.kv_cache_dtype);
+  if (backend_options.kv_cache_dtype == KvCacheDtype::Fp8E4m3) {
+    KvCacheScales scales = full_layer_kv_scales(o.weights);
+    // Each rank's backend would need its own heads' slice; no gpt-oss checkpoint carries scales yet.
+    OSSRT_CHECK(scales.k.empty() || options.parallel.is_single(),
+                "--kv-cache-dtype fp8: the checkpoint's calibrated KV scales are not supported with tensor or "
+                "expert parallelism yet");
+    backend_options.kv_k_scales = std::move(scales.k);
+    backend_options.kv_v_scales = std::move(scales.v);
+  }
   backend_options.threads = options.threads;
   backend_options.max_step_tokens = options.max_num_batched_tokens;
   backend_options.max_seqs = options.max_num_seqs;
@@ -156,8 +166,9 @@ std::string ModelRuntime::describe() const {
       engine_         ? engine_->describe_model()
       : owned_->model ? owned_->backend->name()
                       : owned_->parallel_model->rank_backend(0).name() + ", " + options_.parallel.describe();
-  return fmt::format("model {} ({} weights, quantization {}) on {}", options_.model, options_.load_format,
-                     quantization_.name, placement);
+  return fmt::format(
+      "model {} ({} weights, quantization {}{}) on {}", options_.model, options_.load_format, quantization_.name,
+      parse_kv_cache_dtype(options_.kv_cache_dtype) == KvCacheDtype::Fp8E4m3 ? ", kv cache fp8_e4m3" : "", placement);
 }
 
 std::string ModelRuntime::device_description() const {

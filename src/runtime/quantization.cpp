@@ -22,6 +22,12 @@ std::string weight_format_name(WeightFormat format, const std::string& backend) 
   return "?";
 }
 
+KvCacheDtype parse_kv_cache_dtype(std::string_view requested) {
+  if (requested == "auto" || requested == "bf16") return KvCacheDtype::Auto;
+  if (requested == "fp8" || requested == "fp8_e4m3") return KvCacheDtype::Fp8E4m3;
+  fail("--kv-cache-dtype must be auto, bf16, fp8 or fp8_e4m3, got '{}'", requested);
+}
+
 ResolvedQuantization resolve_quantization(std::string_view requested, const std::string& backend,
                                           const GptOssConfig& config) {
   OSSRT_CHECK(is_quantization_choice(requested), "--quantization must be auto, bf16, mxfp4, fp8 or mxfp4-fp8, got '{}'",

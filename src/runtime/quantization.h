@@ -35,4 +35,11 @@ ResolvedQuantization resolve_quantization(std::string_view requested, const std:
 // The name of `format` on `backend`, as above.
 std::string weight_format_name(WeightFormat format, const std::string& backend);
 
+// `--kv-cache-dtype` (vLLM's flag name): auto and bf16 cache K and V in the backend's activation
+// dtype (bf16 on CUDA, f32 on the CPU); fp8 (or fp8_e4m3) caches the full-attention layers as e4m3
+// with one scale per layer and KV head, the window layers as before (docs/quantization.md).
+inline constexpr std::string_view kKvCacheDtypeChoices[] = {"auto", "bf16", "fp8", "fp8_e4m3"};
+// Throws an ossrt::Error naming the flag for a value not in kKvCacheDtypeChoices.
+KvCacheDtype parse_kv_cache_dtype(std::string_view requested);
+
 }  // namespace ossrt

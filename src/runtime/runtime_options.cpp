@@ -11,6 +11,7 @@ void RuntimeOptions::validate() const {
               "--load-format must be auto, safetensors or dummy, got '{}'", load_format);
   OSSRT_CHECK(is_quantization_choice(quantization),
               "--quantization must be auto, bf16, mxfp4, fp8 or mxfp4-fp8, got '{}'", quantization);
+  parse_kv_cache_dtype(kv_cache_dtype);  // throws naming the flag
   OSSRT_CHECK(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0,
               "--gpu-memory-utilization must be in (0, 1], got {}", gpu_memory_utilization);
   OSSRT_CHECK(max_model_len >= 0, "--max-model-len must not be negative, got {}", max_model_len);

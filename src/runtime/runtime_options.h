@@ -21,6 +21,8 @@ struct RuntimeOptions {
   // How the backend holds the linear weights: auto | bf16 | mxfp4 | fp8 | mxfp4-fp8, resolved with
   // the backend and the checkpoint by resolve_quantization (runtime/quantization.h).
   std::string quantization = "auto";
+  // How the full-attention layers cache K and V: auto | bf16 | fp8 | fp8_e4m3 (runtime/quantization.h).
+  std::string kv_cache_dtype = "auto";
 
   // ---- where it runs
   std::string backend = "cpu";  // cpu | cuda

@@ -308,6 +308,42 @@ TEST(LoaderRoundTrip, SingleFileHfDenseExperts) {
   EXPECT_FALSE(w.keep_alive.empty());
 }
 
+// Calibrated FP8 KV cache scales under vLLM's names (docs/quantization.md "FP8 KV cache"): one per KV
+// head, or a scalar broadcast over them; only the full-attention layers' (layer 1 here; layer 0 is
+// sliding) are used, and a missing one is 1.0. Without any, full_layer_kv_scales is empty.
+TEST(LoaderRoundTrip, KvCacheScales) {
+  auto f32 = [](const std::string& name, Shape shape, std::vector<float> values) {
+    TestTensor t{name, "F32", shape, {}, values};
+    for (float v : values) {
+      uint8_t b[4];
+      std::memcpy(b, &v, 4);
+      t.bytes.insert(t.bytes.end(), b, b + 4);
+    }
+    return t;
+  };
+  {
+    TempDir dir;
+    write_single(dir.path(), tiny_tensors(Experts::HfTransposed), false);
+    EXPECT_TRUE(full_layer_kv_scales(load_model_weights({dir.str(), "auto", 0})).k.empty());
+  }
+  TempDir dir;
+  auto ts = tiny_tensors(Experts::HfTransposed);
+  ts.push_back(f32("model.layers.1.self_attn.k_scale", {kKv}, {0.5f, 2.0f}));
+  ts.push_back(f32("model.layers.1.self_attn.v_proj.v_scale", {}, {0.25f}));
+  ts.push_back(f32("model.layers.0.self_attn.k_scale", {}, {8.0f}));  // a sliding layer's: unused
+  write_single(dir.path(), ts, false);
+  const KvCacheScales s = full_layer_kv_scales(load_model_weights({dir.str(), "auto", 0}));
+  EXPECT_EQ(s.k, (std::vector<float>{0.5f, 2.0f}));
+  EXPECT_EQ(s.v, (std::vector<float>{0.25f, 0.25f}));
+
+  TempDir bad;
+  auto wrong = tiny_tensors(Experts::HfTransposed);
+  wrong.push_back(f32("model.layers.1.self_attn.v_scale", {3}, {1.0f, 1.0f, 1.0f}));
+  write_single(bad.path(), wrong, false);
+  EXPECT_NE(load_error(bad.str()).find("model.layers.1.self_attn.v_scale: 3 elements, expected 1 or 2"),
+            std::string::npos);
+}
+
 TEST(LoaderRoundTrip, ShardedMxfp4) {
   TempDir dir;
   auto ts = tiny_tensors(Experts::Mxfp4);

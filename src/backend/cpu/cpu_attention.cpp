@@ -3,11 +3,13 @@
 // Attention reads every key, including the step's own, back from the paged cache through the plan's
 // block tables: that is what the CUDA kernels do, so the oracle exercises the same addressing.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "core/error.h"
+#include "core/fp8.h"
 
 namespace ossrt::cpu {
 
@@ -26,6 +28,25 @@ int physical_block(const StepPlan& plan, const SeqStep& s, KvGroup group, int lo
 
 const std::vector<int32_t>& slots_of(const StepPlan& plan, KvGroup group) {
   return group == KvGroup::Full ? plan.full_slots : plan.window_slots;
+}
+
+// The 256 values of core/fp8.h's e4m3_to_f32, looked up instead of decoded per element.
+const std::array<float, 256>& e4m3_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[size_t(c)] = e4m3_to_f32(uint8_t(c));
+    return t;
+  }();
+  return table;
+}
+
+void store_e4m3(const float* src, int n, float scale, uint8_t* dst) {
+  for (int d = 0; d < n; ++d) dst[d] = e4m3_from_f32(src[d] / scale);
+}
+
+void load_e4m3(const uint8_t* src, int n, float scale, float* dst) {
+  const std::array<float, 256>& values = e4m3_values();
+  for (int d = 0; d < n; ++d) dst[d] = values[src[d]] * scale;
 }
 
 }  // namespace
@@ -100,8 +121,14 @@ void rope_and_cache_write(ThreadPool& pool, const StepPlan& plan, float* qkv, co
       for (int g = 0; g < Hkv; ++g) {
         const float* k_src = row + int64_t(Hq + g) * D;
         const float* v_src = row + int64_t(Hq + Hkv + g) * D;
-        std::copy(k_src, k_src + D, kv.k + kv.offset(block, g, in_block));
-        std::copy(v_src, v_src + D, kv.v + kv.offset(block, g, in_block));
+        const int64_t at = kv.offset(block, g, in_block);
+        if (kv.fp8()) {
+          store_e4m3(k_src, D, kv.k_scale[g], kv.k8 + at);
+          store_e4m3(v_src, D, kv.v_scale[g], kv.v8 + at);
+        } else {
+          std::copy(k_src, k_src + D, kv.k + at);
+          std::copy(v_src, v_src + D, kv.v + at);
+        }
       }
     }
   });
@@ -116,6 +143,7 @@ void attention(ThreadPool& pool, const StepPlan& plan, const float* qkv, const f
   pool.parallel_for(int64_t(plan.num_tokens()) * Hq, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     std::vector<float> acc(static_cast<size_t>(D));
+    std::vector<float> k_row(static_cast<size_t>(D)), v_row(static_cast<size_t>(D));  // fp8: dequantized
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t = task / Hq;
       const int h = int(task % Hq);
@@ -125,13 +153,23 @@ void attention(ThreadPool& pool, const StepPlan& plan, const float* qkv, const f
       const int first = first_visible_key(pos, params.window);
       const float* q = qkv + t * row_stride + int64_t(h) * D;
       auto key_offset = [&](int j) { return kv.offset(physical_block(plan, s, params.group, j / bs), g, j % bs); };
+      auto key = [&](int j) -> const float* {
+        if (!kv.fp8()) return kv.k + key_offset(j);
+        load_e4m3(kv.k8 + key_offset(j), D, kv.k_scale[g], k_row.data());
+        return k_row.data();
+      };
+      auto value = [&](int j) -> const float* {
+        if (!kv.fp8()) return kv.v + key_offset(j);
+        load_e4m3(kv.v8 + key_offset(j), D, kv.v_scale[g], v_row.data());
+        return v_row.data();
+      };
 
       // Pass 1: scaled logits of the visible keys; the running max starts at the sink logit, which
       // is neither scaled nor masked.
       scores.resize(size_t(pos - first + 1));
       float max_logit = sinks[h];
       for (int j = first; j <= pos; ++j) {
-        const float logit = dot(q, kv.k + key_offset(j), D) * params.sm_scale;
+        const float logit = dot(q, key(j), D) * params.sm_scale;
         scores[size_t(j - first)] = logit;
         max_logit = std::max(max_logit, logit);
       }
@@ -141,7 +179,7 @@ void attention(ThreadPool& pool, const StepPlan& plan, const float* qkv, const f
       for (int j = first; j <= pos; ++j) {
         const float p = std::exp(scores[size_t(j - first)] - max_logit);
         denom += p;
-        const float* v = kv.v + key_offset(j);
+        const float* v = value(j);
         for (int d = 0; d < D; ++d) acc[size_t(d)] += p * v[d];
       }
       float* o = out + t * int64_t(Hq) * D + int64_t(h) * D;

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,24 +51,39 @@ void expect_vector(const Tensor& t, int64_t n, const char* op, const char* what)
   OSSRT_CHECK(t.numel() == n, "{}: {} has shape {}, expected {} elements", op, what, t.shape_str(), n);
 }
 
-// calloc'ed floats: large blocks come zeroed from mmap, so a KV pool planned from available
+// calloc'ed bytes: large blocks come zeroed from mmap, so a KV pool planned from available
 // memory takes pages only as tokens are cached (a zero-filled std::vector would touch them all).
 struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
+  void operator()(void* p) const { std::free(p); }
 };
-using LazyZeroFloats = std::unique_ptr<float[], FreeDeleter>;
+using LazyZero = std::unique_ptr<void, FreeDeleter>;
 
-LazyZeroFloats lazy_zero_floats(size_t n, const char* what) {
-  auto* p = static_cast<float*>(std::calloc(std::max<size_t>(n, 1), sizeof(float)));
-  OSSRT_CHECK(p != nullptr, "out of memory allocating {} ({:.1f} MiB)", what, double(n) * sizeof(float) / 1048576.0);
-  return LazyZeroFloats(p);
+LazyZero lazy_zero(size_t bytes, const char* what) {
+  void* p = std::calloc(std::max<size_t>(bytes, 1), 1);
+  OSSRT_CHECK(p != nullptr, "out of memory allocating {} ({:.1f} MiB)", what, double(bytes) / 1048576.0);
+  return LazyZero(p);
 }
 
-// Storage of one KV group: per layer, K and V of [num_blocks][num_kv_heads][block_size][head_dim].
+// Storage of one KV group: per layer, K and V of [num_blocks][num_kv_heads][block_size][head_dim],
+// fp32, or e4m3 codes with per-layer, per-KV-head scales (the full group under --kv-cache-dtype fp8).
 struct KvGroupStorage {
-  std::vector<LazyZeroFloats> k, v;
+  std::vector<LazyZero> k, v;
   int num_blocks = 0;
+  bool fp8 = false;
+  std::vector<float> k_scales, v_scales;  // fp8: [layers][num_kv_heads]
 };
+
+// The scales of `layers` full layers of `heads` KV heads: the given ones, else 1.0.
+std::vector<float> kv_scales_or_ones(const std::vector<float>& given, int layers, int heads, const char* what) {
+  const size_t n = size_t(layers) * size_t(heads);
+  if (given.empty()) return std::vector<float>(n, 1.0f);
+  OSSRT_CHECK(given.size() == n, "--kv-cache-dtype fp8: {} {} scales for {} full layers x {} KV heads", given.size(),
+              what, layers, heads);
+  for (float s : given)
+    OSSRT_CHECK(std::isfinite(s) && s > 0.0f, "--kv-cache-dtype fp8: {} scale {} is not a positive finite number", what,
+                s);
+  return given;
+}
 
 // Available system memory (/proc/meminfo MemAvailable), 0 when it cannot be read.
 size_t available_system_memory() {
@@ -105,7 +121,12 @@ class CpuBackend final : public Backend {
  public:
   // Every format is implemented: Reference and Mxfp4 are the same f32 weights here (the experts are
   // the MXFP4 values exactly), Fp8 and Mxfp4Fp8 quantize as cpu_fp8.h says.
-  explicit CpuBackend(const BackendOptions& options) : pool_(options.threads), weight_format_(options.weight_format) {}
+  explicit CpuBackend(const BackendOptions& options)
+      : pool_(options.threads),
+        weight_format_(options.weight_format),
+        kv_fp8_(options.kv_cache_dtype == KvCacheDtype::Fp8E4m3),
+        kv_k_scales_(options.kv_k_scales),
+        kv_v_scales_(options.kv_v_scales) {}
 
   std::string name() const override { return "cpu"; }
   std::string device_description() const override {
@@ -205,27 +226,36 @@ class CpuBackend final : public Backend {
                     shape.num_window_blocks >= 0 && shape.num_full_layers >= 0 && shape.num_sliding_layers >= 0,
                 "allocate_kv_cache: invalid shape");
     kv_shape_ = shape;
-    auto make_group = [&](int layers, int blocks) {
+    auto make_group = [&](int layers, int blocks, bool fp8) {
       KvGroupStorage g;
       g.num_blocks = blocks;
-      const size_t elems =
-          size_t(blocks) * size_t(shape.num_kv_heads) * size_t(shape.block_size) * size_t(shape.head_dim);
+      g.fp8 = fp8;
+      const size_t bytes = size_t(blocks) * size_t(shape.num_kv_heads) * size_t(shape.block_size) *
+                           size_t(shape.head_dim) * (fp8 ? sizeof(uint8_t) : sizeof(float));
       for (int l = 0; l < layers; ++l) {
-        g.k.push_back(lazy_zero_floats(elems, "the KV cache"));
-        g.v.push_back(lazy_zero_floats(elems, "the KV cache"));
+        g.k.push_back(lazy_zero(bytes, "the KV cache"));
+        g.v.push_back(lazy_zero(bytes, "the KV cache"));
       }
-      kv_bytes_ += 2 * size_t(layers) * elems * sizeof(float);
+      if (fp8) {
+        g.k_scales = kv_scales_or_ones(kv_k_scales_, layers, shape.num_kv_heads, "K");
+        g.v_scales = kv_scales_or_ones(kv_v_scales_, layers, shape.num_kv_heads, "V");
+      }
+      kv_bytes_ += 2 * size_t(layers) * bytes;
       return g;
     };
     kv_bytes_ = 0;
-    groups_[0] = make_group(shape.num_full_layers, shape.num_full_blocks);
-    groups_[1] = make_group(shape.num_sliding_layers, shape.num_window_blocks);
+    groups_[0] = make_group(shape.num_full_layers, shape.num_full_blocks, kv_fp8_);
+    groups_[1] = make_group(shape.num_sliding_layers, shape.num_window_blocks, false);
     spdlog::debug("cpu: KV cache {} full blocks x {} layers, {} window blocks x {} layers", shape.num_full_blocks,
                   shape.num_full_layers, shape.num_window_blocks, shape.num_sliding_layers);
   }
 
   size_t kv_block_bytes(const KvCacheShape& shape) const override {
     return 2 * size_t(shape.num_kv_heads) * size_t(shape.block_size) * size_t(shape.head_dim) * sizeof(float);
+  }
+  size_t kv_full_block_bytes(const KvCacheShape& shape) const override {
+    if (!kv_fp8_) return kv_block_bytes(shape);
+    return 2 * size_t(shape.num_kv_heads) * size_t(shape.block_size) * size_t(shape.head_dim) * sizeof(uint8_t);
   }
 
   MemoryUse memory_use() const override {
@@ -505,12 +535,21 @@ class CpuBackend final : public Backend {
     OSSRT_CHECK(p.layer_in_group >= 0 && size_t(p.layer_in_group) < g.k.size(),
                 "{}: layer {} of the {} group, but the cache has {} such layers", op, p.layer_in_group,
                 p.group == KvGroup::Full ? "full" : "sliding", g.k.size());
-    cpu::KvLayerView kv{g.k[size_t(p.layer_in_group)].get(),
-                        g.v[size_t(p.layer_in_group)].get(),
-                        g.num_blocks,
-                        kv_shape_.num_kv_heads,
-                        kv_shape_.block_size,
-                        kv_shape_.head_dim};
+    const size_t layer = size_t(p.layer_in_group);
+    cpu::KvLayerView kv;
+    if (g.fp8) {
+      kv.k8 = static_cast<uint8_t*>(g.k[layer].get());
+      kv.v8 = static_cast<uint8_t*>(g.v[layer].get());
+      kv.k_scale = g.k_scales.data() + layer * size_t(kv_shape_.num_kv_heads);
+      kv.v_scale = g.v_scales.data() + layer * size_t(kv_shape_.num_kv_heads);
+    } else {
+      kv.k = static_cast<float*>(g.k[layer].get());
+      kv.v = static_cast<float*>(g.v[layer].get());
+    }
+    kv.num_blocks = g.num_blocks;
+    kv.num_kv_heads = kv_shape_.num_kv_heads;
+    kv.block_size = kv_shape_.block_size;
+    kv.head_dim = kv_shape_.head_dim;
     OSSRT_CHECK(kv.num_blocks > 0, "{}: no KV storage for {} layer {}: call allocate_kv_cache first", op,
                 p.group == KvGroup::Full ? "full" : "sliding", p.layer_in_group);
     OSSRT_CHECK(plan_.block_size == kv.block_size, "{}: plan block_size {} differs from the KV cache's {}", op,
@@ -520,6 +559,8 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   const WeightFormat weight_format_;
+  const bool kv_fp8_;  // the full layers' K and V as e4m3 (--kv-cache-dtype fp8)
+  const std::vector<float> kv_k_scales_, kv_v_scales_;
   // The weights upload_linear quantized: linear() quantizes its input for these only.
   std::unordered_set<const void*> fp8_weights_;
   std::vector<std::unique_ptr<std::byte[]>> buffers_;

@@ -39,22 +39,29 @@ void swiglu_interleaved(const float* h, int64_t intermediate, const SwigluParams
 // Picks the k largest logits (ties: lower expert id first) in descending order and their softmax.
 void topk_softmax(const float* logits, int64_t num_experts, int k, int32_t* ids, float* weights);
 
-// K and V storage of one layer: [num_blocks][num_kv_heads][block_size][head_dim] each.
+// K and V storage of one layer: [num_blocks][num_kv_heads][block_size][head_dim] each, either fp32
+// (k, v) or, for a full-attention layer under --kv-cache-dtype fp8, e4m3 codes of value / scale (k8,
+// v8) with the layer's scale per KV head (k_scale, v_scale: num_kv_heads floats each).
 struct KvLayerView {
   float* k = nullptr;
   float* v = nullptr;
+  uint8_t* k8 = nullptr;
+  uint8_t* v8 = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   int num_blocks = 0;
   int num_kv_heads = 0;
   int block_size = 0;
   int head_dim = 0;
 
+  bool fp8() const { return k8 != nullptr; }
   int64_t offset(int block, int kv_head, int in_block) const {
     return ((int64_t(block) * num_kv_heads + kv_head) * block_size + in_block) * head_dim;
   }
 };
 
 // Rotates the q and k heads of every token in place (half-split RoPE at plan.positions), then
-// stores k and v at the plan's slots of `group`.
+// stores k and v at the plan's slots of `group` (fp8: e4m3_from_f32(value / scale of its KV head)).
 void rope_and_cache_write(ThreadPool& pool, const StepPlan& plan, float* qkv, const RopeParams& rope,
                           const AttentionParams& params, const KvLayerView& kv);
 
@@ -63,7 +70,8 @@ void rope_and_cache_write(ThreadPool& pool, const StepPlan& plan, float* qkv, co
 void check_write_slots(const StepPlan& plan, const AttentionParams& params, const KvLayerView& kv);
 void check_block_tables(const StepPlan& plan, const AttentionParams& params, const KvLayerView& kv);
 
-// Paged attention with sinks over the layer's cache; out is [T, Hq * D].
+// Paged attention with sinks over the layer's cache; out is [T, Hq * D]. An fp8 cache is read as
+// e4m3_to_f32(code) * scale (one float product), then the same fp32 math.
 void attention(ThreadPool& pool, const StepPlan& plan, const float* qkv, const float* sinks,
                const AttentionParams& params, const KvLayerView& kv, float* out);
 

@@ -56,6 +56,9 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   OSSRT_CHECK(options.weight_format == WeightFormat::Reference || options.weight_format == WeightFormat::Mxfp4,
               "--backend cuda: --quantization fp8 and mxfp4-fp8 are not implemented on CUDA yet (use mxfp4 or bf16; "
               "--backend cpu runs fp8)");
+  OSSRT_CHECK(options.kv_cache_dtype == KvCacheDtype::Auto,
+              "--backend cuda: --kv-cache-dtype fp8 is not implemented on CUDA yet (use auto or bf16; --backend cpu "
+              "runs the fp8 KV cache)");
   OSSRT_CUDA_CHECK(cudaSetDevice(device_));
   cudaDeviceProp prop{};
   OSSRT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
