@@ -122,6 +122,12 @@ struct DecodeTracker {
 // measured from each request's token times, then the requests are cancelled.
 DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int context, int batch, std::mt19937_64& rng,
                            int vocab, const std::string& quantization, int gpus) {
+  // The replay drafter (engine/replay_drafter.h) guesses from what an earlier request with the same
+  // prompt produced: a recording pass of the same prompts, long enough for the measured pass to
+  // draft every step (it emits up to 1 + k tokens a step), runs first.
+  const SpeculativeConfig& spec = engine.config().speculative;
+  const bool replay = spec.enabled() && spec.method == "replay";
+  const int record_factor = replay ? 1 + spec.num_speculative_tokens : 1;
   DecodePoint p;
   p.quantization = quantization;
   p.context = context;
@@ -131,45 +137,59 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
   const int want = o.warmup_steps + o.decode_steps + 1;
   // Each request keeps generating while the others prefill, then through the window; it is
   // cancelled after, so this only bounds it.
-  const int64_t max_tokens64 = int64_t(prefill_steps) + batch + want + 64;
+  const int64_t max_tokens64 = int64_t(prefill_steps) + batch + int64_t(want) * record_factor + 64;
   const int max_model_len = engine.max_model_len();
   if (batch > engine.config().max_num_seqs) {
     p.skipped = fmt::format("batch {} > --max-num-seqs {}", batch, engine.config().max_num_seqs);
     return p;
   }
-  if (int64_t(context) + want + 1 > max_model_len) {
+  if (int64_t(context) + int64_t(want) * record_factor + 1 > max_model_len) {
     p.skipped = fmt::format("context {} + {} steps > max_model_len {}", context, want, max_model_len);
     return p;
   }
   const int max_tokens = int(std::min<int64_t>(max_tokens64, max_model_len - context));
   const CacheConfig cache = engine.cache_config();
   const int64_t block = std::max(1, cache.block_size);
-  const int64_t per_seq = (int64_t(context) + want + prefill_steps + block - 1) / block * block;
+  const int64_t per_seq =
+      (int64_t(context) + int64_t(want) * record_factor + prefill_steps + block - 1) / block * block;
   if (cache.kv_tokens > 0 && per_seq * batch > cache.kv_tokens) {
     p.skipped = fmt::format("does not fit: {} x {} tokens > {} tokens of KV cache", batch, per_seq, cache.kv_tokens);
     return p;
   }
-  const uint64_t preemptions_before = engine.stats().preemptions;
-  DecodeTracker tracker(batch, want);
-  std::vector<std::string> ids;
-  for (int s = 0; s < batch; ++s) {
-    ids.push_back(fmt::format("cost-decode-{}-{}-{}-{}", quantization, context, batch, s));
-    const bool ok = engine.submit(make_request(ids.back(), random_prompt(rng, context, vocab), max_tokens),
-                                  [&tracker, s](const GenerationEvent& ev) { tracker.on_event(s, ev); });
-    OSSRT_CHECK(ok, "the engine refused request {} of batch {} (queue full: raise --max-queue)", s, batch);
-  }
-  {
-    std::unique_lock lk(tracker.mu);
-    const bool done =
-        tracker.cv.wait_for(lk, kPointTimeout, [&] { return tracker.window_complete() || tracker.finished > 0; });
-    OSSRT_CHECK(done, "decode batch {} at context {} did not complete in time", batch, context);
-  }
-  for (const auto& id : ids) engine.cancel(id);
-  {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int s = 0; s < batch; ++s) prompts.push_back(random_prompt(rng, context, vocab));
+  // One pass: the batch submitted, run until each request has `steps` token events after the last
+  // one's first token (or one finishes), then cancelled.
+  auto run_pass = [&](DecodeTracker& tracker, const char* tag) {
+    std::vector<std::string> ids;
+    for (int s = 0; s < batch; ++s) {
+      ids.push_back(fmt::format("cost-decode{}-{}-{}-{}-{}", tag, quantization, context, batch, s));
+      const bool ok = engine.submit(make_request(ids.back(), prompts[size_t(s)], max_tokens),
+                                    [&tracker, s](const GenerationEvent& ev) { tracker.on_event(s, ev); });
+      OSSRT_CHECK(ok, "the engine refused request {} of batch {} (queue full: raise --max-queue)", s, batch);
+    }
+    {
+      std::unique_lock lk(tracker.mu);
+      const bool done =
+          tracker.cv.wait_for(lk, kPointTimeout, [&] { return tracker.window_complete() || tracker.finished > 0; });
+      OSSRT_CHECK(done, "decode batch {} at context {} did not complete in time", batch, context);
+    }
+    for (const auto& id : ids) engine.cancel(id);
     std::unique_lock lk(tracker.mu);
     OSSRT_CHECK(tracker.cv.wait_for(lk, kPointTimeout, [&] { return tracker.finished == batch; }),
                 "cancelled decode requests did not finish in time");
+  };
+  if (replay) {
+    DecodeTracker recording(batch, want * record_factor);
+    run_pass(recording, "-recording");
+    std::lock_guard lk(recording.mu);
+    OSSRT_CHECK(recording.error.empty(), "decode batch {} at context {} failed: {}", batch, context, recording.error);
   }
+  const uint64_t preemptions_before = engine.stats().preemptions;
+  const GeneratorStats spec_before = engine.stats();
+  DecodeTracker tracker(batch, want);
+  run_pass(tracker, "");
+  const GeneratorStats spec_after = engine.stats();
   std::lock_guard lk(tracker.mu);
   OSSRT_CHECK(tracker.error.empty(), "decode batch {} at context {} failed: {}", batch, context, tracker.error);
   if (!tracker.window_complete()) {
@@ -205,7 +225,18 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
   p.itl_p90_s = itl.percentiles[0];
   const double window = seconds(b - a);
   p.tok_s_gpu = window > 0 ? double(tokens_in_window) / window / gpus : 0;
-  p.tok_s_user = itl.mean > 0 ? 1.0 / itl.mean : 0;
+  // Tokens, not steps: with speculative decoding a step emits 1 + accepted tokens.
+  p.tok_s_user = window > 0 ? double(tokens_in_window) / batch / window : 0;
+  const uint64_t drafts = spec_after.spec_drafts - spec_before.spec_drafts;
+  if (drafts > 0) {
+    p.mean_acceptance_length =
+        1.0 + double(spec_after.spec_accepted_tokens - spec_before.spec_accepted_tokens) / double(drafts);
+    p.drafter = replay ? fmt::format(
+                             "replay (a benchmark drafter: recorded continuations, each guess right with "
+                             "probability {}), k = {}",
+                             spec.replay_acceptance_rate, spec.num_speculative_tokens)
+                       : fmt::format("{}, k = {}", spec.method, spec.num_speculative_tokens);
+  }
   p.usd_per_m_output = usd_per_million(o.usd_per_hour, 1, p.tok_s_gpu);
   p.mean_context = context + generated_mid / batch;
   if (p.preemptions > 0)

@@ -58,13 +58,17 @@ struct DecodePoint {
   int context = 0, batch = 0;
   double itl_mean_s = 0, itl_median_s = 0, itl_p90_s = 0;
   double tok_s_gpu = 0;   // output tokens per second per GPU, the batch decoding together
-  double tok_s_user = 0;  // 1 / mean ITL
+  double tok_s_user = 0;  // output tokens per second per request (1 / mean ITL without speculation)
   double usd_per_m_output = 0;
   double mean_context = 0;  // tokens in each sequence's KV at the middle of the window
   int steps = 0;            // measured steps
   uint64_t preemptions = 0;
   std::string skipped;  // why it was not measured ("" = measured; then steps > 0)
   std::string note;     // a caveat of a measured point (preemptions during it)
+  // Speculative decoding (--speculative-config) over the measured pass (its warm-up steps
+  // included): 1 + accepted guesses per verify step (0: no guesses were verified), and the drafter.
+  double mean_acceptance_length = 0;
+  std::string drafter;
 };
 
 struct CostBenchResult {

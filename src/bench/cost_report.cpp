@@ -56,6 +56,13 @@ std::string format_prefill_table(const CostBenchResult& r) {
   return fmt::format("Prefill: one request alone, time to its first token ({})\n{}", subtitle(r), t.str());
 }
 
+// A point's caveat, and what speculative decoding did in it.
+static std::string decode_note(const DecodePoint& p) {
+  if (p.drafter.empty()) return p.note;
+  const std::string spec = fmt::format("acceptance length {:.2f} ({})", p.mean_acceptance_length, p.drafter);
+  return p.note.empty() ? spec : p.note + "; " + spec;
+}
+
 std::string format_decode_table(const CostBenchResult& r) {
   TextTable t(
       {"quantization", "context", "batch", "ITL ms", "ITL p90 ms", "tok/s/user", "tok/s/GPU", "$/M output", "note"});
@@ -67,7 +74,7 @@ std::string format_decode_table(const CostBenchResult& r) {
     t.add({p.quantization, std::to_string(p.context), std::to_string(p.batch),
            fmt::format("{:.2f}", p.itl_mean_s * 1e3), fmt::format("{:.2f}", p.itl_p90_s * 1e3),
            fmt::format("{:.1f}", p.tok_s_user), fmt::format("{:.1f}", p.tok_s_gpu),
-           fmt::format("{:.4f}", p.usd_per_m_output), p.note});
+           fmt::format("{:.4f}", p.usd_per_m_output), decode_note(p)});
   }
   return fmt::format("Decode: B requests decoding together at a context ({})\n{}{}\n", subtitle(r), t.str(),
                      note_quantization(r));
@@ -84,41 +91,47 @@ nlohmann::json cost_result_json(const CostBenchResult& r) {
                        {"usd_per_m_input", p.usd_per_m_input},
                        {"skipped", p.skipped.empty() ? nlohmann::json() : nlohmann::json(p.skipped)}});
   for (const auto& p : r.decode)
-    decode.push_back({{"quantization", p.quantization},
-                      {"context", p.context},
-                      {"batch", p.batch},
-                      {"measured_steps", p.steps},
-                      {"itl_mean_s", p.itl_mean_s},
-                      {"itl_median_s", p.itl_median_s},
-                      {"itl_p90_s", p.itl_p90_s},
-                      {"tok_s_per_gpu", p.tok_s_gpu},
-                      {"tok_s_per_user", p.tok_s_user},
-                      {"usd_per_m_output", p.usd_per_m_output},
-                      {"mean_context", p.mean_context},
-                      {"preemptions", p.preemptions},
-                      {"skipped", p.skipped.empty() ? nlohmann::json() : nlohmann::json(p.skipped)},
-                      {"note", p.note.empty() ? nlohmann::json() : nlohmann::json(p.note)}});
-  return {{"benchmark", "ossrt bench cost"},
-          {"format_version", 1},
-          {"date", r.date},
-          {"commit", r.commit},
-          {"model", r.model},
-          {"device", r.device},
-          {"gpus", r.gpus},
-          {"settings", r.settings},
-          {"engine", r.engine},
-          {"quantization_note", note_quantization(r)},
-          {"definitions",
-           {{"prefill",
-             "one request of input_len random prompt tokens alone on the engine; latency = submit to first token, "
-             "median of `repeats` after one warm-up"},
-            {"decode",
-             "batch requests of `context` random prompt tokens decoding together (greedy, ignore_eos); ITL = the "
-             "gap between a request's consecutive tokens while every request decodes; tok/s per GPU = tokens "
-             "produced in that window / its length / GPUs; tok/s per user = 1 / mean ITL"},
-            {"cost", "$ per million tokens = usd_per_hour x GPUs / 3600 / tokens per second x 1e6"}}},
-          {"prefill", prefill},
-          {"decode", decode}};
+    decode.push_back(
+        {{"quantization", p.quantization},
+         {"context", p.context},
+         {"batch", p.batch},
+         {"measured_steps", p.steps},
+         {"itl_mean_s", p.itl_mean_s},
+         {"itl_median_s", p.itl_median_s},
+         {"itl_p90_s", p.itl_p90_s},
+         {"tok_s_per_gpu", p.tok_s_gpu},
+         {"tok_s_per_user", p.tok_s_user},
+         {"usd_per_m_output", p.usd_per_m_output},
+         {"mean_context", p.mean_context},
+         {"preemptions", p.preemptions},
+         {"skipped", p.skipped.empty() ? nlohmann::json() : nlohmann::json(p.skipped)},
+         {"note", p.note.empty() ? nlohmann::json() : nlohmann::json(p.note)},
+         {"mean_acceptance_length", p.drafter.empty() ? nlohmann::json() : nlohmann::json(p.mean_acceptance_length)},
+         {"drafter", p.drafter.empty() ? nlohmann::json() : nlohmann::json(p.drafter)}});
+  return {
+      {"benchmark", "ossrt bench cost"},
+      {"format_version", 1},
+      {"date", r.date},
+      {"commit", r.commit},
+      {"model", r.model},
+      {"device", r.device},
+      {"gpus", r.gpus},
+      {"settings", r.settings},
+      {"engine", r.engine},
+      {"quantization_note", note_quantization(r)},
+      {"definitions",
+       {{"prefill",
+         "one request of input_len random prompt tokens alone on the engine; latency = submit to first token, "
+         "median of `repeats` after one warm-up"},
+        {"decode",
+         "batch requests of `context` random prompt tokens decoding together (greedy, ignore_eos); ITL = the "
+         "gap between a request's consecutive tokens while every request decodes; tok/s per GPU = tokens "
+         "produced in that window / its length / GPUs; tok/s per user = the tokens each request produced in it / its "
+         "length (1 / mean ITL without speculative decoding; with it a step emits 1 + accepted guesses, and "
+         "mean_acceptance_length says how many)"},
+        {"cost", "$ per million tokens = usd_per_hour x GPUs / 3600 / tokens per second x 1e6"}}},
+      {"prefill", prefill},
+      {"decode", decode}};
 }
 
 namespace {
@@ -246,6 +259,8 @@ CostBenchResult cost_result_from_json(const nlohmann::json& j, const std::string
       x.preemptions = p.at("preemptions").get<uint64_t>();
       x.skipped = text(p.value("skipped", nlohmann::json()));
       x.note = text(p.value("note", nlohmann::json()));
+      x.drafter = text(p.value("drafter", nlohmann::json()));
+      if (!x.drafter.empty()) x.mean_acceptance_length = p.at("mean_acceptance_length").get<double>();
       r.decode.push_back(std::move(x));
     }
   } catch (const nlohmann::json::exception& e) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/replay_drafter.h"
 #include "engine/suffix_drafter.h"
 
 namespace ossrt {
@@ -16,8 +17,12 @@ constexpr int kMaxSpeculativeTokens = 16;
 
 void SpeculativeConfig::validate() const {
   if (method.empty()) return;
-  OSSRT_CHECK(method == "ngram" || method == "suffix" || method == "draft_model",
-              "--speculative-config: method \"{}\" is not supported (\"ngram\", \"suffix\", \"draft_model\")", method);
+  OSSRT_CHECK(method == "ngram" || method == "suffix" || method == "draft_model" || method == "replay",
+              "--speculative-config: method \"{}\" is not supported (\"ngram\", \"suffix\", \"draft_model\"; "
+              "\"replay\" for benchmarks)",
+              method);
+  OSSRT_CHECK(replay_acceptance_rate >= 0 && replay_acceptance_rate <= 1,
+              "--speculative-config: replay_acceptance_rate must be in [0, 1], got {}", replay_acceptance_rate);
   OSSRT_CHECK(method != "draft_model" || !draft_model.empty(),
               "--speculative-config: draft_model needs \"model\" (the draft checkpoint)");
   OSSRT_CHECK(method == "draft_model" || draft_model.empty(),
@@ -76,6 +81,8 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
       OSSRT_CHECK(value.is_string() && !value.get<std::string>().empty(),
                   "--speculative-config: model must be a non-empty string");
       c.draft_model = value.get<std::string>();
+    } else if (key == "replay_acceptance_rate") {
+      get_number("replay_acceptance_rate", c.replay_acceptance_rate);
     } else if (key == "suffix_decoding_max_tree_depth") {
       get_int("suffix_decoding_max_tree_depth", c.suffix_max_tree_depth);
     } else if (key == "suffix_decoding_max_cached_requests") {
@@ -126,6 +133,7 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config) {
   if (!config.enabled()) return nullptr;
   config.validate();
   if (config.method == "suffix") return std::make_unique<SuffixDrafter>(config);
+  if (config.method == "replay") return std::make_unique<ReplayDrafter>(config.replay_acceptance_rate);
   OSSRT_CHECK(config.method != "draft_model",
               "speculative method draft_model: the draft model is loaded by the model runtime, which passes the "
               "drafter in EngineConfig::drafter");

@@ -21,7 +21,7 @@
 namespace ossrt {
 
 struct SpeculativeConfig {
-  std::string method;              // "" = off; "ngram", "suffix" or "draft_model"
+  std::string method;              // "" = off; "ngram", "suffix", "draft_model" or "replay" (benchmarks)
   int num_speculative_tokens = 0;  // k: tokens drafted per step at most
   int prompt_lookup_min = 1;       // ngram: shortest suffix matched
   int prompt_lookup_max = 4;       // ngram: longest suffix matched (tried first)
@@ -37,6 +37,8 @@ struct SpeculativeConfig {
   // draft_model: the draft checkpoint (a directory or a preset name, as --model takes), loaded by
   // the model runtime with the target's load format (engine/draft_model_drafter.h).
   std::string draft_model;
+  // replay (a benchmark drafter, engine/replay_drafter.h): each guess right with this probability.
+  double replay_acceptance_rate = 1.0;
 
   bool enabled() const { return !method.empty() && num_speculative_tokens > 0; }
   // Throws ossrt::Error naming the field for a configuration that can never work.

@@ -104,9 +104,7 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
   // one row a step (it drafts one sequence, token by token; engine/draft_model_drafter.h).
   auto load_draft_model = [&]() -> std::shared_ptr<Drafter> {
     OSSRT_CHECK(options.parallel.is_single(), "--speculative-config draft_model: one rank only for now");
-    // The CUDA memory plan does not count a second model and its cache yet, and the path has not
-    // been measured on a GPU: refused rather than left to run out of memory.
-    OSSRT_CHECK(options.backend != "cuda", "--speculative-config draft_model: not on --backend cuda yet (cpu only)");
+    // RuntimeOptions::validate refused --backend cuda (its memory plan does not count a draft yet).
     o.draft_weights =
         load_model_weights(ModelSource{speculative.draft_model, options.load_format, options.weights_seed});
     OSSRT_CHECK(o.draft_weights.config.vocab_size == o.weights.config.vocab_size,
@@ -114,6 +112,11 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
                 o.draft_weights.config.vocab_size, o.weights.config.vocab_size);
     BackendOptions b = backend_options;
     b.weight_format = resolve_quantization(options.quantization, options.backend, o.draft_weights.config).format;
+    if (b.kv_cache_dtype == KvCacheDtype::Fp8E4m3) {  // the draft checkpoint's own scales, not the target's
+      KvCacheScales scales = full_layer_kv_scales(o.draft_weights);
+      b.kv_k_scales = std::move(scales.k);
+      b.kv_v_scales = std::move(scales.v);
+    }
     b.max_seqs = 1;
     o.draft_backend = make_backend(options.backend, b);
     o.draft_model = std::make_unique<GptOssModel>(*o.draft_backend, o.draft_weights,

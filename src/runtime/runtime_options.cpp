@@ -20,7 +20,11 @@ void RuntimeOptions::validate() const {
   OSSRT_CHECK(max_num_batched_tokens >= 0, "--max-num-batched-tokens must be positive, got {}", max_num_batched_tokens);
   OSSRT_CHECK(max_queue >= 0, "--max-queue must not be negative, got {}", max_queue);
   OSSRT_CHECK(threads >= 0, "--threads must not be negative, got {}", threads);
-  parse_speculative_config(speculative_config);  // throws naming the field
+  const SpeculativeConfig speculative = parse_speculative_config(speculative_config);  // throws naming the field
+  // The CUDA memory plan does not count a second model and its cache yet, and the path has not been
+  // measured on a GPU: refused before anything loads rather than left to run out of memory.
+  OSSRT_CHECK(speculative.method != "draft_model" || backend != "cuda",
+              "--speculative-config draft_model: not on --backend cuda yet (cpu only)");
 }
 
 RuntimeOptions RuntimeOptions::with_backend_defaults() const {

@@ -101,3 +101,25 @@ test('bench serve: a speculating server\'s acceptance over the run', { timeout: 
     assert.equal(exit.code, 0, server.output());
   }
 });
+
+test('bench cost with the replay drafter: the acceptance length follows the set rate', { timeout: 300000 * timeScale }, () => {
+  // A benchmark drafter (engine/replay_drafter.h): a recording pass of the same prompts, then the
+  // measured pass replays it, each guess right with probability a. With k = 3: a = 1 gives every
+  // guess accepted (length 4), a = 0 none (length 1); the point says which drafter it measured.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ossrt-replay-'));
+  for (const [rate, want] of [[1, 4], [0, 1]]) {
+    const out = path.join(dir, `rate${rate}`);
+    const r = spawnSync(BIN, ['bench', 'cost', '--threads', '2', '--max-model-len', '512', '--no-prefill',
+      '--batch-sizes', '1', '--contexts', '16', '--decode-steps', '6', '--warmup-steps', '1', '--result-dir', out,
+      '--speculative-config', JSON.stringify({ method: 'replay', num_speculative_tokens: 3, replay_acceptance_rate: rate })],
+    { encoding: 'utf8', timeout: 240000 * timeScale });
+    assert.equal(r.status, 0, r.stderr + r.stdout);
+    const point = JSON.parse(fs.readFileSync(path.join(out, 'cost.json'), 'utf8')).decode[0];
+    assert.equal(point.skipped, null, JSON.stringify(point));
+    assert.match(point.drafter, /^replay \(a benchmark drafter/);
+    // The measured pass's prefill step verifies nothing; every decode step verifies 3 guesses.
+    assert.ok(Math.abs(point.mean_acceptance_length - want) < 1e-9, JSON.stringify(point));
+    assert.match(r.stdout, /acceptance length \d\.\d\d \(replay/);
+    if (rate === 1) assert.ok(point.tok_s_per_user > 0);
+  }
+});

@@ -1,0 +1,99 @@
+// The replay drafter (engine/replay_drafter.h), a benchmark drafter: no guesses before a prompt's
+// output was recorded, the recorded continuation at rate 1, none right at rate 0, about the set
+// fraction in between (deterministically), nothing for an output that left the recording, and
+// through the engine: greedy output unchanged, every guess accepted at rate 1.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "engine/replay_drafter.h"
+#include "engine_test_model.h"
+
+using namespace ossrt;
+using namespace testing_engine;
+
+namespace {
+using Seq = std::vector<int32_t>;
+
+Seq ask(Drafter& d, const Seq& tokens, int prompt_len, int k) {
+  DraftRequest r;
+  r.sequence = 1;
+  r.tokens = tokens;
+  r.max_tokens = k;
+  r.position = int(tokens.size()) - prompt_len;
+  return d.propose(r).tokens;
+}
+
+Seq concat(Seq a, const Seq& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+}  // namespace
+
+TEST(ReplayDrafter, ReplaysTheRecordedOutputAtTheSetRate) {
+  const Seq prompt = {7, 8, 9};
+  Seq output;
+  for (int i = 0; i < 3000; ++i) output.push_back(100 + 2 * (i % 50));
+  for (double rate : {0.0, 0.3, 0.6, 1.0}) {
+    ReplayDrafter d(rate);
+    EXPECT_TRUE(ask(d, prompt, 3, 4).empty());  // nothing recorded yet
+    d.finished(1, concat(prompt, output), 3);
+    EXPECT_EQ(d.num_recorded(), 1u);
+    int right = 0, total = 0;
+    for (int pos = 0; pos + 4 <= int(output.size()); pos += 4) {
+      const Seq so_far = concat(prompt, Seq(output.begin(), output.begin() + pos));
+      const Seq g = ask(d, so_far, 3, 4);
+      ASSERT_EQ(g.size(), 4u);
+      EXPECT_EQ(g, ask(d, so_far, 3, 4));  // deterministic
+      for (int i = 0; i < 4; ++i) {
+        right += g[size_t(i)] == output[size_t(pos + i)];
+        ++total;
+      }
+    }
+    EXPECT_NEAR(double(right) / total, rate, 0.04) << "rate " << rate;
+    // The end of the recording: fewer guesses, then none; an output that differs: none.
+    EXPECT_EQ(ask(d, concat(prompt, Seq(output.begin(), output.end() - 2)), 3, 4).size(), 2u);
+    EXPECT_TRUE(ask(d, concat(prompt, output), 3, 4).empty());
+    EXPECT_TRUE(ask(d, concat(prompt, Seq{1, 2}), 3, 4).empty());
+    EXPECT_TRUE(ask(d, Seq{7, 8, 9, 10}, 4, 4).empty());  // another prompt
+  }
+  EXPECT_THROW(ReplayDrafter(1.5), Error);
+  EXPECT_EQ(
+      parse_speculative_config(R"({"method": "replay", "num_speculative_tokens": 3, "replay_acceptance_rate": 0.5})")
+          .replay_acceptance_rate,
+      0.5);
+  EXPECT_THROW(
+      parse_speculative_config(R"({"method": "replay", "num_speculative_tokens": 3, "replay_acceptance_rate": 2})"),
+      Error);
+}
+
+TEST(ReplayDrafter, ThroughTheEngineTheOutputIsUnchanged) {
+  SmallModel model(256, 80);
+  SmallModel reference_model;
+  const Seq prompt = random_prompt(9, 55);
+  const int max_tokens = 16;
+  const Seq want = reference_greedy(reference_model.model, prompt, max_tokens);
+  for (double rate : {1.0, 0.5}) {
+    EngineConfig c;
+    c.max_num_seqs = 4;
+    c.max_num_batched_tokens = 64;
+    c.block_size = 4;
+    c.num_full_blocks = 256;
+    c.start_thread = false;
+    c.speculative = parse_speculative_config(
+        fmt::format(R"({{"method": "replay", "num_speculative_tokens": 3, "replay_acceptance_rate": {}}})", rate));
+    Engine engine(model.model, c);
+    for (int round = 0; round < 2; ++round) {  // the first round records, the second replays
+      EventLog log;
+      engine.submit(greedy_request("r", prompt, max_tokens), log.callback("r"));
+      engine.run_until_idle();
+      EXPECT_EQ(log.get("r").tokens, want) << "rate " << rate << " round " << round;
+    }
+    const GeneratorStats s = engine.stats();
+    EXPECT_GT(s.spec_drafts, 0u);
+    if (rate == 1.0)
+      EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+    else
+      EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens);
+  }
+}
