@@ -10,6 +10,8 @@
 #   cost     `bench cost` prefill (1k .. 127k where it fits) and decode at contexts 1k and 8k
 #   structured  64 concurrent chat streams of 256 tokens, JSON-Schema constrained (tools/device/schemas)
 #            against unconstrained, on one server (issue 18's target: within 5%)
+#   spec     speculative decoding with the replay drafter (a benchmark drafter, docs/engine.md): the
+#            cost of a 1 + 3 token verify step at batch 1, 8, 64 and batch-1 speed at set acceptance
 #   cost32k  `bench cost` decode at context 32k (its prefill of up to 128 x 32k tokens needs a call
 #            of its own); merge the two on the CPU machine:
 #            ossrt bench cost --from-json <run>/cost_a/cost.json,<run>/cost_b/cost.json --result-dir <run>/cost
@@ -157,6 +159,20 @@ part_cost32k() {
     --result-dir "$RESULTS/$RUN/cost_b"
 }
 
+part_spec() {  # issue 17: speculative decoding's cost and speed with the replay (benchmark) drafter
+  # The cost of verifying 1 + 3 tokens (every guess rejected: rate 0) against a plain step, at batch
+  # 1, 8 and 64; then batch-1 speed at mean acceptance lengths ~1.66, 2.24, 2.73, 3.05 (docs/engine.md).
+  local common=("$OSSRT" bench cost "${MODEL_FLAGS[@]}" --no-prefill --contexts 1024 --decode-steps 64 --warmup-steps 8)
+  run_step "bench cost: plain decode" 120 "${common[@]}" --batch-sizes "${SPEC_BATCHES:-1,8,64}" \
+    --result-dir "$RESULTS/$RUN/spec_plain"
+  for rate in 0 0.42 0.62 0.75 0.83; do
+    local batches=1; [ "$rate" = 0 ] && batches=${SPEC_BATCHES:-1,8,64}
+    run_step "bench cost: replay drafter, k = 3, rate $rate" 120 "${common[@]}" --batch-sizes "$batches" \
+      --speculative-config "{\"method\": \"replay\", \"num_speculative_tokens\": 3, \"replay_acceptance_rate\": $rate}" \
+      --result-dir "$RESULTS/$RUN/spec_replay_$rate"
+  done
+}
+
 for part in "${PARTS[@]}"; do
   case $part in
     serve) part_serve ;;
@@ -164,7 +180,8 @@ for part in "${PARTS[@]}"; do
     cost) part_cost ;;
     cost32k) part_cost32k ;;
     structured) part_structured ;;
-    *) echo "!! unknown part '$part' (serve, kernels, cost, cost32k, structured)" ;;
+    spec) part_spec ;;
+    *) echo "!! unknown part '$part' (serve, kernels, cost, cost32k, structured, spec)" ;;
   esac
 done
 
