@@ -200,6 +200,7 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
   // The window: from the latest start of any request's measured steps to the earliest end.
   Clock::time_point a = Clock::time_point::min(), b = Clock::time_point::max();
   std::vector<double> gaps;
+  int64_t measured_tokens = 0;  // in the measured steps' events (1 each without speculation)
   double generated_mid = 0;
   for (int s = 0; s < batch; ++s) {
     const auto& t = tracker.times[size_t(s)];
@@ -207,7 +208,10 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
     const size_t last = first + size_t(o.decode_steps);
     a = std::max(a, t[first]);
     b = std::min(b, t[last]);
-    for (size_t i = first + 1; i <= last; ++i) gaps.push_back(seconds(t[i] - t[i - 1]));
+    for (size_t i = first + 1; i <= last; ++i) {
+      gaps.push_back(seconds(t[i] - t[i - 1]));
+      measured_tokens += tracker.tokens[size_t(s)][i];
+    }
     int produced = 0;
     for (size_t i = 0; i < (first + last) / 2 && i < tracker.tokens[size_t(s)].size(); ++i)
       produced += tracker.tokens[size_t(s)][i];
@@ -225,8 +229,10 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
   p.itl_p90_s = itl.percentiles[0];
   const double window = seconds(b - a);
   p.tok_s_gpu = window > 0 ? double(tokens_in_window) / window / gpus : 0;
-  // Tokens, not steps: with speculative decoding a step emits 1 + accepted tokens.
-  p.tok_s_user = window > 0 ? double(tokens_in_window) / batch / window : 0;
+  // Tokens, not steps: with speculative decoding a step emits 1 + accepted tokens, so a request's
+  // speed is its tokens per step over the mean step gap (1 / mean ITL without speculation).
+  const double tokens_per_event = gaps.empty() ? 1.0 : double(measured_tokens) / double(gaps.size());
+  p.tok_s_user = itl.mean > 0 ? tokens_per_event / itl.mean : 0;
   const uint64_t drafts = spec_after.spec_drafts - spec_before.spec_drafts;
   if (drafts > 0) {
     p.mean_acceptance_length =

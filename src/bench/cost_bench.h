@@ -58,7 +58,7 @@ struct DecodePoint {
   int context = 0, batch = 0;
   double itl_mean_s = 0, itl_median_s = 0, itl_p90_s = 0;
   double tok_s_gpu = 0;   // output tokens per second per GPU, the batch decoding together
-  double tok_s_user = 0;  // output tokens per second per request (1 / mean ITL without speculation)
+  double tok_s_user = 0;  // tokens per step per request / mean ITL (1 / mean ITL without speculation)
   double usd_per_m_output = 0;
   double mean_context = 0;  // tokens in each sequence's KV at the middle of the window
   int steps = 0;            // measured steps

@@ -108,30 +108,29 @@ nlohmann::json cost_result_json(const CostBenchResult& r) {
          {"note", p.note.empty() ? nlohmann::json() : nlohmann::json(p.note)},
          {"mean_acceptance_length", p.drafter.empty() ? nlohmann::json() : nlohmann::json(p.mean_acceptance_length)},
          {"drafter", p.drafter.empty() ? nlohmann::json() : nlohmann::json(p.drafter)}});
-  return {
-      {"benchmark", "ossrt bench cost"},
-      {"format_version", 1},
-      {"date", r.date},
-      {"commit", r.commit},
-      {"model", r.model},
-      {"device", r.device},
-      {"gpus", r.gpus},
-      {"settings", r.settings},
-      {"engine", r.engine},
-      {"quantization_note", note_quantization(r)},
-      {"definitions",
-       {{"prefill",
-         "one request of input_len random prompt tokens alone on the engine; latency = submit to first token, "
-         "median of `repeats` after one warm-up"},
-        {"decode",
-         "batch requests of `context` random prompt tokens decoding together (greedy, ignore_eos); ITL = the "
-         "gap between a request's consecutive tokens while every request decodes; tok/s per GPU = tokens "
-         "produced in that window / its length / GPUs; tok/s per user = the tokens each request produced in it / its "
-         "length (1 / mean ITL without speculative decoding; with it a step emits 1 + accepted guesses, and "
-         "mean_acceptance_length says how many)"},
-        {"cost", "$ per million tokens = usd_per_hour x GPUs / 3600 / tokens per second x 1e6"}}},
-      {"prefill", prefill},
-      {"decode", decode}};
+  return {{"benchmark", "ossrt bench cost"},
+          {"format_version", 1},
+          {"date", r.date},
+          {"commit", r.commit},
+          {"model", r.model},
+          {"device", r.device},
+          {"gpus", r.gpus},
+          {"settings", r.settings},
+          {"engine", r.engine},
+          {"quantization_note", note_quantization(r)},
+          {"definitions",
+           {{"prefill",
+             "one request of input_len random prompt tokens alone on the engine; latency = submit to first token, "
+             "median of `repeats` after one warm-up"},
+            {"decode",
+             "batch requests of `context` random prompt tokens decoding together (greedy, ignore_eos); ITL = the "
+             "gap between a request's consecutive tokens while every request decodes; tok/s per GPU = tokens "
+             "produced in that window / its length / GPUs; tok/s per user = a request's tokens per step / mean ITL "
+             "(1 / mean ITL without speculative decoding; with it a step emits 1 + accepted guesses, and "
+             "mean_acceptance_length says how many)"},
+            {"cost", "$ per million tokens = usd_per_hour x GPUs / 3600 / tokens per second x 1e6"}}},
+          {"prefill", prefill},
+          {"decode", decode}};
 }
 
 namespace {
