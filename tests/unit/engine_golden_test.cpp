@@ -112,8 +112,12 @@ TEST(EngineGoldenTest, EveryDrafterKeepsTheGreedyContinuation) {
         EXPECT_EQ(s.tokens, expected) << "round " << round;
       }
       const GeneratorStats st = engine.stats();
-      if (std::string(method) != "ngram") EXPECT_GT(st.spec_draft_tokens, 0u);
-      if (std::string(method) == "draft_model") EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);
+      if (std::string(method) != "ngram") {
+        EXPECT_GT(st.spec_draft_tokens, 0u);
+      }
+      if (std::string(method) == "draft_model") {
+        EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);
+      }
       if (std::string(method) == "replay") {
         EXPECT_GT(st.spec_accepted_tokens, 0u);
         EXPECT_LT(st.spec_accepted_tokens, st.spec_draft_tokens);
