@@ -1,20 +1,13 @@
 #include "engine/replay_drafter.h"
 
 #include <algorithm>
+#include <functional>
+#include <string_view>
 
 #include "core/error.h"
+#include "sampling/sampler.h"
 
 namespace ossrt {
-
-namespace {
-// SplitMix64: a draw from (prompt, position, guess) alone, so a replayed run is reproducible.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 ReplayDrafter::ReplayDrafter(double acceptance_rate, size_t max_recorded)
     : rate_(acceptance_rate), max_recorded_(max_recorded) {
@@ -31,11 +24,12 @@ Draft ReplayDrafter::propose(const DraftRequest& r) {
   const std::vector<int32_t>& out = it->second;
   const size_t done = size_t(r.position);
   if (done >= out.size() || !std::equal(r.tokens.begin() + prompt_len, r.tokens.end(), out.begin())) return {};
-  uint64_t key = 0;
-  for (int32_t t : prompt) key = mix(key ^ uint32_t(t));
+  // A draw from (prompt, position) alone, so a replayed run is reproducible.
+  const uint64_t key = std::hash<std::string_view>{}(
+      std::string_view(reinterpret_cast<const char*>(prompt.data()), prompt.size() * sizeof(int32_t)));
   Draft d;
   for (size_t i = done; i < out.size() && int(d.tokens.size()) < r.max_tokens; ++i) {
-    const double u = double(mix(key ^ mix(i)) >> 11) * 0x1.0p-53;
+    const double u = uniform_draw(key, i);
     // A wrong guess differs from the recorded token and stays below an even vocabulary's size.
     d.tokens.push_back(u < rate_ ? out[i] : (out[i] ^ 1));
   }

@@ -23,16 +23,6 @@ namespace {
 
 using Seq = std::vector<int32_t>;
 
-// The drafter's guesses for sequence `id` (prompt_len tokens of prompt), at most k.
-Seq ask(Drafter& d, uint64_t id, const Seq& tokens, int prompt_len, int k) {
-  DraftRequest r;
-  r.sequence = id;
-  r.tokens = tokens;
-  r.max_tokens = k;
-  r.position = int(tokens.size()) - prompt_len;
-  return d.propose(r).tokens;
-}
-
 // k greedy guesses computed from scratch: a new runner over the whole sequence, then token by token.
 Seq fresh_guesses(GptOssModel& model, const Seq& tokens, int k) {
   SingleSequenceRunner runner(model, 512, 4);
@@ -70,7 +60,7 @@ TEST(DraftModelDrafter, GuessesEqualAFreshRunOverTheWholeSequence) {
   // window, so the drafter keeps rewinding its cache.
   Seq tokens = random_prompt(7, 4242);
   for (int step = 0; step < 14; ++step) {
-    const Seq got = ask(d, 1, tokens, 7, 3);
+    const Seq got = draft_guesses(d, 1, tokens, 7, 3);
     ASSERT_EQ(got, fresh_guesses(fresh_model.model, tokens, 3)) << "step " << step;
     const int accepted = int(rng() % 4);
     tokens.insert(tokens.end(), got.begin(), got.begin() + accepted);
@@ -79,10 +69,10 @@ TEST(DraftModelDrafter, GuessesEqualAFreshRunOverTheWholeSequence) {
   EXPECT_GT(tokens.size(), 40u);
   // Another sequence waits while this one holds the draft cache, and drafts once it ends.
   const Seq other = random_prompt(5, 77);
-  EXPECT_TRUE(ask(d, 2, other, 5, 3).empty());
+  EXPECT_TRUE(draft_guesses(d, 2, other, 5, 3).empty());
   d.finished(1, tokens, 7);
   EXPECT_FALSE(d.bound_sequence().has_value());
-  EXPECT_EQ(ask(d, 2, other, 5, 3), fresh_guesses(fresh_model.model, other, 3));
+  EXPECT_EQ(draft_guesses(d, 2, other, 5, 3), fresh_guesses(fresh_model.model, other, 3));
   EXPECT_EQ(d.bound_sequence(), std::optional<uint64_t>(2));
 }
 

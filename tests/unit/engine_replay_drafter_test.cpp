@@ -15,15 +15,6 @@ using namespace testing_engine;
 namespace {
 using Seq = std::vector<int32_t>;
 
-Seq ask(Drafter& d, const Seq& tokens, int prompt_len, int k) {
-  DraftRequest r;
-  r.sequence = 1;
-  r.tokens = tokens;
-  r.max_tokens = k;
-  r.position = int(tokens.size()) - prompt_len;
-  return d.propose(r).tokens;
-}
-
 Seq concat(Seq a, const Seq& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -36,15 +27,15 @@ TEST(ReplayDrafter, ReplaysTheRecordedOutputAtTheSetRate) {
   for (int i = 0; i < 3000; ++i) output.push_back(100 + 2 * (i % 50));
   for (double rate : {0.0, 0.3, 0.6, 1.0}) {
     ReplayDrafter d(rate);
-    EXPECT_TRUE(ask(d, prompt, 3, 4).empty());  // nothing recorded yet
+    EXPECT_TRUE(draft_guesses(d, 1, prompt, 3, 4).empty());  // nothing recorded yet
     d.finished(1, concat(prompt, output), 3);
     EXPECT_EQ(d.num_recorded(), 1u);
     int right = 0, total = 0;
     for (int pos = 0; pos + 4 <= int(output.size()); pos += 4) {
       const Seq so_far = concat(prompt, Seq(output.begin(), output.begin() + pos));
-      const Seq g = ask(d, so_far, 3, 4);
+      const Seq g = draft_guesses(d, 1, so_far, 3, 4);
       ASSERT_EQ(g.size(), 4u);
-      EXPECT_EQ(g, ask(d, so_far, 3, 4));  // deterministic
+      EXPECT_EQ(g, draft_guesses(d, 1, so_far, 3, 4));  // deterministic
       for (int i = 0; i < 4; ++i) {
         right += g[size_t(i)] == output[size_t(pos + i)];
         ++total;
@@ -52,10 +43,10 @@ TEST(ReplayDrafter, ReplaysTheRecordedOutputAtTheSetRate) {
     }
     EXPECT_NEAR(double(right) / total, rate, 0.04) << "rate " << rate;
     // The end of the recording: fewer guesses, then none; an output that differs: none.
-    EXPECT_EQ(ask(d, concat(prompt, Seq(output.begin(), output.end() - 2)), 3, 4).size(), 2u);
-    EXPECT_TRUE(ask(d, concat(prompt, output), 3, 4).empty());
-    EXPECT_TRUE(ask(d, concat(prompt, Seq{1, 2}), 3, 4).empty());
-    EXPECT_TRUE(ask(d, Seq{7, 8, 9, 10}, 4, 4).empty());  // another prompt
+    EXPECT_EQ(draft_guesses(d, 1, concat(prompt, Seq(output.begin(), output.end() - 2)), 3, 4).size(), 2u);
+    EXPECT_TRUE(draft_guesses(d, 1, concat(prompt, output), 3, 4).empty());
+    EXPECT_TRUE(draft_guesses(d, 1, concat(prompt, Seq{1, 2}), 3, 4).empty());
+    EXPECT_TRUE(draft_guesses(d, 1, Seq{7, 8, 9, 10}, 4, 4).empty());  // another prompt
   }
   EXPECT_THROW(ReplayDrafter(1.5), Error);
   EXPECT_EQ(

@@ -18,16 +18,6 @@ namespace {
 
 using Seq = std::vector<int32_t>;
 
-// The drafter's guesses for sequence `id` (prompt_len tokens of prompt), at most k.
-Seq ask(Drafter& d, uint64_t id, const Seq& tokens, int prompt_len, int k) {
-  DraftRequest r;
-  r.sequence = id;
-  r.tokens = tokens;
-  r.max_tokens = k;
-  r.position = int(tokens.size()) - prompt_len;
-  return d.propose(r).tokens;
-}
-
 Seq random_seq(std::mt19937& rng, int len, int alphabet) {
   std::uniform_int_distribution<int> d(0, alphabet - 1);
   Seq s(static_cast<size_t>(len));
@@ -160,18 +150,18 @@ TEST(SuffixDrafter, DraftsFromTheRequestAndFromEarlierOutputs) {
   Seq tokens = {1, 2};
   tokens.insert(tokens.end(), phrase.begin(), phrase.end());
   tokens.insert(tokens.end(), {3, 4, 11, 12, 13});
-  EXPECT_EQ(ask(d, 1, tokens, 2, 6), (Seq{14, 15, 16}));  // factor 1.0: at most the match (3)
-  tokens.push_back(14);                                   // grown by one: the tree takes the new token only
-  EXPECT_EQ(ask(d, 1, tokens, 2, 6), (Seq{15, 16, 17, 3}));
+  EXPECT_EQ(draft_guesses(d, 1, tokens, 2, 6), (Seq{14, 15, 16}));  // factor 1.0: at most the match (3)
+  tokens.push_back(14);                                             // grown by one: the tree takes the new token only
+  EXPECT_EQ(draft_guesses(d, 1, tokens, 2, 6), (Seq{15, 16, 17, 3}));
   EXPECT_EQ(d.num_tracked_requests(), 1u);
 
   // Another request has never seen the phrase: nothing to draft until the first one's output is shared.
   const Seq other = {5, 6, 11, 12, 13};
-  EXPECT_TRUE(ask(d, 2, other, 2, 6).empty());
+  EXPECT_TRUE(draft_guesses(d, 2, other, 2, 6).empty());
   d.finished(1, tokens, 2);
   EXPECT_EQ(d.num_tracked_requests(), 1u);
   EXPECT_EQ(d.num_cached_outputs(), 1u);
-  EXPECT_EQ(ask(d, 2, other, 2, 6), (Seq{14, 15, 16}));
+  EXPECT_EQ(draft_guesses(d, 2, other, 2, 6), (Seq{14, 15, 16}));
   // A prompt-only sequence adds nothing to the shared tree.
   d.finished(2, other, 5);
   EXPECT_EQ(d.num_cached_outputs(), 1u);
@@ -183,16 +173,16 @@ TEST(SuffixDrafter, EvictedOutputsAreForgotten) {
       R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_max_cached_requests": 1})");
   SuffixDrafter d(c);
   d.finished(1, Seq{0, 21, 22, 23, 24, 25}, 1);
-  EXPECT_EQ(ask(d, 9, Seq{7, 21, 22}, 1, 4), (Seq{23, 24}));
+  EXPECT_EQ(draft_guesses(d, 9, Seq{7, 21, 22}, 1, 4), (Seq{23, 24}));
   d.finished(2, Seq{0, 31, 32, 33, 34}, 1);  // evicts the first output
   EXPECT_EQ(d.num_cached_outputs(), 1u);
-  EXPECT_TRUE(ask(d, 10, Seq{7, 21, 22}, 1, 4).empty());
-  EXPECT_EQ(ask(d, 11, Seq{7, 31, 32}, 1, 4), (Seq{33, 34}));
+  EXPECT_TRUE(draft_guesses(d, 10, Seq{7, 21, 22}, 1, 4).empty());
+  EXPECT_EQ(draft_guesses(d, 11, Seq{7, 31, 32}, 1, 4), (Seq{33, 34}));
   // Many more: the shared tree is rebuilt now and then and keeps answering from the newest output.
   for (int r = 0; r < 50; ++r) d.finished(uint64_t(100 + r), Seq{0, 40 + r, 41 + r, 42 + r}, 1);
   EXPECT_EQ(d.num_cached_outputs(), 1u);
-  EXPECT_EQ(ask(d, 12, Seq{7, 89, 90}, 1, 4), (Seq{91}));
-  EXPECT_TRUE(ask(d, 13, Seq{7, 40, 41}, 1, 4).empty());
+  EXPECT_EQ(draft_guesses(d, 12, Seq{7, 89, 90}, 1, 4), (Seq{91}));
+  EXPECT_TRUE(draft_guesses(d, 13, Seq{7, 40, 41}, 1, 4).empty());
 }
 
 TEST(SuffixDrafter, MinTokenProbabilityStopsUnsureDrafts) {
@@ -206,7 +196,7 @@ TEST(SuffixDrafter, MinTokenProbabilityStopsUnsureDrafts) {
     c.suffix_min_token_prob = min_prob;
     SuffixDrafter d(c);
     d.finished(1, history, 0);
-    return ask(d, 2, Seq{8, 1, 2}, 0, 4);
+    return draft_guesses(d, 2, Seq{8, 1, 2}, 0, 4);
   };
   // Matched "1 2": 3 with p = 2/3, then 5 (p stays 2/3), then 7 (the lower id of two equals: p 1/3).
   EXPECT_EQ(draft(0.1), (Seq{3, 5, 7}));

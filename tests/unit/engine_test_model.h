@@ -115,6 +115,17 @@ struct EventLog {
   }
 };
 
+// A drafter's guesses for sequence `id` whose first prompt_len tokens are the prompt, at most k.
+inline std::vector<int32_t> draft_guesses(Drafter& d, uint64_t id, const std::vector<int32_t>& tokens, int prompt_len,
+                                          int k) {
+  DraftRequest r;
+  r.sequence = id;
+  r.tokens = tokens;
+  r.max_tokens = k;
+  r.position = int(tokens.size()) - prompt_len;
+  return d.propose(r).tokens;
+}
+
 inline GenerationRequest greedy_request(std::string id, std::vector<int32_t> prompt, int max_tokens) {
   GenerationRequest r;
   r.id = std::move(id);
