@@ -36,33 +36,39 @@ struct Backends {
 
 // ---------------------------------------------------------------- norms and residual adds
 
+// Hidden 2880 takes the register-resident vector kernel; 90 (not a multiple of 4) and 5000 (wider
+// than its registers) the generic one.
 TEST(CudaOps, RmsNormAddRmsNormAndAdd) {
   OSSRT_SKIP_WITHOUT_GPU();
   Backends b;
   std::mt19937_64 rng(1);
-  auto w_host = test::host_bf16(random_floats(rng, kHidden, 0.2f, 1.0f), {kHidden}, "norm.w");
-  Tensor w_cpu = b.cpu->upload(w_host->view), w_gpu = b.gpu->upload(w_host->view);
-  for (int64_t t : {1, 7, 256}) {
-    const auto x = random_floats(rng, size_t(t * kHidden), 3.0f);
-    const auto delta = random_floats(rng, size_t(t * kHidden), 1.0f);
-    StepPlan empty;
-    // rmsnorm: f32 residual in, activation out
-    Tensor xc = put(*b.cpu, DType::F32, {t, kHidden}, x), xg = put(*b.gpu, DType::F32, {t, kHidden}, x);
-    Tensor oc = b.cpu->alloc(DType::F32, {t, kHidden}), og = b.gpu->alloc(DType::BF16, {t, kHidden});
-    b.cpu->rmsnorm(xc, w_cpu, 1e-5f, oc);
-    b.gpu->rmsnorm(xg, w_gpu, 1e-5f, og);
-    OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2, fmt::format("rmsnorm T={}", t));
-    // add_rmsnorm: residual += bf16 delta, normalized out
-    Tensor dc = put_act(*b.cpu, {t, kHidden}, delta), dg = put_act(*b.gpu, {t, kHidden}, delta);
-    b.cpu->add_rmsnorm(xc, dc, w_cpu, 1e-5f, oc);
-    b.gpu->add_rmsnorm(xg, dg, w_gpu, 1e-5f, og);
-    OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(xg), b.cpu->to_host_f32(xc), 1e-5,
-                       fmt::format("add_rmsnorm residual T={}", t));
-    OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2, fmt::format("add_rmsnorm out T={}", t));
-    // add
-    b.cpu->add(xc, dc);
-    b.gpu->add(xg, dg);
-    OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(xg), b.cpu->to_host_f32(xc), 1e-5, fmt::format("add T={}", t));
+  for (int64_t hidden : {kHidden, int64_t(90), int64_t(5000)}) {
+    auto w_host = test::host_bf16(random_floats(rng, size_t(hidden), 0.2f, 1.0f), {hidden}, "norm.w");
+    Tensor w_cpu = b.cpu->upload(w_host->view), w_gpu = b.gpu->upload(w_host->view);
+    for (int64_t t : {1, 7, 256}) {
+      const auto x = random_floats(rng, size_t(t * hidden), 3.0f);
+      const auto delta = random_floats(rng, size_t(t * hidden), 1.0f);
+      const std::string where = fmt::format("hidden {} T={}", hidden, t);
+      // rmsnorm: f32 residual in, activation out (bf16, and f32 for the final norm's case)
+      Tensor xc = put(*b.cpu, DType::F32, {t, hidden}, x), xg = put(*b.gpu, DType::F32, {t, hidden}, x);
+      Tensor oc = b.cpu->alloc(DType::F32, {t, hidden}), og = b.gpu->alloc(DType::BF16, {t, hidden});
+      Tensor og32 = b.gpu->alloc(DType::F32, {t, hidden});
+      b.cpu->rmsnorm(xc, w_cpu, 1e-5f, oc);
+      b.gpu->rmsnorm(xg, w_gpu, 1e-5f, og);
+      b.gpu->rmsnorm(xg, w_gpu, 1e-5f, og32);
+      OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2, "rmsnorm " + where);
+      OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og32), b.cpu->to_host_f32(oc), 1e-5, "rmsnorm f32 out " + where);
+      // add_rmsnorm: residual += bf16 delta, normalized out
+      Tensor dc = put_act(*b.cpu, {t, hidden}, delta), dg = put_act(*b.gpu, {t, hidden}, delta);
+      b.cpu->add_rmsnorm(xc, dc, w_cpu, 1e-5f, oc);
+      b.gpu->add_rmsnorm(xg, dg, w_gpu, 1e-5f, og);
+      OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(xg), b.cpu->to_host_f32(xc), 1e-5, "add_rmsnorm residual " + where);
+      OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2, "add_rmsnorm out " + where);
+      // add
+      b.cpu->add(xc, dc);
+      b.gpu->add(xg, dg);
+      OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(xg), b.cpu->to_host_f32(xc), 1e-5, "add " + where);
+    }
   }
 }
 
@@ -77,9 +83,13 @@ TEST(CudaOps, LinearQkvOutputAndUnembedding) {
     bool bias, f32_out;
     std::vector<int64_t> tokens;
   };
-  const Case cases[] = {{kQkvDim, kHidden, true, false, {1, 7, 256, 1000}},
-                        {kHidden, kQHeads * kHeadDim, true, false, {1, 33}},
-                        {201088, kHidden, false, true, {1, 3}}};
+  // Up to 8 rows take our GEMV kernels (one warp per row here), more take cuBLASLt; K = 90 (not a
+  // multiple of 8) always takes cuBLASLt, and 40 output rows a whole CTA per row.
+  const Case cases[] = {{kQkvDim, kHidden, true, false, {1, 2, 3, 4, 7, 8, 9, 256, 1000}},
+                        {kHidden, kQHeads * kHeadDim, true, false, {1, 5, 8, 33}},
+                        {201088, kHidden, false, true, {1, 3}},
+                        {40, kHidden, true, false, {1, 6}},
+                        {40, 90, false, true, {1, 6}}};
   for (const Case& c : cases) {
     auto w =
         test::host_bf16(random_floats(rng, size_t(c.out * c.in), 1.0f / std::sqrt(float(c.in))), {c.out, c.in}, "w");
@@ -158,7 +168,9 @@ TEST(CudaOps, RouterTopkSoftmax) {
     auto bias = test::host_bf16(random_floats(rng, size_t(experts), 0.3f), {experts}, "router.b");
     Tensor wc = b.cpu->upload(w->view), wg = b.gpu->upload(w->view);
     Tensor bc = b.cpu->upload(bias->view), bg = b.gpu->upload(bias->view);
-    for (int64_t t : {1, 7, 256}) {
+    // 1-8 tokens: the fused kernel (whose ticket counter must reset between launches: every call
+    // below starts from fresh outputs); 9 and 256: cuBLASLt and the top-k kernel.
+    for (int64_t t : {1, 2, 3, 4, 7, 8, 9, 256}) {
       const auto x = random_floats(rng, size_t(t * kHidden), 1.0f);
       Tensor xc = put_act(*b.cpu, {t, kHidden}, x), xg = put_act(*b.gpu, {t, kHidden}, x);
       Tensor ic = b.cpu->alloc(DType::I32, {t, k}), ig = b.gpu->alloc(DType::I32, {t, k});

@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/device_buffers.h"
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/router.cuh"
 #include "backend/cuda/kernels/sample.cuh"
 #include "backend/cuda/plan_upload.h"
@@ -81,6 +82,9 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
 
   router_logits_bytes_ = size_t(cap.max_tokens) * cuda::kRouterMaxExperts * sizeof(float);
   router_logits_ = device_alloc(router_logits_bytes_, "router logits workspace");
+  router_counter_ = static_cast<int*>(device_alloc(sizeof(int), "router ticket counter"));
+  OSSRT_CUDA_CHECK(cudaMemsetAsync(router_counter_, 0, sizeof(int), stream_));
+  OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   attn_workspace_bytes_ =
       cuda::attention_decode_workspace_bytes(cap.max_seqs, kPlannedQueryHeads, cuda::kAttnMaxDecodeSplits);
   attn_workspace_ = device_alloc(attn_workspace_bytes_, "attention decode workspace");
@@ -96,6 +100,13 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   sample_staging_ = static_cast<char*>(buffers_->allocate_pinned(upload_bytes, "sampling upload staging"));
   sample_ids_ = device_alloc(size_t(max_sample_rows_) * sizeof(int32_t), "sampled ids");
   sample_workspace_ = device_alloc(cuda::sample_workspace_bytes(max_sample_rows_), "sampling workspace");
+  // Developer switch for A/B timing of the decode GEMVs and fused router against cuBLASLt:
+  // OSSRT_CUDA_GEMV_MAX_ROWS=0 sends every linear and router GEMM to cuBLASLt (docs/kernels.md).
+  if (const char* rows = std::getenv("OSSRT_CUDA_GEMV_MAX_ROWS")) {
+    OSSRT_CHECK(std::sscanf(rows, "%d", &gemv_max_rows_) == 1 && gemv_max_rows_ >= 0 &&
+                    gemv_max_rows_ <= cuda::kGemvMaxRows,
+                "OSSRT_CUDA_GEMV_MAX_ROWS must be 0..{}, not '{}'", cuda::kGemvMaxRows, rows);
+  }
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,

@@ -11,6 +11,7 @@
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/embedding.cuh"
 #include "backend/cuda/kernels/gather.cuh"
+#include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/moe.cuh"
 #include "backend/cuda/kernels/norm.cuh"
 #include "backend/cuda/kernels/rope_cache.cuh"
@@ -135,6 +136,19 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
     OSSRT_CHECK(bias->dtype == DType::BF16 && bias->numel() == w.dim(0), "linear: bias {} {} for w {}",
                 dtype_name(bias->dtype), bias->shape_str(), w.shape_str());
   }
+  // Decode sizes: our GEMV (one launch, bias in the epilogue, no split-K reduce); cuBLASLt otherwise.
+  const cuda::GemvArgs g{static_cast<const uint16_t*>(x.data),
+                         static_cast<const uint16_t*>(w.data),
+                         bias ? static_cast<const uint16_t*>(bias->data) : nullptr,
+                         out.data,
+                         out.dtype == DType::F32,
+                         int(x.dim(0)),
+                         int(w.dim(0)),
+                         int(w.dim(1))};
+  if (x.dim(0) <= gemv_max_rows_ && cuda::gemv_supported(g)) {
+    cuda::launch_bf16_gemv(g, stream_);
+    return;
+  }
   blas_->matmul(x.data, w.data, bias ? bias->data : nullptr, out.data, x.dim(0), w.dim(0), w.dim(1),
                 out.dtype == DType::F32, stream_);
 }
@@ -240,7 +254,23 @@ void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b,
   OSSRT_CHECK(size_t(t * e) * sizeof(float) <= router_logits_bytes_, "router_topk: {} tokens exceed the planned {}", t,
               options_.max_step_tokens);
   // Router logits in fp32 (docs/reference/SPEC.md 2.6 recommends fp32 logits and softmax); the bias joins in the top-k
-  // kernel.
+  // kernel. Decode sizes: one fused launch.
+  const cuda::RouterFusedArgs f{static_cast<const uint16_t*>(x.data),
+                                static_cast<const uint16_t*>(w.data),
+                                b.data,
+                                b.dtype == DType::F32,
+                                static_cast<float*>(router_logits_),
+                                router_counter_,
+                                ids.ptr<int32_t>(),
+                                weights.ptr<float>(),
+                                int(t),
+                                int(e),
+                                k,
+                                int(w.dim(1))};
+  if (t <= gemv_max_rows_ && cuda::router_fused_supported(f)) {
+    cuda::launch_bf16_router_fused(f, stream_);
+    return;
+  }
   blas_->matmul(x.data, w.data, nullptr, router_logits_, t, e, w.dim(1), /*out_f32=*/true, stream_);
   cuda::RouterTopkArgs a{static_cast<const float*>(router_logits_),
                          b.data,

@@ -73,6 +73,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
 }
 
 __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
+  pdl_wait();  // launched with PDL (docs/kernels.md): q and the cache come from the kernels before
+  pdl_launch_dependents();
   const int split = blockIdx.x, kv_head = blockIdx.y, seq_index = blockIdx.z;
   const SeqStep seq = a.plan.seqs[seq_index];
   if (seq.num_tokens != 1) return;  // padding (0 tokens); the launcher rejects > 1
@@ -216,6 +218,8 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
 
 // One warp per query head; lane i owns dims 2i, 2i+1.
 __global__ void __launch_bounds__(kGroup * 32) bf16_sdpa_sinks_d64_decode_combine(AttentionArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int seq_index = blockIdx.x;
   const SeqStep seq = a.plan.seqs[seq_index];
   if (seq.num_tokens != 1) return;
@@ -291,10 +295,10 @@ void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& a, cudaStream_t stre
   const size_t need = attention_decode_workspace_bytes(a.plan.num_seqs, a.num_q_heads, a.num_splits);
   OSSRT_CU_CHECK(a.workspace && a.workspace_bytes >= need && aligned16(a.workspace), "attention decode: workspace of ",
                  need, " bytes (16-byte aligned) needed, ", a.workspace_bytes, " given");
-  bf16_sdpa_sinks_d64_decode<<<dim3(a.num_splits, a.num_kv_heads, a.plan.num_seqs), kThreads, 0, stream>>>(a);
-  OSSRT_CHECK_LAUNCH("bf16_sdpa_sinks_d64_decode");
-  bf16_sdpa_sinks_d64_decode_combine<<<dim3(a.plan.num_seqs, a.num_kv_heads), kGroup * 32, 0, stream>>>(a);
-  OSSRT_CHECK_LAUNCH("bf16_sdpa_sinks_d64_decode_combine");
+  OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode, dim3(a.num_splits, a.num_kv_heads, a.plan.num_seqs),
+                             dim3(kThreads), stream, a));
+  OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode_combine, dim3(a.plan.num_seqs, a.num_kv_heads),
+                             dim3(kGroup * 32), stream, a));
 }
 
 void launch_bf16_sdpa_sinks_d64(const AttentionArgs& a, cudaStream_t stream) {

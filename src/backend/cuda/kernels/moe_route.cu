@@ -73,6 +73,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   __shared__ int scan_a[kMoeMaxExperts], scan_b[kMoeMaxExperts];
   // The first GEMM (PDL-launched) may take its SM slots now; it waits for this kernel's output.
   pdl_launch_dependents();
+  pdl_wait();  // launched with PDL too: the ids come from the router kernel before
   const int tid = threadIdx.x;
   for (int e = tid; e < num_experts; e += blockDim.x) count[e] = 0;
   __syncthreads();
@@ -157,8 +158,8 @@ void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeW
   OSSRT_CU_CHECK(tile_m >= kMoeMinTileM, "moe route: tile of ", tile_m, " rows, the workspace holds tiles of ",
                  kMoeMinTileM, " rows or more");
   if (pairs <= kSingleCtaPairs) {
-    moe_route_single_cta<<<1, kPlanThreads, 0, stream>>>(ids, pairs, num_experts, tile_m, ws);
-    OSSRT_CHECK_LAUNCH("moe_route_single_cta");
+    OSSRT_CUDA_CALL(
+        launch_pdl(moe_route_single_cta, dim3(1), dim3(kPlanThreads), stream, ids, pairs, num_experts, tile_m, ws));
     return;
   }
   OSSRT_CUDA_CALL(cudaMemsetAsync(ws.counts, 0, sizeof(int32_t) * 2 * num_experts, stream));  // counts + cursor

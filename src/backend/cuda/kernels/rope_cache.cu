@@ -1,3 +1,4 @@
+#include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/rope_cache.cuh"
 
 namespace ossrt::cuda {
@@ -10,6 +11,8 @@ constexpr int kThreads = 256;
 // then each thread owns whole (head, i) rotation pairs, so the rotated k it writes to the cache is
 // the value it just computed: no barrier between rotation and cache write.
 __global__ void bf16_rope_kv_cache_write(RopeCacheWriteArgs a) {
+  pdl_wait();  // launched with PDL: qkv comes from the kernel before
+  pdl_launch_dependents();
   const int t = blockIdx.x;
   const int hq = a.num_q_heads, hkv = a.num_kv_heads;
   const int row_elems = (hq + 2 * hkv) * kRopeHeadDim;
@@ -62,8 +65,7 @@ __global__ void bf16_rope_kv_cache_write(RopeCacheWriteArgs a) {
 
 cudaError_t launch_bf16_rope_kv_cache_write(const RopeCacheWriteArgs& args, cudaStream_t stream) {
   if (args.num_tokens <= 0) return cudaSuccess;
-  bf16_rope_kv_cache_write<<<args.num_tokens, kThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  return launch_pdl(bf16_rope_kv_cache_write, dim3(args.num_tokens), dim3(kThreads), stream, args);
 }
 
 }  // namespace ossrt::cuda

@@ -23,4 +23,26 @@ struct RouterTopkArgs {
 
 cudaError_t launch_f32_router_topk_softmax(const RouterTopkArgs& args, cudaStream_t stream);
 
+// Decode sizes: the logits GEMV, the bias, top-k and softmax in one launch (router.cu), same results
+// as the GEMM plus launch_f32_router_topk_softmax up to the order of the fp32 sums.
+inline constexpr int kRouterFusedMaxTokens = 8;
+
+struct RouterFusedArgs {
+  const uint16_t* x;  // bf16 [num_tokens, hidden]
+  const uint16_t* w;  // bf16 [num_experts, hidden]
+  const void* bias;   // [num_experts]
+  bool bias_f32;
+  float* logits;  // workspace [num_tokens, num_experts]
+  int* counter;   // device int, 0 between launches (the kernel resets it)
+  int32_t* ids;
+  float* weights;
+  int num_tokens;
+  int num_experts;
+  int k;
+  int hidden;
+};
+
+bool router_fused_supported(const RouterFusedArgs& args);
+void launch_bf16_router_fused(const RouterFusedArgs& args, cudaStream_t stream);
+
 }  // namespace ossrt::cuda

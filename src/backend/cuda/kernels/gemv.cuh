@@ -1,0 +1,31 @@
+#pragma once
+// Small-M dense linears (decode: 1 to kGemvMaxRows token rows), memory-bound:
+//   out[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]), bf16 in, fp32 accumulate, bf16 or f32 out.
+// cuBLASLt at M = 1 picks split-K kernels plus a reduce kernel (QKV at 2.6 TB/s, O at 1.8 TB/s with
+// its reduce, docs/kernels.md); these stream W once with 128-bit loads, keep the few token rows in
+// L1, and add the bias in the epilogue, in one launch that overlaps the previous kernel's tail
+// (programmatic dependent launch: the first weights are requested before the wait).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ossrt::cuda {
+
+inline constexpr int kGemvMaxRows = 8;
+
+struct GemvArgs {
+  const uint16_t* x;     // bf16 [m, k], rows contiguous
+  const uint16_t* w;     // bf16 [n, k]
+  const uint16_t* bias;  // bf16 [n] or null
+  void* out;             // [m, n], f32 or bf16
+  bool out_f32;
+  int m, n, k;
+};
+
+// Whether launch_bf16_gemv takes these sizes and pointers: 1 <= m <= kGemvMaxRows, k a multiple of
+// 8, x and w 16-byte aligned. Otherwise callers use cuBLASLt.
+bool gemv_supported(const GemvArgs& args);
+
+void launch_bf16_gemv(const GemvArgs& args, cudaStream_t stream);
+
+}  // namespace ossrt::cuda

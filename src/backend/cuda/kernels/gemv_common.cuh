@@ -1,0 +1,108 @@
+#pragma once
+// Device side of the small-M bf16 dot products (gemv.cu, and the router's fused kernel in
+// router.cu): kM token rows against one weight row, fp32 accumulation.
+#include <cstdint>
+
+#include "backend/cuda/kernels/attention_moe_common.cuh"
+
+namespace ossrt::cuda {
+
+inline constexpr int kGemvBatch = 4;  // 16-byte weight chunks in flight per lane
+
+// Weights are read once per step: no L1 allocation (the token rows, reused by every warp, keep it).
+__device__ __forceinline__ uint4 gemv_ldg_stream(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// acc[r] += dot(8 weights, x[r][col .. col + 8)) for the first m rows.
+template <int kM>
+__device__ __forceinline__ void gemv_fma_chunk(float (&acc)[kM], const uint4& wv, const uint16_t* x, int64_t k, int m,
+                                               int64_t col) {
+  const float2 w0 = unpack_bf16x2(wv.x), w1 = unpack_bf16x2(wv.y), w2 = unpack_bf16x2(wv.z), w3 = unpack_bf16x2(wv.w);
+#pragma unroll
+  for (int r = 0; r < kM; ++r) {
+    if (r >= m) break;
+    const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + r * k + col));
+    const float2 x0 = unpack_bf16x2(xv.x), x1 = unpack_bf16x2(xv.y), x2 = unpack_bf16x2(xv.z),
+                 x3 = unpack_bf16x2(xv.w);
+    float s = acc[r];
+    s = fmaf(w0.x, x0.x, s);
+    s = fmaf(w0.y, x0.y, s);
+    s = fmaf(w1.x, x1.x, s);
+    s = fmaf(w1.y, x1.y, s);
+    s = fmaf(w2.x, x2.x, s);
+    s = fmaf(w2.y, x2.y, s);
+    s = fmaf(w3.x, x3.x, s);
+    s = fmaf(w3.y, x3.y, s);
+    acc[r] = s;
+  }
+}
+
+// The dot products of x's first m rows (bf16 [m, k], k a multiple of 8, 16-byte aligned) with one
+// weight row wrow (bf16 [k]), computed by the kWarpsPerRow consecutive warps of a CTA of kCtaWarps
+// that share a row: chunk c (8 values) goes to lane c % 32 of the row's warp (c / 32) % kWarpsPerRow;
+// each lane keeps kGemvBatch chunks in flight; the lanes meet by shuffles, the warps in shared memory,
+// always in the same order, so a row's sums depend on nothing but its data (not M, the grid or the
+// batch). Calls pdl_wait() after requesting its first weights (which no earlier kernel writes), and
+// pdl_launch_dependents(). Every thread of the CTA must call it (it may synchronize the CTA). Returns
+// true in the one thread per row that holds the row's sums in acc (lane 0 of the row's first warp);
+// row_ok = false rows load nothing and return false.
+template <int kM, int kWarpsPerRow, int kCtaWarps>
+__device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* wrow, bool row_ok, int k, int m,
+                                             float (&acc)[kM]) {
+  static_assert(kCtaWarps % kWarpsPerRow == 0, "whole rows per CTA");
+  constexpr int kStride = 32 * kWarpsPerRow;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int part = warp % kWarpsPerRow;
+  const int chunks = k / 8;
+  int c = part * 32 + lane;
+  uint4 wv[kGemvBatch];
+#pragma unroll
+  for (int b = 0; b < kGemvBatch; ++b) {
+    const int cb = c + b * kStride;
+    wv[b] = row_ok && cb < chunks ? gemv_ldg_stream(wrow + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+#pragma unroll
+  for (int r = 0; r < kM; ++r) acc[r] = 0.f;
+  for (; row_ok && c < chunks; c += kGemvBatch * kStride) {
+    uint4 next[kGemvBatch];
+#pragma unroll
+    for (int b = 0; b < kGemvBatch; ++b) {
+      const int cb = c + (kGemvBatch + b) * kStride;
+      next[b] = cb < chunks ? gemv_ldg_stream(wrow + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int b = 0; b < kGemvBatch; ++b) {
+      const int cb = c + b * kStride;
+      if (cb < chunks) gemv_fma_chunk<kM>(acc, wv[b], x, k, m, int64_t(cb) * 8);
+    }
+#pragma unroll
+    for (int b = 0; b < kGemvBatch; ++b) wv[b] = next[b];
+  }
+#pragma unroll
+  for (int r = 0; r < kM; ++r)
+    for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+  if constexpr (kWarpsPerRow > 1) {
+    __shared__ float partial[kCtaWarps][kM];
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kM; ++r) partial[warp][r] = acc[r];
+    __syncthreads();
+    if (part != 0) return false;
+#pragma unroll
+    for (int r = 0; r < kM; ++r) {
+      float s = partial[warp][r];
+      for (int p = 1; p < kWarpsPerRow; ++p) s += partial[warp + p][r];
+      acc[r] = s;
+    }
+  }
+  return lane == 0 && row_ok;
+}
+
+}  // namespace ossrt::cuda

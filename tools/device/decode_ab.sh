@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# A/B of decode-step time: `ossrt bench cost` (dummy weights, CUDA graphs, no prefill) at the given
+# batch sizes once per variant, a variant being environment settings for the ossrt process (e.g. the
+# developer switches OSSRT_CUDA_GEMV_MAX_ROWS=0 of docs/kernels.md). Prints each variant's ITL line
+# and the JSON lands in $OUT/ab_<label>.json. Device call from the repo root after
+# tools/device/cuda_pack.sh, carry [".carry/cuda"].
+#
+# Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4] [BATCHES="1 8 64"] [CONTEXT=1024] [DEADLINE_S=200]
+#        tools/device/decode_ab.sh label=VAR=value[,VAR=value] ...   (label=  with no settings: as is)
+set -uo pipefail
+MODEL=${MODEL:-gpt-oss-20b}
+QUANT=${QUANT:-mxfp4}
+BATCHES=${BATCHES:-1 8 64}
+CONTEXT=${CONTEXT:-1024}
+DEADLINE_S=${DEADLINE_S:-200}
+START=$(date +%s)
+ROOT=$(pwd)
+PACK=$ROOT/.carry/cuda
+FINAL=${OUT:-/tmp/ossrt-out}
+mkdir -p "$FINAL"
+CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
+left() { echo $((START + DEADLINE_S - $(date +%s))); }
+echo "== decode A/B: $MODEL $QUANT, batches $BATCHES, context $CONTEXT, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
+BATCH_LIST=$(echo "$BATCHES" | tr ' ' ',')
+for variant in "$@"; do
+  label=${variant%%=*}
+  settings=${variant#*=}
+  [ "$(left)" -gt 30 ] || { echo "-- $label skipped: no time left"; continue; }
+  envs=()
+  [ -n "$settings" ] && IFS=',' read -ra envs <<< "$settings"
+  echo "== $label: ${settings:-(as is)}"
+  env "${envs[@]}" timeout "$(left)" "$PACK/bin/ossrt" bench cost --model "$MODEL" --load-format dummy --backend cuda \
+    --quantization "$QUANT" --no-prefill --contexts "$CONTEXT" --batch-sizes "$BATCH_LIST" --repeats 1 --no-progress \
+    --warmup-steps 5 --decode-steps 40 --result-dir "/tmp/ab_$label" > "/tmp/ab_$label.log" 2>&1
+  echo "   exit $?"
+  grep -B1 -A6 "ITL ms" "/tmp/ab_$label.log" | head -14
+  cp /tmp/ab_"$label"/*.json "$FINAL/ab_$label.json" 2>/dev/null
+done
+echo "== done after $(( $(date +%s) - START )) s"
