@@ -83,12 +83,15 @@ TEST(CudaOps, LinearQkvOutputAndUnembedding) {
     bool bias, f32_out;
     std::vector<int64_t> tokens;
   };
-  // Up to 8 rows take our GEMV kernels (one warp per row here), more take cuBLASLt; K = 90 (not a
-  // multiple of 8) always takes cuBLASLt, and 40 output rows a whole CTA per row.
+  // Up to 8 rows take our GEMV kernels, more take cuBLASLt: K a multiple of 32 the tensor-core one
+  // (40 outputs: a partial 16-row tile), K = 200 the FMA one (2,056 outputs: a warp per row; 40: a
+  // CTA per row), K = 90 (not a multiple of 8) always cuBLASLt.
   const Case cases[] = {{kQkvDim, kHidden, true, false, {1, 2, 3, 4, 7, 8, 9, 256, 1000}},
                         {kHidden, kQHeads * kHeadDim, true, false, {1, 5, 8, 33}},
                         {201088, kHidden, false, true, {1, 3}},
                         {40, kHidden, true, false, {1, 6}},
+                        {2056, 200, true, false, {1, 3, 8}},
+                        {40, 200, false, true, {1, 2, 5}},
                         {40, 90, false, true, {1, 6}}};
   for (const Case& c : cases) {
     auto w =

@@ -1,6 +1,9 @@
-// bf16_gemv (gemv.cuh): a 256-thread CTA of 8 warps owns 8 / kWarpsPerRow output rows
-// (gemv_common.cuh: how a row's dot products are split and summed). One warp per row when there are
-// enough rows to fill the GPU (QKV, O, unembedding); a whole CTA per row when there are few.
+// The small-M linears of gemv.cuh. K a multiple of 32 (every gpt-oss linear): bf16_gemv_mma, on
+// tensor cores. Otherwise bf16_gemv: a 256-thread CTA of 8 warps owns 8 / kWarpsPerRow output rows
+// (gemv_common.cuh: how a row's dot products are split and summed), one warp per row when there are
+// enough rows to fill the GPU, a whole CTA per row when there are few.
+#include <algorithm>
+
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/gemv_common.cuh"
@@ -31,6 +34,90 @@ __global__ void __launch_bounds__(kThreads) bf16_gemv(GemvArgs a) {
   }
 }
 
+// bf16_gemv_mma: K a multiple of 32. A CTA owns 16 weight rows at a time (a grid-stride loop over
+// row tiles, at most one resident wave of CTAs) and its 8 warps split K in 32-wide chunks (chunk j
+// to warp j % 8). The weights are the MMA's A operand (16 rows, the wide side) and the token rows
+// its B operand (n = 8), so 1 to 8 rows cost the same and x is read once per 16 weight rows, not
+// once per row (the FMA kernel above is L1-bound from 4 rows). No repacked layout: lane (g, c) loads
+// 16 bytes of weight rows g and g + 8 and of token row g at columns 8c .. 8c + 7 of the chunk, and
+// the two m16n8k16 steps of a chunk take words (0, 1) and (2, 3) of those loads; a chunk's 32
+// columns are thereby permuted identically in A and B, which a dot product does not see. Partial
+// sums meet in shared memory in warp order: a row's result depends only on its own data.
+constexpr int kMmaRows = 16;
+constexpr int kMmaBatch = 4;  // 32-column chunks in flight per warp
+
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
+__global__ void __launch_bounds__(kThreads) bf16_gemv_mma(GemvArgs a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int chunks = a.k / 32;
+  const int tiles = (a.n + kMmaRows - 1) / kMmaRows;
+  // The first tile's weights do not depend on the previous kernel: pull them into L2 while it runs.
+  if (int(blockIdx.x) < tiles) {
+    const int r0 = blockIdx.x * kMmaRows;
+    for (int kc = warp; kc < chunks; kc += kWarps) {
+      if (r0 + g < a.n) prefetch_l2(a.w + int64_t(r0 + g) * a.k + kc * 32 + 8 * c);
+      if (r0 + g + 8 < a.n) prefetch_l2(a.w + int64_t(r0 + g + 8) * a.k + kc * 32 + 8 * c);
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  const bool token_ok = g < a.m;
+  const uint16_t* xrow = a.x + int64_t(token_ok ? g : 0) * a.k + 8 * c;
+  __shared__ float red[kWarps][4][32];
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int r_lo = tile * kMmaRows + g, r_hi = r_lo + 8;
+    const bool lo_ok = r_lo < a.n, hi_ok = r_hi < a.n;
+    const uint16_t* w_lo = a.w + int64_t(lo_ok ? r_lo : 0) * a.k + 8 * c;
+    const uint16_t* w_hi = a.w + int64_t(hi_ok ? r_hi : 0) * a.k + 8 * c;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int kc0 = warp; kc0 < chunks; kc0 += kWarps * kMmaBatch) {
+      uint4 wl[kMmaBatch], wh[kMmaBatch], xv[kMmaBatch];
+#pragma unroll
+      for (int b = 0; b < kMmaBatch; ++b) {
+        const int kc = kc0 + b * kWarps;
+        const bool in = kc < chunks;
+        wl[b] = in && lo_ok ? gemv_ldg_stream(w_lo + kc * 32) : make_uint4(0, 0, 0, 0);
+        wh[b] = in && hi_ok ? gemv_ldg_stream(w_hi + kc * 32) : make_uint4(0, 0, 0, 0);
+        xv[b] = in && token_ok ? __ldg(reinterpret_cast<const uint4*>(xrow + kc * 32)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int b = 0; b < kMmaBatch; ++b) {
+        if (kc0 + b * kWarps >= chunks) break;  // warp-uniform
+        const uint32_t a0[4] = {wl[b].x, wh[b].x, wl[b].y, wh[b].y}, b0[2] = {xv[b].x, xv[b].y};
+        const uint32_t a1[4] = {wl[b].z, wh[b].z, wl[b].w, wh[b].w}, b1[2] = {xv[b].z, xv[b].w};
+        mma_bf16_m16n8k16(acc, a0, b0);
+        mma_bf16_m16n8k16(acc, a1, b1);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
+    __syncthreads();
+    if (warp == 0) {
+      float s[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[i] = red[0][i][lane];
+        for (int w = 1; w < kWarps; ++w) s[i] += red[w][i][lane];
+      }
+      // s[0], s[1]: row r_lo, tokens 2c and 2c + 1; s[2], s[3]: row r_hi, the same tokens.
+      const float b_lo = a.bias && lo_ok ? bf16_bits_to_float(a.bias[r_lo]) : 0.f;
+      const float b_hi = a.bias && hi_ok ? bf16_bits_to_float(a.bias[r_hi]) : 0.f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int token = 2 * c + (i & 1), row = i < 2 ? r_lo : r_hi;
+        if (token >= a.m || row >= a.n) continue;
+        const float y = s[i] + (i < 2 ? b_lo : b_hi);
+        if (a.out_f32)
+          static_cast<float*>(a.out)[int64_t(token) * a.n + row] = y;
+        else
+          reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(token) * a.n + row] = __float2bfloat16_rn(y);
+      }
+    }
+    __syncthreads();  // red is reused by the next tile
+  }
+}
+
 using GemvKernel = void (*)(GemvArgs);
 
 template <int kWarpsPerRow>
@@ -54,6 +141,17 @@ void launch_bf16_gemv(const GemvArgs& a, cudaStream_t stream) {
   int device = 0, sms = 0;
   OSSRT_CUDA_CALL(cudaGetDevice(&device));
   OSSRT_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (a.k % 32 == 0) {
+    static const int per_sm = [] {
+      int blocks = 0;
+      OSSRT_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, bf16_gemv_mma, kThreads, 0));
+      return blocks;
+    }();
+    const int tiles = (a.n + kMmaRows - 1) / kMmaRows;
+    const dim3 grid(std::min(tiles, std::max(1, per_sm) * sms));
+    OSSRT_CUDA_CALL(launch_pdl(bf16_gemv_mma, grid, dim3(kThreads), stream, a));
+    return;
+  }
   // A warp per row needs n / 8 CTAs to cover the SMs a few times over; with fewer rows (the router)
   // every warp of a CTA takes a slice of one row's K.
   const bool few_rows = (a.n + kWarps - 1) / kWarps < 2 * sms;

@@ -11,6 +11,8 @@
 // the same in any tile, at any kNT and batch size (the large-M kernels round differently).
 // blockIdx.x walks the route tiles and blockIdx.y the weight tiles, so the CTAs of one weight tile
 // (several tiles of one expert) run together and share it in L2.
+#include <cstdlib>
+
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/moe_mxfp4_common.cuh"
 #include "backend/cuda/kernels/moe_passes.cuh"
@@ -34,13 +36,17 @@ __device__ __forceinline__ uint4 ldg_stream(const uint8_t* p) {
   return v;
 }
 
-template <int kNT, int kWarps, bool kSwiglu>
+// kDeep (one token tile only): 8 weight chunks in flight per warp instead of 4, the activations
+// loaded as each chunk is used (they hit L1) instead of with the weights, to keep registers for it.
+template <int kNT, int kWarps, bool kSwiglu, bool kDeep = false>
 __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   static_assert(kSplit % kWarps == 0, "a warp runs whole parts");
+  static_assert(!kDeep || kNT == 1, "the deep pipeline is for one token tile");
   constexpr int kSlots = kSplit / kWarps;  // parts per warp
   // Chunks in flight per warp: ~2 KB of weights and activations per lane-batch whatever kNT is (a
   // multiple of kSlots, so each unrolled chunk's part is known at compile time).
-  constexpr int kUnroll = (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) > kSlots ? (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) : kSlots;
+  constexpr int kShallow = (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) > kSlots ? (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) : kSlots;
+  constexpr int kUnroll = kDeep ? 8 : kShallow;
   // Launched with PDL (docs/kernels.md): the gate_up GEMM waits here for the route; the down GEMM
   // (whose route tiles were final before the gate_up GEMM let it launch) first pulls its weights into
   // L2 while the gate_up GEMM drains, then waits for the activations.
@@ -84,24 +90,28 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
 
   float acc[kSlots][kNT][4] = {};  // [part of this warp: part warp + kWarps * slot]
   for (int kc0 = warp; kc0 < chunks; kc0 += kWarps * kUnroll) {
-    uint4 wv[kUnroll], xv[kUnroll][kNT][2];
+    uint4 wv[kUnroll], xv[kDeep ? 1 : kUnroll][kNT][2];
     uint32_t sv[kUnroll];
+    auto load_x = [&](uint4(&dst)[kNT][2], int kc) {
+#pragma unroll
+      for (int t = 0; t < kNT; ++t) {
+        const uint4* xp = reinterpret_cast<const uint4*>(xr[t] + kc * kMxColChunk);
+        dst[t][0] = kc < chunks && ok[t] ? __ldg(xp) : make_uint4(0, 0, 0, 0);
+        dst[t][1] = kc < chunks && ok[t] ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
+      }
+    };
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int kc = kc0 + u * kWarps;
       const bool in = kc < chunks;
       wv[u] = in ? ldg_stream(wq + int64_t(kc) * kMxChunkBytes) : make_uint4(0, 0, 0, 0);
       sv[u] = in ? *reinterpret_cast<const uint16_t*>(wsc + int64_t(kc) * kMxChunkScaleBytes) : 0u;
-#pragma unroll
-      for (int t = 0; t < kNT; ++t) {
-        const uint4* xp = reinterpret_cast<const uint4*>(xr[t] + kc * kMxColChunk);
-        xv[u][t][0] = in && ok[t] ? __ldg(xp) : make_uint4(0, 0, 0, 0);
-        xv[u][t][1] = in && ok[t] ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
-      }
+      if constexpr (!kDeep) load_x(xv[u], kc);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (kc0 + u * kWarps >= chunks) break;  // warp-uniform
+      if constexpr (kDeep) load_x(xv[0], kc0 + u * kWarps);
       const uint32_t mg = mx_scale_bf16x2(sv[u] & 0xFF), mg8 = mx_scale_bf16x2(sv[u] >> 8);
       const uint32_t w[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
 #pragma unroll
@@ -110,7 +120,7 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
         mx_dequant_word(w[j], mg, mg8, af);
 #pragma unroll
         for (int t = 0; t < kNT; ++t) {
-          const uint4& lo = xv[u][t][j / 2];
+          const uint4& lo = xv[kDeep ? 0 : u][t][j / 2];
           uint32_t bf[2];
           bf[0] = (j % 2 == 0) ? lo.x : lo.z;  // activation words 2j, 2j + 1 of the lane's 8
           bf[1] = (j % 2 == 0) ? lo.y : lo.w;
@@ -167,13 +177,23 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   }
 }
 
-template <int kNT, int kWarps>
+template <int kNT, int kWarps, bool kDeep = false>
 __global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_gate_up_swiglu_decode(MoeGemmArgs a) {
-  mx_decode_tile<kNT, kWarps, true>(a);
+  mx_decode_tile<kNT, kWarps, true, kDeep>(a);
 }
-template <int kNT, int kWarps>
+template <int kNT, int kWarps, bool kDeep = false>
 __global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_down_decode(MoeGemmArgs a) {
-  mx_decode_tile<kNT, kWarps, false>(a);
+  mx_decode_tile<kNT, kWarps, false, kDeep>(a);
+}
+
+// Developer switch for A/B timing (docs/kernels.md): OSSRT_MOE_DECODE_DEEP=1 runs one-token-tile
+// decode GEMMs with the deep pipeline.
+bool deep_decode() {
+  static const bool deep = [] {
+    const char* v = std::getenv("OSSRT_MOE_DECODE_DEEP");
+    return v && v[0] == '1';
+  }();
+  return deep;
 }
 
 using DecodeKernel = void (*)(MoeGemmArgs);
@@ -207,17 +227,23 @@ void check_decode_args(const MoeGemmArgs& a, int n_tiles, const char* name) {
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
   check_decode_args(a, n_tiles, "bf16_mxfp4w_moe_gate_up_swiglu_decode");
   if (a.max_tiles == 0) return;
-  DecodeKernel four[3] = {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4>, bf16_mxfp4w_moe_gate_up_swiglu_decode<2, 4>,
-                          bf16_mxfp4w_moe_gate_up_swiglu_decode<4, 4>};
-  launch_decode(four, bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2>, a, n_tiles, stream);
+  const bool deep = deep_decode();
+  DecodeKernel four[3] = {deep ? bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true>
+                               : bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4>,
+                          bf16_mxfp4w_moe_gate_up_swiglu_decode<2, 4>, bf16_mxfp4w_moe_gate_up_swiglu_decode<4, 4>};
+  launch_decode(four,
+                deep ? bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, true> : bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2>,
+                a, n_tiles, stream);
 }
 
 void launch_bf16_mxfp4w_moe_down_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
   check_decode_args(a, n_tiles, "bf16_mxfp4w_moe_down_decode");
   if (a.max_tiles == 0) return;
-  DecodeKernel four[3] = {bf16_mxfp4w_moe_down_decode<1, 4>, bf16_mxfp4w_moe_down_decode<2, 4>,
-                          bf16_mxfp4w_moe_down_decode<4, 4>};
-  launch_decode(four, bf16_mxfp4w_moe_down_decode<1, 2>, a, n_tiles, stream);
+  const bool deep = deep_decode();
+  DecodeKernel four[3] = {deep ? bf16_mxfp4w_moe_down_decode<1, 4, true> : bf16_mxfp4w_moe_down_decode<1, 4>,
+                          bf16_mxfp4w_moe_down_decode<2, 4>, bf16_mxfp4w_moe_down_decode<4, 4>};
+  launch_decode(four, deep ? bf16_mxfp4w_moe_down_decode<1, 2, true> : bf16_mxfp4w_moe_down_decode<1, 2>, a, n_tiles,
+                stream);
 }
 
 }  // namespace ossrt::cuda

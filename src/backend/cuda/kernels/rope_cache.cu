@@ -4,13 +4,15 @@
 namespace ossrt::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+// 768 threads: the (64 + 8) x 32 rotation pairs of a gpt-oss token are 3 per thread, so a decode
+// token costs one round of loads rather than nine (the kernel is latency-bound at one token).
+constexpr int kThreads = 768;
 
 // One block per token. The 32 (cos, sin) pairs of the token are computed once into shared memory
 // (double sincos on 32 threads per token is negligible next to the memory traffic),
 // then each thread owns whole (head, i) rotation pairs, so the rotated k it writes to the cache is
 // the value it just computed: no barrier between rotation and cache write.
-__global__ void bf16_rope_kv_cache_write(RopeCacheWriteArgs a) {
+__global__ void __launch_bounds__(kThreads) bf16_rope_kv_cache_write(RopeCacheWriteArgs a) {
   pdl_wait();  // launched with PDL: qkv comes from the kernel before
   pdl_launch_dependents();
   const int t = blockIdx.x;
