@@ -47,7 +47,8 @@ __device__ __forceinline__ void gemv_fma_chunk(float (&acc)[kM], const uint4& wv
 // that share a row: chunk c (8 values) goes to lane c % 32 of the row's warp (c / 32) % kWarpsPerRow;
 // each lane keeps kGemvBatch chunks in flight; the lanes meet by shuffles, the warps in shared memory,
 // always in the same order, so a row's sums depend on nothing but its data (not M, the grid or the
-// batch). Calls pdl_wait() after requesting its first weights (which no earlier kernel writes), and
+// batch). Calls pdl_wait() after requesting its row (which no earlier kernel writes: the first chunks
+// into registers, the rest into L2), so under PDL the row streams while the kernel before finishes; and
 // pdl_launch_dependents(). Every thread of the CTA must call it (it may synchronize the CTA). Returns
 // true in the one thread per row that holds the row's sums in acc (lane 0 of the row's first warp);
 // row_ok = false rows load nothing and return false.
@@ -66,6 +67,9 @@ __device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* 
     const int cb = c + b * kStride;
     wv[b] = row_ok && cb < chunks ? gemv_ldg_stream(wrow + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
   }
+  // ... and the rest of the row into L2, so the loop below reads it from there.
+  for (int cb = c + kGemvBatch * kStride; row_ok && cb < chunks; cb += kStride)
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wrow + int64_t(cb) * 8));
   pdl_wait();
   pdl_launch_dependents();
 #pragma unroll

@@ -14,6 +14,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kPlanThreads = 1024;
+constexpr int kCombineThreads = 768;
 
 __global__ void moe_count_experts(const int32_t* ids, int pairs, int num_experts, int32_t* counts) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -124,8 +125,9 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
-// One CTA per token; each thread 4 consecutive features.
-__global__ void __launch_bounds__(kThreads)
+// One CTA per token; each thread 4 consecutive features (768 threads: one pass over gpt-oss's 2,880,
+// since at one token the kernel is latency, not bandwidth).
+__global__ void __launch_bounds__(kCombineThreads)
     moe_combine(const float* weights, int top_k, int hidden, MoeWorkspace ws, void* out, bool out_bf16) {
   pdl_wait();  // y comes from the kernel before (launched with PDL after the small-M down GEMM)
   const int t = blockIdx.x;
@@ -175,7 +177,7 @@ void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeW
 void launch_moe_combine(const float* weights, int tokens, int top_k, int hidden, const MoeWorkspace& ws, void* out,
                         bool out_bf16, cudaStream_t stream) {
   OSSRT_CUDA_CALL(
-      launch_pdl(moe_combine, dim3(tokens), dim3(kThreads), stream, weights, top_k, hidden, ws, out, out_bf16));
+      launch_pdl(moe_combine, dim3(tokens), dim3(kCombineThreads), stream, weights, top_k, hidden, ws, out, out_bf16));
 }
 
 }  // namespace ossrt::cuda
