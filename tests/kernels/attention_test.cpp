@@ -2,7 +2,8 @@
 // fp64 reference computed here from the same bf16 inputs, at the gpt-oss shapes (64 query heads,
 // 8 KV heads, head dim 64) and at the edges: one token, the window boundary +-1, a sequence over
 // hundreds of blocks, decode batches of 1 and 256, mixed prefill+decode plans, chunked prefill over
-// cached context. Everything the kernels must not read (unused cache blocks and slots, the k/v
+// cached context, chunk lengths around the prefill tiles (16 and 32 tokens, 64-key tiles), an
+// 8,192-token prompt. Every prefill case runs both prefill tilings. Everything the kernels must not read (unused cache blocks and slots, the k/v
 // columns of qkv, the output before the kernel writes it) is filled with NaN, so a wrong block
 // lookup or a missing write shows up as NaN instead of passing by luck.
 // Skipped (GTEST_SKIP) when no GPU is present; the argument checks run everywhere.
@@ -12,12 +13,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/attention_prefill.cuh"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -82,7 +85,8 @@ struct Case {
   uint64_t seed = 1;
 };
 
-enum class Kernel { Prefill, Decode, Auto };
+// Prefill runs both tilings (check_case); Prefill16 / Prefill32 force one.
+enum class Kernel { Prefill, Prefill16, Prefill32, Decode, Auto };
 
 // A step's plan, cache contents and q, on the host, plus the values the reference reads.
 struct Problem {
@@ -290,6 +294,8 @@ std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, con
   a.workspace_bytes = ws_bytes;
   switch (kernel) {
     case Kernel::Prefill: launch_bf16_sdpa_sinks_d64_prefill(a, nullptr); break;
+    case Kernel::Prefill16: launch_bf16_sdpa_sinks_d64_prefill(a, nullptr, PrefillTiling::Tokens16); break;
+    case Kernel::Prefill32: launch_bf16_sdpa_sinks_d64_prefill(a, nullptr, PrefillTiling::Tokens32); break;
     case Kernel::Decode: launch_bf16_sdpa_sinks_d64_decode(a, nullptr); break;
     case Kernel::Auto: launch_bf16_sdpa_sinks_d64(a, nullptr); break;
   }
@@ -331,10 +337,17 @@ void expect_matches_reference(const Problem& p, const std::vector<float>& out, s
   EXPECT_LT(std::sqrt(err2 / ref2), 1e-2);
 }
 
-void check_case(const Case& c, Kernel kernel, std::vector<int> rows = {}) {
+void check_case(const Case& c, Kernel kernel, const std::vector<int>& rows = {}) {
   const Problem p = make_problem(c);
   const DeviceProblem dev(p);
-  expect_matches_reference(p, run_attention(p, dev, dev.plan.view, kernel), std::move(rows));
+  if (kernel != Kernel::Prefill) {
+    expect_matches_reference(p, run_attention(p, dev, dev.plan.view, kernel), rows);
+    return;
+  }
+  for (Kernel tiled : {Kernel::Prefill16, Kernel::Prefill32}) {
+    SCOPED_TRACE(tiled == Kernel::Prefill16 ? "16-token prefill tiles" : "32-token prefill tiles");
+    expect_matches_reference(p, run_attention(p, dev, dev.plan.view, tiled), rows);
+  }
 }
 
 Case full_causal(std::vector<SeqSpec> seqs, uint64_t seed) { return Case{std::move(seqs), false, 0, 16, seed}; }
@@ -384,6 +397,69 @@ TEST(AttentionKernels, LongSequencePrefill) {
   for (int t = 4992; t < 5000; ++t) rows.push_back(t);
   check_case(full_causal({{0, 5000}}, 41), Kernel::Prefill, rows);
   check_case(window_on_full_table({{0, 5000}}, 42), Kernel::Prefill, rows);
+}
+
+TEST(AttentionKernels, PrefillChunkLengthsAroundTheTiles) {
+  REQUIRE_GPU();
+  // Chunk lengths 1..65 around the 16- and 32-token CTAs, each over a cached prefix that puts the
+  // chunk's start off the 64-key tile grid, so the last CTA is partial and the diagonal and window
+  // edges fall mid-tile, mid-warp and mid-block.
+  const std::vector<SeqSpec> seqs = {{0, 15},  {37, 16},  {3, 17},   {90, 31},  {128, 32},
+                                     {1, 33},  {250, 47}, {63, 63},  {64, 64},  {129, 65}};
+  check_case(full_causal(seqs, 43), Kernel::Prefill);
+  check_case(sliding(seqs, 44), Kernel::Prefill);
+  check_case(window_on_full_table(seqs, 45), Kernel::Prefill);
+  Case big_blocks = sliding({{200, 100}, {31, 33}}, 46);
+  big_blocks.block_size = 32;
+  check_case(big_blocks, Kernel::Prefill);
+}
+
+TEST(AttentionKernels, PrefillOf8kTokens) {
+  REQUIRE_GPU();
+  // gpt-oss's 8k prompt in one chunk (256 CTAs of 32 tokens per KV head), full and window; the
+  // reference checks a spread of rows, the first and last tiles whole.
+  std::vector<int> rows;
+  for (int t = 0; t < 36; ++t) rows.push_back(t);
+  for (int t = 36; t < 8184; t += 509) rows.push_back(t);
+  for (int t = 8184; t < 8192; ++t) rows.push_back(t);
+  check_case(full_causal({{0, 8192}}, 47), Kernel::Prefill, rows);
+  check_case(sliding({{0, 8192}}, 48), Kernel::Prefill, rows);
+}
+
+// Not a check: times both prefill tilings at gpt-oss-20b shapes (one sequence, no cached prefix)
+// with CUDA events, warm L2. Run with --gtest_also_run_disabled_tests --gtest_filter=*Timing*.
+TEST(AttentionKernels, DISABLED_PrefillTiming) {
+  REQUIRE_GPU();
+  for (const int n : {1024, 2048, 4096, 8192}) {
+    for (const bool slide : {false, true}) {
+      const Problem p = make_problem(slide ? sliding({{0, n}}, 7) : full_causal({{0, n}}, 7));
+      const DeviceProblem dev(p);
+      DeviceArray<uint16_t> out(size_t(n) * kHq * kD * sizeof(uint16_t));
+      const AttentionArgs a = make_args(p, dev, dev.plan.view, out.get());
+      double visible = 0;  // (query, key) pairs per head
+      for (int pos = 0; pos < n; ++pos) visible += slide ? std::min(pos + 1, kGptOssWindow) : pos + 1;
+      const double flops = 4.0 * kD * kHq * visible;
+      for (const PrefillTiling tiling : {PrefillTiling::Tokens16, PrefillTiling::Tokens32, PrefillTiling::Auto}) {
+        for (int i = 0; i < 3; ++i) launch_bf16_sdpa_sinks_d64_prefill(a, nullptr, tiling);
+        cudaEvent_t start, stop;
+        cuda_ok(cudaEventCreate(&start), "event");
+        cuda_ok(cudaEventCreate(&stop), "event");
+        constexpr int kIters = 20;
+        cuda_ok(cudaEventRecord(start), "record");
+        for (int i = 0; i < kIters; ++i) launch_bf16_sdpa_sinks_d64_prefill(a, nullptr, tiling);
+        cuda_ok(cudaEventRecord(stop), "record");
+        cuda_ok(cudaEventSynchronize(stop), "sync");
+        float ms = 0;
+        cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+        cudaEventDestroy(start);
+        cudaEventDestroy(stop);
+        const double us = 1e3 * ms / kIters;
+        const char* name = tiling == PrefillTiling::Tokens16 ? "tok16" : tiling == PrefillTiling::Tokens32 ? "tok32" : "auto";
+        std::printf("prefill_timing %s n=%d %s: %.1f us, %.1f TFLOP/s\n", slide ? "sliding" : "full", n, name, us,
+                    flops / (us * 1e-6) / 1e12);
+      }
+    }
+  }
 }
 
 TEST(AttentionKernels, LongSequenceDecode) {
