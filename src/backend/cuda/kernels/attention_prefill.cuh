@@ -16,4 +16,12 @@ enum class PrefillTiling {
 // Same as launch_bf16_sdpa_sinks_d64_prefill (validates, then launches on `stream`) with the tiling forced.
 void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& args, cudaStream_t stream, PrefillTiling tiling);
 
+// For tests and timing only: 0 = the running max moves on every new maximum, 1 = lazy max (moves
+// only past a margin, so most tiles skip rescaling O; attention_prefill.cu). Same results up to
+// rounding; 1 is what launch_bf16_sdpa_sinks_d64_prefill runs.
+inline constexpr int kPrefillVariants = 2;
+inline constexpr int kPrefillDefaultVariant = 1;
+void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& args, cudaStream_t stream, PrefillTiling tiling,
+                                                int variant);
+
 }  // namespace ossrt::cuda
