@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Every GPU test binary of .carry/cuda at once on one GPU (attention_test and ops_test in 4 gtest
+# shards each): the whole suite in the time of its slowest shard (~1.5 min instead of ~4), for a
+# device call that also benchmarks. Correctness only: the tests that time things are not run here.
+# Device call from the repo root after tools/device/cuda_pack.sh, carry [".carry/cuda"] (or the
+# compressed .carry/cudaz unpacked first). Usage: [TEST_S=150] tools/device/gpu_tests_parallel.sh
+set -uo pipefail
+ROOT=$(pwd)
+PACK=$ROOT/.carry/cuda
+FINAL=${OUT:-/tmp/ossrt-out}
+LOGS=/tmp/gpu-tests
+mkdir -p "$FINAL" "$LOGS"
+CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
+export OSSRT_SOURCE_DIR=$ROOT
+START=$(date +%s)
+echo "== GPU tests in parallel, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
+pids=()
+for t in "$PACK"/bin/*_test; do
+  name=$(basename "$t")
+  shards=1
+  case $name in attention_test | ops_test) shards=4 ;; esac
+  for ((i = 0; i < shards; ++i)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "${TEST_S:-150}" "$t" --gtest_color=no \
+      > "$LOGS/$name.$i.log" 2>&1 &
+    pids+=("$!:$name.$i")
+  done
+done
+failed=0
+for entry in "${pids[@]}"; do
+  pid=${entry%%:*}
+  wait "$pid"
+  rc=$?
+  log=$LOGS/${entry#*:}.log
+  summary=$(grep -E "^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test" "$log" | tr '\n' ' ')
+  echo "-- ${entry#*:} exit $rc: ${summary:-no summary}"
+  if [ $rc != 0 ]; then failed=1; grep -E "Failure|FAILED|rror" "$log" | head -15; fi
+done
+tar -C /tmp -czf "$FINAL/gpu_tests_logs.tar.gz" gpu-tests
+echo "== GPU tests: $([ $failed = 0 ] && echo "all passed" || echo "FAILURES") after $(( $(date +%s) - START )) s"
