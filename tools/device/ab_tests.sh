@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Which change moved a numerics-sensitive GPU test: runs the given test binaries (with gtest filters)
+# under several variants at once and prints each variant's summary and [metric] lines. A variant is
+# label=BIN_DIR[,VAR=value...] (BIN_DIR holding the test binaries, e.g. .carry/cuda/bin or an older
+# build's); libraries come from .carry/cuda/lib. Device call from the repo root.
+# Usage: TESTS="engine_cuda_test model_test:*Bf16Floor*" tools/device/ab_tests.sh new=.carry/cuda/bin ...
+set -uo pipefail
+ROOT=$(pwd)
+CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$ROOT/.carry/cuda/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
+export OSSRT_SOURCE_DIR=$ROOT
+LOGS=${OUT:-/tmp/ossrt-out}/ab_tests
+mkdir -p "$LOGS"
+for variant in "$@"; do
+  label=${variant%%=*}
+  IFS=',' read -ra parts <<< "${variant#*=}"
+  dir=${parts[0]}
+  envs=("${parts[@]:1}")
+  for spec in $TESTS; do
+    bin=${spec%%:*}
+    filter='*'
+    [ "$spec" != "$bin" ] && filter=${spec#*:}
+    env "${envs[@]}" timeout "${TEST_S:-120}" "$dir/$bin" --gtest_filter="$filter" --gtest_color=no \
+      > "$LOGS/$label.$bin.log" 2>&1 &
+  done
+done
+wait
+for variant in "$@"; do
+  label=${variant%%=*}
+  for spec in $TESTS; do
+    bin=${spec%%:*}
+    echo "== $label $bin: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$LOGS/$label.$bin.log" | tr '\n' ' ')"
+    grep -E "^\[metric\]|^\[  FAILED  \] [A-Z]|logits below|reference draws" "$LOGS/$label.$bin.log" | cut -c1-220 | head -14
+  done
+done
