@@ -208,6 +208,14 @@ class Backend {
   // (half-split NeoX RoPE at plan.positions), then writes k and v to the layer's KV storage at the
   // plan's slots of `params.group`.
   virtual void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) = 0;
+  // qkv = x w^T + bias, then rope_and_cache_write(qkv, rope, params): one op, so that a backend can
+  // rotate and cache in the projection's epilogue (the CUDA backend does for one-token steps, with
+  // the same arithmetic as the two ops). The default runs the two ops.
+  virtual void qkv_rope_cache_write(const Tensor& x, const Tensor& w, const Tensor* bias, const RopeParams& rope,
+                                    const AttentionParams& params, Tensor& qkv) {
+    linear(x, w, bias, qkv);
+    rope_and_cache_write(qkv, rope, params);
+  }
   // out[t, h*D + d] = attention of query head h of token t over its sequence's cached keys
   // (causal, optional window), with the per-head sink logit in the softmax denominator.
   virtual void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params, Tensor& out) = 0;

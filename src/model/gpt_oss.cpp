@@ -232,9 +232,13 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
     else
       backend_.add_rmsnorm(x, moe_out, w.attn_norm, eps, normed);
     observe(name + ".attn_in", normed);
-    backend_.linear(normed, w.qkv_w, &w.qkv_b, qkv);
-    observe(name + ".qkv", qkv);
-    backend_.rope_and_cache_write(qkv, rope_, ap);
+    if (observer_) {  // the projection on its own, to observe it before the rotation
+      backend_.linear(normed, w.qkv_w, &w.qkv_b, qkv);
+      observe(name + ".qkv", qkv);
+      backend_.rope_and_cache_write(qkv, rope_, ap);
+    } else {
+      backend_.qkv_rope_cache_write(normed, w.qkv_w, &w.qkv_b, rope_, ap, qkv);
+    }
     observe(name + ".qkv_rope", qkv);
     backend_.attention(qkv, w.sinks, ap, attn);
     observe(name + ".attn", attn);

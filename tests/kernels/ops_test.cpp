@@ -520,6 +520,90 @@ TEST(CudaOps, RopeMatchesCpuElementwiseAtLongPositions) {
   OSSRT_EXPECT_CLOSE(got, want, 4e-3, "rope long positions");
 }
 
+// The fused one-token QKV projection + RoPE + KV write (qkv_rope_cache_write) against the same
+// backend's linear then rope_and_cache_write: the qkv row and, through attention over a 300-token
+// history, the cached k and v must be bit-identical; and both against the CPU ops.
+TEST(CudaOps, FusedQkvRopeCacheWriteIsTheLinearThenRope) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  Backends b;
+  std::unique_ptr<Backend> plain = make_backend("cuda");  // runs the two ops
+  std::mt19937_64 rng(31);
+  KvCacheShape shape;
+  shape.num_full_layers = 1;
+  shape.num_sliding_layers = 1;
+  shape.num_full_blocks = shape.num_window_blocks = 40;
+  shape.block_size = kBlock;
+  shape.num_kv_heads = kKvHeads;
+  shape.head_dim = kHeadDim;
+  Backend* all[] = {b.cpu.get(), b.gpu.get(), plain.get()};
+  for (Backend* be : all) be->allocate_kv_cache(shape);
+  auto w = test::host_bf16(random_floats(rng, size_t(kQkvDim * kHidden), 1.0f / std::sqrt(float(kHidden))),
+                           {kQkvDim, kHidden}, "qkv.w");
+  auto bias = test::host_bf16(random_floats(rng, size_t(kQkvDim), 0.5f), {kQkvDim}, "qkv.b");
+  auto sinks = test::host_bf16(random_floats(rng, kQHeads, 1.0f), {kQHeads}, "sinks");
+  std::vector<Tensor> wt, bt, st;
+  for (Backend* be : all) {
+    wt.push_back(be->upload(w->view));
+    bt.push_back(be->upload(bias->view));
+    st.push_back(be->upload(sinks->view));
+  }
+  const RopeParams rope = compute_rope_params(preset_config("gpt-oss-20b"));
+  PlanBuilder builder(shape.num_full_blocks, rng);
+  SeqBlocks seq;
+  auto params_for = [](KvGroup g) {
+    AttentionParams p;
+    p.group = g;
+    p.layer_in_group = 0;
+    p.window = g == KvGroup::Sliding ? kWindow : 0;
+    p.num_q_heads = kQHeads, p.num_kv_heads = kKvHeads, p.head_dim = kHeadDim;
+    p.sm_scale = 0.125f;
+    return p;
+  };
+  // History: 300 tokens of random q/k/v through the plain op on every backend.
+  StepPlan history;
+  history.block_size = kBlock;
+  builder.add(history, seq, 300);
+  for (Backend* be : all) be->begin_step(history);
+  for (KvGroup g : {KvGroup::Full, KvGroup::Sliding}) {
+    const auto qkv = random_floats(rng, size_t(300 * kQkvDim), 1.0f);
+    for (Backend* be : all) {
+      Tensor q = put_act(*be, {300, kQkvDim}, qkv);
+      be->rope_and_cache_write(q, rope, params_for(g));
+    }
+  }
+  for (int step = 0; step < 3; ++step) {  // three one-token steps: positions 300, 301, 302
+    StepPlan plan;
+    plan.block_size = kBlock;
+    builder.add(plan, seq, 1);
+    for (Backend* be : all) be->begin_step(plan);
+    const auto x = random_floats(rng, size_t(kHidden), 1.0f);
+    for (KvGroup g : {KvGroup::Full, KvGroup::Sliding}) {
+      const AttentionParams p = params_for(g);
+      std::vector<std::vector<float>> qkv_out, attn_out;
+      for (size_t i = 0; i < 3; ++i) {
+        Backend& be = *all[i];
+        Tensor xt = put_act(be, {1, kHidden}, x);
+        Tensor qkv = be.alloc(i == 0 ? DType::F32 : DType::BF16, {1, kQkvDim});
+        if (i == 2) {
+          be.linear(xt, wt[i], &bt[i], qkv);
+          be.rope_and_cache_write(qkv, rope, p);
+        } else {
+          be.qkv_rope_cache_write(xt, wt[i], &bt[i], rope, p, qkv);
+        }
+        Tensor out = be.alloc(i == 0 ? DType::F32 : DType::BF16, {1, kQHeads * kHeadDim});
+        be.attention(qkv, st[i], p, out);
+        qkv_out.push_back(be.to_host_f32(qkv));
+        attn_out.push_back(be.to_host_f32(out));
+      }
+      const std::string what = fmt::format("step {} {}", step, g == KvGroup::Full ? "full" : "sliding");
+      EXPECT_EQ(qkv_out[1], qkv_out[2]) << "fused vs plain qkv, " << what;
+      EXPECT_EQ(attn_out[1], attn_out[2]) << "fused vs plain attention (the cached k, v), " << what;
+      OSSRT_EXPECT_CLOSE(qkv_out[1], qkv_out[0], 1e-2, "fused qkv vs CPU, " + what);
+      OSSRT_EXPECT_CLOSE(attn_out[1], attn_out[0], 1e-2, "fused attention vs CPU, " + what);
+    }
+  }
+}
+
 TEST(CudaOps, AttentionOneToken) {
   OSSRT_SKIP_WITHOUT_GPU();
   run_attention_scenario({"one token", {0}, {1}}, 10);

@@ -44,6 +44,7 @@ class DeviceBuffers;
 class CublasLinear;
 class StepPlanUploader;
 class DecodeGraphCache;
+struct RopeCacheWriteArgs;
 }  // namespace cuda
 
 class CudaBackend final : public Backend {
@@ -79,6 +80,8 @@ class CudaBackend final : public Backend {
   void add(Tensor& residual, const Tensor& delta) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
   void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) override;
+  void qkv_rope_cache_write(const Tensor& x, const Tensor& w, const Tensor* bias, const RopeParams& rope,
+                            const AttentionParams& params, Tensor& qkv) override;
   void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params, Tensor& out) override;
   void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) override;
   void moe(const Tensor& x, const ExpertWeights& experts, const Tensor& ids, const Tensor& weights,
@@ -126,6 +129,8 @@ class CudaBackend final : public Backend {
   void release_kv_storage();
   void copy_to_device(void* dst, const void* src, size_t bytes);
   const KvStorage& kv_storage(KvGroup group) const;
+  // rope_and_cache_write's checked arguments (the fused QKV op uses them too).
+  cuda::RopeCacheWriteArgs rope_cache_args(Tensor& qkv, const RopeParams& rope, const AttentionParams& params);
 
   BackendOptions options_;
   int device_ = 0;

@@ -153,8 +153,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
                 out.dtype == DType::F32, stream_);
 }
 
-void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& p) {
-  bind_device();
+cuda::RopeCacheWriteArgs CudaBackend::rope_cache_args(Tensor& qkv, const RopeParams& rope, const AttentionParams& p) {
   check_on_device(qkv, "rope_and_cache_write", "qkv");
   const StepPlan& plan = plan_->host_plan();
   const int t = plan.num_tokens();
@@ -185,7 +184,38 @@ void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, cons
   a.block_size = kv.shape.block_size;
   std::copy(rope.inv_freq.begin(), rope.inv_freq.end(), a.inv_freq);
   a.concentration = rope.concentration;
-  OSSRT_CUDA_CHECK(cuda::launch_bf16_rope_kv_cache_write(a, stream_));
+  return a;
+}
+
+void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& p) {
+  bind_device();
+  OSSRT_CUDA_CHECK(cuda::launch_bf16_rope_kv_cache_write(rope_cache_args(qkv, rope, p), stream_));
+}
+
+void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const Tensor* bias, const RopeParams& rope,
+                                       const AttentionParams& p, Tensor& qkv) {
+  bind_device();
+  // One-token steps (batch-1 decode): the projection, rotation and cache write in one kernel, with
+  // the arithmetic of the one-row GEMV and the RoPE kernel. Otherwise the two ops.
+  const bool one_token = plan_->host_plan().num_tokens() == 1 && x.dim(0) == 1 && gemv_max_rows_ >= 1;
+  const bool shapes = x.dtype == DType::BF16 && w.dtype == DType::BF16 && qkv.dtype == DType::BF16 && w.ndim == 2 &&
+                      x.row_elems() == w.dim(1) && qkv.row_elems() == w.dim(0) &&
+                      (!bias || (bias->dtype == DType::BF16 && bias->numel() == w.dim(0)));
+  if (!one_token || !shapes) {
+    Backend::qkv_rope_cache_write(x, w, bias, rope, p, qkv);
+    return;
+  }
+  check_on_device(x, "qkv_rope_cache_write", "x");
+  check_on_device(w, "qkv_rope_cache_write", "w");
+  if (bias) check_on_device(*bias, "qkv_rope_cache_write", "bias");
+  const cuda::QkvRopeArgs f{static_cast<const uint16_t*>(x.data), static_cast<const uint16_t*>(w.data),
+                            bias ? static_cast<const uint16_t*>(bias->data) : nullptr, int(w.dim(1)),
+                            rope_cache_args(qkv, rope, p)};
+  if (!cuda::qkv_rope_fused_supported(f)) {
+    Backend::qkv_rope_cache_write(x, w, bias, rope, p, qkv);
+    return;
+  }
+  cuda::launch_bf16_gemv_qkv_rope_kv_write(f, stream_);
 }
 
 void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& p, Tensor& out) {

@@ -14,8 +14,11 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
+// One row, a warp per row: at most 48 registers, so 5 CTAs (40 warps) fit an SM and QKV's 5,120 rows
+// are one wave on 132 SMs (4 CTAs at the 51 registers it takes unbounded: 1.2 waves, the last one
+// a fifth full).
 template <int kM, int kWarpsPerRow>
-__global__ void __launch_bounds__(kThreads) bf16_gemv(GemvArgs a) {
+__global__ void __launch_bounds__(kThreads, kM == 1 && kWarpsPerRow == 1 ? 5 : 1) bf16_gemv(GemvArgs a) {
   constexpr int kRowsPerCta = kWarps / kWarpsPerRow;
   const int row = blockIdx.x * kRowsPerCta + int(threadIdx.x / 32) / kWarpsPerRow;
   const bool row_ok = row < a.n;

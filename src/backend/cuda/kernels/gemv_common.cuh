@@ -109,4 +109,60 @@ __device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* 
   return lane == 0 && row_ok;
 }
 
+// kRows weight rows against ONE token row x (bf16 [k]) by one warp, for epilogues that need several
+// rows of a token in one lane (the fused QKV + RoPE kernel pairs rows i and i + 32 of a head). Each
+// row's arithmetic is gemv_row_dot<1, 1, ...>'s exactly (the same lane split, chunk order, FMA order
+// and shuffle reduction), so a row's sum is bit-identical to bf16_gemv's; the rows' chunks are in
+// flight together. PDL as gemv_row_dot. Lane 0 holds the sums.
+template <int kRows>
+__device__ __forceinline__ void gemv_rows_dot_one_token(const uint16_t* x, const uint16_t* const (&w)[kRows], int k,
+                                                        float (&sum)[kRows]) {
+  const int lane = threadIdx.x % 32;
+  const int chunks = k / 8;
+  int c = lane;
+  uint4 wv[kRows][kGemvBatch];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int b = 0; b < kGemvBatch; ++b) {
+      const int cb = c + b * 32;
+      wv[r][b] = cb < chunks ? gemv_ldg_stream(w[r] + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+    for (int cb = c + kGemvBatch * 32; cb < chunks; cb += 32)
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(w[r] + int64_t(cb) * 8));
+  pdl_wait();
+  pdl_launch_dependents();
+  float acc[kRows][1];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r][0] = 0.f;
+  for (; c < chunks; c += kGemvBatch * 32) {
+    uint4 next[kRows][kGemvBatch];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int b = 0; b < kGemvBatch; ++b) {
+        const int cb = c + (kGemvBatch + b) * 32;
+        next[r][b] = cb < chunks ? gemv_ldg_stream(w[r] + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int b = 0; b < kGemvBatch; ++b) {
+      const int cb = c + b * 32;
+      if (cb >= chunks) break;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) gemv_fma_chunk<1>(acc[r], wv[r][b], x, k, 1, int64_t(cb) * 8);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int b = 0; b < kGemvBatch; ++b) wv[r][b] = next[r][b];
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    for (int off = 16; off > 0; off >>= 1) acc[r][0] += __shfl_xor_sync(0xffffffffu, acc[r][0], off);
+    sum[r] = acc[r][0];
+  }
+}
+
 }  // namespace ossrt::cuda

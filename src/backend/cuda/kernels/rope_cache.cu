@@ -1,4 +1,5 @@
 #include "backend/cuda/kernels/attention_moe_common.cuh"
+#include "backend/cuda/kernels/gemv_common.cuh"
 #include "backend/cuda/kernels/rope_cache.cuh"
 
 namespace ossrt::cuda {
@@ -7,6 +8,33 @@ namespace {
 // 768 threads: the (64 + 8) x 32 rotation pairs of a gpt-oss token are 3 per thread, so a decode
 // token costs one round of loads rather than nine (the kernel is latency-bound at one token).
 constexpr int kThreads = 768;
+
+// cos and sin of rotary pair i at position pos, the reference's arithmetic as the CPU backend's
+// rope_cos_sin (backend/backend.h): the angle is one float32 product (HF: float32 inv_freq @
+// positions), cos/sin of that float32 angle (double sincos rounded once), then times the float32
+// concentration. _rn intrinsics: no FMA contraction.
+__device__ __forceinline__ void rope_cos_sin(const RopeCacheWriteArgs& a, int pos, int i, float& cos_out,
+                                             float& sin_out) {
+  const float angle = __fmul_rn(__int2float_rn(pos), a.inv_freq[i]);
+  double s, c;
+  sincos(double(angle), &s, &c);
+  cos_out = __fmul_rn(__double2float_rn(c), a.concentration);
+  sin_out = __fmul_rn(__double2float_rn(s), a.concentration);
+}
+
+// The rotation of pair (x1, x2) as the CPU backend computes it (x1 c - x2 s, x2 c + x1 s, each product
+// rounded, no FMA), rounded to bf16; shared by both kernels so the fused one matches the plain one.
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float c, float s, __nv_bfloat16& o1,
+                                            __nv_bfloat16& o2) {
+  o1 = __float2bfloat16_rn(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+  o2 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+}
+
+__device__ __forceinline__ int64_t cache_index(const RopeCacheWriteArgs& a, int slot, int g, int d) {
+  return ((int64_t(slot / a.block_size) * a.num_kv_heads + g) * a.block_size + slot % a.block_size) *
+             int64_t(kRopeHeadDim) +
+         d;
+}
 
 // One block per token. The 32 (cos, sin) pairs of the token are computed once into shared memory
 // (double sincos on 32 threads per token is negligible next to the memory traffic),
@@ -27,16 +55,7 @@ __global__ void __launch_bounds__(kThreads) bf16_rope_kv_cache_write(RopeCacheWr
   };
 
   __shared__ float cos_s[kRopeHalf], sin_s[kRopeHalf];
-  if (threadIdx.x < kRopeHalf) {
-    // The reference's arithmetic, as the CPU backend's rope_cos_sin (backend/backend.h): the angle is
-    // one float32 product (HF: float32 inv_freq @ positions), cos/sin of that float32 angle (double
-    // sincos rounded once), then times the float32 concentration. _rn intrinsics: no FMA contraction.
-    const float angle = __fmul_rn(__int2float_rn(a.positions[t]), a.inv_freq[threadIdx.x]);
-    double s, c;
-    sincos(double(angle), &s, &c);
-    cos_s[threadIdx.x] = __fmul_rn(__double2float_rn(c), a.concentration);
-    sin_s[threadIdx.x] = __fmul_rn(__double2float_rn(s), a.concentration);
-  }
+  if (threadIdx.x < kRopeHalf) rope_cos_sin(a, a.positions[t], threadIdx.x, cos_s[threadIdx.x], sin_s[threadIdx.x]);
   __syncthreads();
 
   // q and k heads are contiguous: q heads 0..hq-1 then k heads hq..hq+hkv-1.
@@ -45,9 +64,8 @@ __global__ void __launch_bounds__(kThreads) bf16_rope_kv_cache_write(RopeCacheWr
     const int head = p / kRopeHalf, i = p % kRopeHalf;
     const float c = cos_s[i], s = sin_s[i];
     __nv_bfloat16* x = row + head * kRopeHeadDim;
-    const float x1 = __bfloat162float(x[i]), x2 = __bfloat162float(x[i + kRopeHalf]);
-    const __nv_bfloat16 o1 = __float2bfloat16_rn(x1 * c - x2 * s);
-    const __nv_bfloat16 o2 = __float2bfloat16_rn(x2 * c + x1 * s);
+    __nv_bfloat16 o1, o2;
+    rope_rotate(__bfloat162float(x[i]), __bfloat162float(x[i + kRopeHalf]), c, s, o1, o2);
     x[i] = o1;
     x[i + kRopeHalf] = o2;
     if (head >= hq && slot >= 0) {
@@ -63,7 +81,58 @@ __global__ void __launch_bounds__(kThreads) bf16_rope_kv_cache_write(RopeCacheWr
   }
 }
 
+// The one-token QKV projection with RoPE and the KV write in its epilogue (rope_cache.cuh). Warp u
+// takes rows i and i + 32 of head u / 32 (i = u % 32): the two rows a rotation pair needs, so lane 0
+// holds both sums (gemv_common.cuh's two-row dot: each sum bit-identical to bf16_gemv's), adds the
+// bias, rounds to bf16 as the linear's output is, rotates q and k heads as bf16_rope_kv_cache_write
+// does, writes the qkv row and the k / v cache slots. (Hq + 2 Hkv) x 32 warps, 8 a CTA, 3 CTAs an SM
+// (at most 85 registers): one wave for gpt-oss (320 CTAs).
+constexpr int kFusedWarps = 8;
+
+__global__ void __launch_bounds__(kFusedWarps * 32, 3) bf16_gemv_qkv_rope_kv_write(QkvRopeArgs a) {
+  const RopeCacheWriteArgs& r = a.rope;
+  const int hq = r.num_q_heads, hkv = r.num_kv_heads;
+  const int units = (hq + 2 * hkv) * kRopeHalf;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int unit = min(int(blockIdx.x) * kFusedWarps + warp, units - 1);  // spare warps redo the last unit's loads
+  const int head = unit / kRopeHalf, i = unit % kRopeHalf;
+  const int row0 = head * kRopeHeadDim + i, row1 = row0 + kRopeHalf;
+  const uint16_t* const w[2] = {a.w + int64_t(row0) * a.k, a.w + int64_t(row1) * a.k};
+  float sum[2];
+  gemv_rows_dot_one_token<2>(a.x, w, a.k, sum);
+  __shared__ float cos_s[kRopeHalf], sin_s[kRopeHalf];
+  if (warp == 0) rope_cos_sin(r, r.positions[0], lane, cos_s[lane], sin_s[lane]);
+  __syncthreads();
+  if (lane != 0 || int(blockIdx.x) * kFusedWarps + warp >= units) return;
+  const float b0 = a.bias ? bf16_bits_to_float(a.bias[row0]) : 0.f;
+  const float b1 = a.bias ? bf16_bits_to_float(a.bias[row1]) : 0.f;
+  __nv_bfloat16 y0 = __float2bfloat16_rn(sum[0] + b0), y1 = __float2bfloat16_rn(sum[1] + b1);
+  if (head < hq + hkv) rope_rotate(__bfloat162float(y0), __bfloat162float(y1), cos_s[i], sin_s[i], y0, y1);
+  r.qkv[row0] = y0;
+  r.qkv[row1] = y1;
+  const int slot = r.slots[0];
+  if (slot < 0 || head < hq) return;
+  const bool is_k = head < hq + hkv;
+  __nv_bfloat16* cache = is_k ? r.k_cache : r.v_cache;
+  const int g = is_k ? head - hq : head - hq - hkv;
+  cache[cache_index(r, slot, g, i)] = y0;
+  cache[cache_index(r, slot, g, i + kRopeHalf)] = y1;
+}
+
 }  // namespace
+
+bool qkv_rope_fused_supported(const QkvRopeArgs& a) {
+  return a.rope.num_tokens == 1 && a.k >= 8 && a.k % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.rope.num_q_heads > 0 && a.rope.num_kv_heads > 0;
+}
+
+void launch_bf16_gemv_qkv_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {
+  OSSRT_CU_CHECK(qkv_rope_fused_supported(a), "bf16_gemv_qkv_rope_kv_write: ", a.rope.num_tokens,
+                 " tokens, k ", a.k, " (one token, k a multiple of 8, 16-byte aligned x and w)");
+  const int units = (a.rope.num_q_heads + 2 * a.rope.num_kv_heads) * kRopeHalf;
+  OSSRT_CUDA_CALL(launch_pdl(bf16_gemv_qkv_rope_kv_write, dim3((units + kFusedWarps - 1) / kFusedWarps),
+                             dim3(kFusedWarps * 32), stream, a));
+}
 
 cudaError_t launch_bf16_rope_kv_cache_write(const RopeCacheWriteArgs& args, cudaStream_t stream) {
   if (args.num_tokens <= 0) return cudaSuccess;

@@ -30,4 +30,18 @@ struct RopeCacheWriteArgs {
 
 cudaError_t launch_bf16_rope_kv_cache_write(const RopeCacheWriteArgs& args, cudaStream_t stream);
 
+// One-token steps: the QKV projection qkv = x w^T + bias (bf16 [Hq + 2 Hkv heads x 64, k]) with the
+// rotation and the cache write of launch_bf16_rope_kv_cache_write in its epilogue; qkv and the cache
+// get exactly what the one-row bf16_gemv followed by that kernel write.
+struct QkvRopeArgs {
+  const uint16_t* x;     // bf16 [1, k]
+  const uint16_t* w;     // bf16 [(Hq + 2 Hkv) * 64, k]
+  const uint16_t* bias;  // bf16 [(Hq + 2 Hkv) * 64] or null
+  int k;
+  RopeCacheWriteArgs rope;  // num_tokens 1; rope.qkv is the projection's output
+};
+
+bool qkv_rope_fused_supported(const QkvRopeArgs& args);
+void launch_bf16_gemv_qkv_rope_kv_write(const QkvRopeArgs& args, cudaStream_t stream);
+
 }  // namespace ossrt::cuda
