@@ -2,9 +2,11 @@
 // fp64 reference computed here from the same bf16 inputs, at the gpt-oss shapes (64 query heads,
 // 8 KV heads, head dim 64) and at the edges: one token, the window boundary +-1, a sequence over
 // hundreds of blocks, decode batches of 1 and 256, mixed prefill+decode plans, chunked prefill over
-// cached context. Everything the kernels must not read (unused cache blocks and slots, the k/v
-// columns of qkv, the output before the kernel writes it) is filled with NaN, so a wrong block
-// lookup or a missing write shows up as NaN instead of passing by luck.
+// cached context, chunk lengths around the prefill tiles (16 and 32 tokens, 64-key tiles), an
+// 8,192-token prompt; every prefill case runs both tilings and both softmax variants. Everything
+// the kernels must not read (unused cache blocks and slots, the k/v columns of qkv, the output
+// before the kernel writes it) is filled with NaN, so a wrong block lookup or a missing write
+// shows up as NaN instead of passing by luck.
 // Skipped (GTEST_SKIP) when no GPU is present; the argument checks run everywhere.
 #include <gtest/gtest.h>
 
@@ -12,12 +14,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/attention_prefill.cuh"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -82,7 +86,8 @@ struct Case {
   uint64_t seed = 1;
 };
 
-enum class Kernel { Prefill, Decode, Auto };
+// Prefill runs both tilings and both softmax variants (check_case); Prefill16 / Prefill32 force one tiling.
+enum class Kernel { Prefill, Prefill16, Prefill32, Decode, Auto };
 
 // A step's plan, cache contents and q, on the host, plus the values the reference reads.
 struct Problem {
@@ -279,7 +284,7 @@ AttentionArgs make_args(const Problem& p, const DeviceProblem& dev, const Device
 // Runs one kernel on the problem; returns the output [T, Hq*64] as float. num_splits 0 = the
 // launcher's recommendation.
 std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, const DevicePlan& plan, Kernel kernel,
-                                 int num_splits = 0) {
+                                 int num_splits = 0, int prefill_variant = kPrefillDefaultVariant) {
   const size_t out_elems = size_t(plan.num_tokens) * kHq * kD;
   DeviceArray<uint16_t> out(std::vector<uint16_t>(out_elems, kBf16NaN));
   AttentionArgs a = make_args(p, dev, plan, out.get());
@@ -290,6 +295,12 @@ std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, con
   a.workspace_bytes = ws_bytes;
   switch (kernel) {
     case Kernel::Prefill: launch_bf16_sdpa_sinks_d64_prefill(a, nullptr); break;
+    case Kernel::Prefill16:
+      launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, PrefillTiling::Tokens16, prefill_variant);
+      break;
+    case Kernel::Prefill32:
+      launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, PrefillTiling::Tokens32, prefill_variant);
+      break;
     case Kernel::Decode: launch_bf16_sdpa_sinks_d64_decode(a, nullptr); break;
     case Kernel::Auto: launch_bf16_sdpa_sinks_d64(a, nullptr); break;
   }
@@ -303,7 +314,9 @@ std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, con
 // Every output element is finite (all rows are written, nothing NaN leaked in), and the rows in
 // `rows` (all rows when empty) match the reference: relative L2 over them < 1e-2, and per row < 2e-2
 // so one bad boundary row cannot hide in the average.
-void expect_matches_reference(const Problem& p, const std::vector<float>& out, std::vector<int> rows = {}) {
+// `cache` (optional) keeps the reference rows between calls on the same problem and rows.
+void expect_matches_reference(const Problem& p, const std::vector<float>& out, std::vector<int> rows = {},
+                              std::vector<std::vector<double>>* cache = nullptr) {
   const int T = p.plan.num_tokens();
   ASSERT_EQ(out.size(), size_t(T) * kHq * kD);
   size_t non_finite = 0;
@@ -312,9 +325,15 @@ void expect_matches_reference(const Problem& p, const std::vector<float>& out, s
   if (rows.empty())
     for (int t = 0; t < T; ++t) rows.push_back(t);
   double err2 = 0, ref2 = 0;
+  std::vector<std::vector<double>> local;
+  std::vector<std::vector<double>>& refs = cache ? *cache : local;
+  if (refs.empty())
+    for (int t : rows)
+      for (int h = 0; h < kHq; ++h) refs.push_back(reference_row(p, t, h));
+  size_t next_ref = 0;
   for (int t : rows) {
     for (int h = 0; h < kHq; ++h) {
-      const std::vector<double> ref = reference_row(p, t, h);
+      const std::vector<double>& ref = refs[next_ref++];
       double row_err2 = 0, row_ref2 = 0;
       for (int d = 0; d < kD; ++d) {
         const double e = out[(size_t(t) * kHq + h) * kD + d] - ref[d];
@@ -331,10 +350,21 @@ void expect_matches_reference(const Problem& p, const std::vector<float>& out, s
   EXPECT_LT(std::sqrt(err2 / ref2), 1e-2);
 }
 
-void check_case(const Case& c, Kernel kernel, std::vector<int> rows = {}) {
+void check_case(const Case& c, Kernel kernel, const std::vector<int>& rows = {}) {
   const Problem p = make_problem(c);
   const DeviceProblem dev(p);
-  expect_matches_reference(p, run_attention(p, dev, dev.plan.view, kernel), std::move(rows));
+  if (kernel != Kernel::Prefill) {
+    expect_matches_reference(p, run_attention(p, dev, dev.plan.view, kernel), rows);
+    return;
+  }
+  std::vector<std::vector<double>> refs;
+  for (Kernel tiled : {Kernel::Prefill16, Kernel::Prefill32}) {
+    for (int variant = 0; variant < kPrefillVariants; ++variant) {
+      SCOPED_TRACE(std::string(tiled == Kernel::Prefill16 ? "16" : "32") + "-token prefill tiles, variant " +
+                   std::to_string(variant));
+      expect_matches_reference(p, run_attention(p, dev, dev.plan.view, tiled, 0, variant), rows, &refs);
+    }
+  }
 }
 
 Case full_causal(std::vector<SeqSpec> seqs, uint64_t seed) { return Case{std::move(seqs), false, 0, 16, seed}; }
@@ -384,6 +414,70 @@ TEST(AttentionKernels, LongSequencePrefill) {
   for (int t = 4992; t < 5000; ++t) rows.push_back(t);
   check_case(full_causal({{0, 5000}}, 41), Kernel::Prefill, rows);
   check_case(window_on_full_table({{0, 5000}}, 42), Kernel::Prefill, rows);
+}
+
+TEST(AttentionKernels, PrefillChunkLengthsAroundTheTiles) {
+  REQUIRE_GPU();
+  // Chunk lengths 15..65 around the 16- and 32-token CTAs, each over a cached prefix that puts the
+  // chunk's start off the 64-key tile grid, so the last CTA is partial and the diagonal and window
+  // edges fall mid-tile, mid-warp and mid-block.
+  const std::vector<SeqSpec> seqs = {{0, 15}, {37, 16},  {3, 17},  {90, 31}, {128, 32},
+                                     {1, 33}, {250, 47}, {63, 63}, {64, 64}, {129, 65}};
+  check_case(full_causal(seqs, 43), Kernel::Prefill);
+  check_case(sliding(seqs, 44), Kernel::Prefill);
+  check_case(window_on_full_table(seqs, 45), Kernel::Prefill);
+  Case big_blocks = sliding({{200, 100}, {31, 33}}, 46);
+  big_blocks.block_size = 32;
+  check_case(big_blocks, Kernel::Prefill);
+}
+
+TEST(AttentionKernels, PrefillOf8kTokens) {
+  REQUIRE_GPU();
+  // gpt-oss's 8k prompt in one chunk (256 CTAs of 32 tokens per KV head), full and window; the
+  // reference checks a spread of rows, the first and last tiles whole.
+  std::vector<int> rows;
+  for (int t = 0; t < 36; ++t) rows.push_back(t);
+  for (int t = 36; t < 8184; t += 509) rows.push_back(t);
+  for (int t = 8184; t < 8192; ++t) rows.push_back(t);
+  check_case(full_causal({{0, 8192}}, 47), Kernel::Prefill, rows);
+  check_case(sliding({{0, 8192}}, 48), Kernel::Prefill, rows);
+}
+
+// Not a check: times both prefill tilings and variants at gpt-oss-20b shapes (one sequence, no cached prefix)
+// with CUDA events, warm L2. Run with --gtest_also_run_disabled_tests --gtest_filter=*Timing*.
+TEST(AttentionKernels, DISABLED_PrefillTiming) {
+  REQUIRE_GPU();
+  for (const int n : {1024, 4096, 8192}) {
+    for (const bool slide : {false, true}) {
+      const Problem p = make_problem(slide ? sliding({{0, n}}, 7) : full_causal({{0, n}}, 7));
+      const DeviceProblem dev(p);
+      DeviceArray<uint16_t> out(size_t(n) * kHq * kD * sizeof(uint16_t));
+      const AttentionArgs a = make_args(p, dev, dev.plan.view, out.get());
+      double visible = 0;  // (query, key) pairs per head
+      for (int pos = 0; pos < n; ++pos) visible += slide ? std::min(pos + 1, kGptOssWindow) : pos + 1;
+      const double flops = 4.0 * kD * kHq * visible;
+      for (int combo = 0; combo < 2 * kPrefillVariants; ++combo) {
+        const PrefillTiling tiling = combo < kPrefillVariants ? PrefillTiling::Tokens16 : PrefillTiling::Tokens32;
+        const int variant = combo % kPrefillVariants;
+        for (int i = 0; i < 3; ++i) launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, tiling, variant);
+        cudaEvent_t start, stop;
+        cuda_ok(cudaEventCreate(&start), "event");
+        cuda_ok(cudaEventCreate(&stop), "event");
+        constexpr int kIters = 20;
+        cuda_ok(cudaEventRecord(start), "record");
+        for (int i = 0; i < kIters; ++i) launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, tiling, variant);
+        cuda_ok(cudaEventRecord(stop), "record");
+        cuda_ok(cudaEventSynchronize(stop), "sync");
+        float ms = 0;
+        cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+        cudaEventDestroy(start);
+        cudaEventDestroy(stop);
+        const double us = 1e3 * ms / kIters;
+        std::printf("prefill_timing %s n=%d tok%d variant %d: %.1f us, %.1f TFLOP/s\n", slide ? "sliding" : "full", n,
+                    tiling == PrefillTiling::Tokens16 ? 16 : 32, variant, us, flops / (us * 1e-6) / 1e12);
+      }
+    }
+  }
 }
 
 TEST(AttentionKernels, LongSequenceDecode) {

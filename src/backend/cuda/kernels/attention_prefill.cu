@@ -1,208 +1,443 @@
 // bf16_sdpa_sinks_d64_prefill: paged causal attention with sinks for any plan (prefill chunks over
 // cached context, decode tokens, mixed steps), FlashAttention-2 style on mma.sync.
 //
-// One CTA = (8 query tokens of one sequence) x (the 8 query heads of one KV head) = 64 rows, so each
-// K/V tile is read from the cache once for all 8 heads (GQA). Row r of the tile is token r / 8,
-// head r % 8; warp w owns rows 16w..16w+15 = tokens 2w and 2w+1, so the two rows a thread holds in
-// the mma accumulator layout (g and g+8) are the same head of two consecutive tokens.
-// Keys stream through shared memory in tiles of 64, gathered through the block table; only tiles
-// that intersect the visible range [first_visible_key(p0), p_last] are visited, so a sliding layer
-// touches at most 3 tiles per CTA whatever the context length.
+// One CTA = (kTokens query tokens of one sequence) x (the 8 query heads of one KV head); row r of
+// the tile is token r / 8, head r % 8, so each K/V tile is read from the cache once for all 8 heads
+// (GQA). Warp w owns tokens 4w..4w+3 as two m16 row tiles (tokens 4w, 4w+1 and 4w+2, 4w+3): the two
+// rows a thread holds in an mma accumulator (g and g+8) are head g of two consecutive tokens, so a
+// thread keeps one head (one sink) for 4 tokens, and every K/V fragment a warp loads from shared
+// memory feeds two mmas. Two tilings (attention_prefill.cuh): 16 tokens = 128 rows on 4 warps
+// (2 CTAs per SM) and 32 tokens = 256 rows on 8 warps (1 CTA per SM, half the K/V traffic a row).
+//
+// Keys stream through shared memory in tiles of 64, gathered row by row through the block table in
+// 16-byte cp.async chunks into a 2-stage ring: tile t+1 is in flight while tile t computes, one CTA
+// barrier a tile, and the block-table reads for t+1 overlap the S mma of t. K and V stay
+// row-major: ldmatrix gives the S = Q K^T B fragments, ldmatrix.trans the P V ones. Only tiles that
+// intersect the CTA's visible range [first_visible_key(p0), p_last] are visited (a sliding layer
+// reads at most 3 per CTA at any context length), a warp skips the tiles its own 4 tokens cannot
+// see, and the mask is evaluated only on tiles that cross the warp's diagonal or window edge or
+// hold a key the block table does not cover.
+// Softmax in base 2: log2(e) * sm_scale enters through the exponent's FMA, the running max starts
+// at the sink logit (finite, so fully masked rows and tiles never produce NaN), fp32 accumulation,
+// P rounded to bf16 for the P V mma. Lazy max (variant 1, the default): the running max moves
+// only when a logit passes it by more than 2^8 (log2 units), so p <= 256 and most tiles skip
+// rescaling O (exact: O and l share the same max); variant 0 moves it on every new maximum.
+// The grid runs the last token tiles (the longest causal rows) first.
 #include <cfloat>
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/attention_paging.cuh"
+#include "backend/cuda/kernels/attention_prefill.cuh"
 
 namespace ossrt::cuda {
 namespace {
 
 constexpr int kD = kAttnHeadDim;
 constexpr int kGroup = kAttnQHeadsPerKvHead;
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kTileTokens = kWarps * 2;          // 8 query tokens per CTA
-constexpr int kTileRows = kTileTokens * kGroup;  // 64 mma rows
+static_assert(kD == 64 && kGroup == 8, "the prefill tiling assumes head dim 64 and 8 query heads per KV head");
+constexpr int kWarpTokens = 4;  // two m16 tiles of 2 tokens x 8 heads
 constexpr int kKeyTile = 64;
-// Shared rows padded by 8 bf16 (16 bytes): a row is then 36 words, so the 8 rows g = 0..7 a
-// fragment load touches start 4 banks apart and the 32 lanes hit 32 distinct banks.
+constexpr int kChunks = kD / 8;  // 16-byte chunks in a K/V row
+// Shared rows padded by 8 bf16 (16 bytes): a row is 36 words, so the 8 row addresses of an
+// ldmatrix phase start 4 banks apart and cover all 32 banks.
 constexpr int kPitch = kD + 8;
+// Lazy rescaling threshold (log2 units): the running max is raised only past this margin.
+constexpr float kLazyLog2 = 8.f;
 
-__global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_prefill(AttentionArgs a) {
-  const int seq_index = blockIdx.z;
-  const int kv_head = blockIdx.y;
-  const SeqStep seq = a.plan.seqs[seq_index];
-  const int local0 = blockIdx.x * kTileTokens;
-  if (local0 >= seq.num_tokens) return;
-  const int n_tok = min(kTileTokens, seq.num_tokens - local0);
-  const int row0 = seq.token_begin + local0;  // activation row of the tile's first token
-  const int p0 = seq.context_begin + local0;  // its absolute position
-  const int p_last = p0 + n_tok - 1;
-  const int key_lo = first_visible_key(p0, a.window);
+using KvTile = __nv_bfloat16[kKeyTile][kPitch];
 
-  __shared__ alignas(16) __nv_bfloat16 q_s[kTileRows][kPitch];
-  __shared__ alignas(16) __nv_bfloat16 k_s[kKeyTile][kPitch];
-  __shared__ alignas(16) __nv_bfloat16 vt_s[kD][kPitch];  // V transposed: [d][key]
-  __shared__ bool key_ok_s[kKeyTile];
+// Cache offsets of the key rows one thread copies for a tile (-1: zeros, key masked).
+template <int kRows>
+struct RowOffsets {
+  int64_t at[kRows];
+};
+
+// ldmatrix.x4: four 8x8 bf16 matrices, thread i giving the address of row i % 8 of matrix i / 8;
+// thread (g, c) receives elements [g][2c] and [g][2c+1] of each (.trans: [2c][g] and [2c+1][g]).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 2^x on the SFU (ex2.approx, relative error ~2^-22; -inf -> +0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t ldg_u32(const uint16_t* p) {
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+
+// Per-CTA geometry.
+struct CtaTokens {
+  int n_tok;   // query tokens of this CTA (<= kTokens)
+  int row0;    // activation row of the first
+  int p0;      // its absolute position
+  int p_last;  // position of the last
+  int key_lo;  // first key any of them sees
+};
+
+// This warp's 4 tokens: the keys any of them can see are [lo, last].
+struct WarpTokens {
+  bool has_rows;
+  int first, last, lo;
+  __device__ bool needs(int key0) const { return has_rows && key0 <= last && key0 + kKeyTile - 1 >= lo; }
+  // Whether every key of the tile is visible to every row: no mask needed.
+  __device__ bool whole(int key0, int window) const {
+    return key0 + kKeyTile - 1 <= first && (window == 0 || last - key0 < window);
+  }
+};
+
+// Q fragments straight from global memory; rows of tokens past the chunk end are zero.
+// qa[mt][kk] is the A fragment of m-tile mt, dims 16kk..16kk+15.
+__device__ __forceinline__ void load_q(uint32_t (&qa)[2][kD / 16][4], const AttentionArgs& a, const CtaTokens& t,
+                                       int wt0, int head, int c) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int tok = wt0 + 2 * mt + h;
+      const bool ok = tok < t.n_tok;
+      const uint16_t* q = a.qkv + int64_t(t.row0 + (ok ? tok : 0)) * a.qkv_row_stride + head * kD + 2 * c;
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        qa[mt][kk][h] = ok ? ldg_u32(q + kk * 16) : 0u;
+        qa[mt][kk][2 + h] = ok ? ldg_u32(q + kk * 16 + 8) : 0u;
+      }
+    }
+  }
+}
+
+// S = Q K^T over one 64-key tile: each ldmatrix.x4 gives the B fragments of keys 16np..16np+15
+// at dims 16kk..16kk+15.
+__device__ __forceinline__ void tile_scores(float (&s)[2][kKeyTile / 8][4], const uint32_t (&qa)[2][kD / 16][4],
+                                            const KvTile& k, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kKeyTile / 8; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+#pragma unroll
+    for (int np = 0; np < kKeyTile / 16; ++np) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, &k[np * 16 + (lane >> 4) * 8 + (lane & 7)][kk * 16 + ((lane >> 3) & 1) * 8]);
+      const uint32_t b_lo[2] = {kb[0], kb[1]}, b_hi[2] = {kb[2], kb[3]};
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        mma_bf16_m16n8k16(s[mt][2 * np], qa[mt][kk], b_lo);
+        mma_bf16_m16n8k16(s[mt][2 * np + 1], qa[mt][kk], b_hi);
+      }
+    }
+  }
+}
+
+// -inf where key key0 + col is not visible to the row's position (or has no cache row).
+__device__ __forceinline__ void mask_scores(float (&s)[2][kKeyTile / 8][4], const bool* key_ok, int key0, int w_first,
+                                            int window, int c) {
+#pragma unroll
+  for (int nt = 0; nt < kKeyTile / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = nt * 8 + 2 * c + e;
+      const int j = key0 + col;
+      const bool present = key_ok[col];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int pos = w_first + 2 * mt + h;
+          const bool visible = present && j <= pos && (window == 0 || pos - j < window);
+          if (!visible) s[mt][nt][2 * h + e] = -INFINITY;
+        }
+      }
+    }
+  }
+}
+
+// Online softmax of one tile per row (the quad c = 0..3 shares a row, so its max is reduced over
+// the quad): s becomes p = 2^(s * scale_log2 - m), l and O are rescaled when m moves.
+template <bool kLazy>
+__device__ __forceinline__ void tile_softmax(float (&s)[2][kKeyTile / 8][4], float (&m_run)[2][2], float (&l_run)[2][2],
+                                             float (&o)[2][kD / 8][4], float scale_log2) {
+  float alpha[2][2];
+  bool moved = false;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kKeyTile / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // m_run is finite (the sink), so m_new is finite and a masked -inf gives 2^-inf = 0.
+      const float m_cand = mx * scale_log2;
+      const float m_old = m_run[mt][h];
+      const float m_new = kLazy ? (m_cand > m_old + kLazyLog2 ? m_cand : m_old) : fmaxf(m_old, m_cand);
+      moved = moved || m_new != m_old;
+      alpha[mt][h] = fast_exp2(m_old - m_new);
+      m_run[mt][h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kKeyTile / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = fast_exp2(fmaf(s[mt][nt][2 * h + e], scale_log2, -m_new));
+          s[mt][nt][2 * h + e] = p;
+          sum += p;
+        }
+      }
+      l_run[mt][h] = l_run[mt][h] * alpha[mt][h] + sum;
+    }
+  }
+  if (!kLazy || __any_sync(0xffffffffu, moved)) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        o[mt][dt][0] *= alpha[mt][0];
+        o[mt][dt][1] *= alpha[mt][0];
+        o[mt][dt][2] *= alpha[mt][1];
+        o[mt][dt][3] *= alpha[mt][1];
+      }
+    }
+  }
+}
+
+// P as bf16 A fragments: the S accumulators of key columns 2kk and 2kk+1 are exactly the A
+// fragment of keys 16kk..16kk+15, so P never leaves registers.
+__device__ __forceinline__ void pack_p(uint32_t (&pa)[2][kKeyTile / 16][4], const float (&s)[2][kKeyTile / 8][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+      pa[mt][kk][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+      pa[mt][kk][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+      pa[mt][kk][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+      pa[mt][kk][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+    }
+  }
+}
+
+// O += P V; ldmatrix.trans on row-major V gives the B fragments of dims 16dp..16dp+15.
+__device__ __forceinline__ void tile_pv(float (&o)[2][kD / 8][4], const uint32_t (&pa)[2][kKeyTile / 16][4],
+                                        const KvTile& v, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+#pragma unroll
+    for (int dp = 0; dp < kD / 16; ++dp) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, &v[kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)][dp * 16 + (lane >> 4) * 8]);
+      const uint32_t b_lo[2] = {vb[0], vb[1]}, b_hi[2] = {vb[2], vb[3]};
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        mma_bf16_m16n8k16(o[mt][2 * dp], pa[mt][kk], b_lo);
+        mma_bf16_m16n8k16(o[mt][2 * dp + 1], pa[mt][kk], b_hi);
+      }
+    }
+  }
+}
+
+// O / l as bf16 for the warp's valid tokens (l summed over the quad: the sink counted once).
+__device__ __forceinline__ void store_out(const AttentionArgs& a, const CtaTokens& t, int wt0, int head, int c,
+                                          float (&l_run)[2][2], const float (&o)[2][kD / 8][4]) {
+  const int q_out_stride = a.num_q_heads * kD;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_run[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int tok = wt0 + 2 * mt + h;
+      if (tok >= t.n_tok) continue;
+      const float inv = 1.f / l;  // l >= 2^(sink - m) > 0
+      __nv_bfloat16* out =
+          reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(t.row0 + tok) * q_out_stride + head * kD + 2 * c;
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt)
+        *reinterpret_cast<__nv_bfloat162*>(out + dt * 8) =
+            __floats2bfloat162_rn(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+    }
+  }
+}
+
+// Everything before the key loop: CTA and warp geometry, softmax state. Returns false when the
+// CTA has no tokens (blockIdx past this sequence's chunk).
+template <int kTokens>
+__device__ __forceinline__ bool cta_tokens(const AttentionArgs& a, const SeqStep& seq, CtaTokens& t) {
+  const int tile = int(gridDim.y) - 1 - int(blockIdx.y);  // last (longest) token tiles first
+  const int local0 = tile * kTokens;
+  if (local0 >= seq.num_tokens) return false;
+  t.n_tok = min(kTokens, seq.num_tokens - local0);
+  t.row0 = seq.token_begin + local0;
+  t.p0 = seq.context_begin + local0;
+  t.p_last = t.p0 + t.n_tok - 1;
+  t.key_lo = first_visible_key(t.p0, a.window);
+  return true;
+}
+
+__device__ __forceinline__ WarpTokens warp_tokens(const AttentionArgs& a, const CtaTokens& t, int wt0) {
+  WarpTokens w;
+  w.has_rows = wt0 < t.n_tok;
+  w.first = t.p0 + wt0;
+  w.last = t.p0 + min(wt0 + kWarpTokens, t.n_tok) - 1;
+  w.lo = first_visible_key(w.first, a.window);
+  return w;
+}
+
+// Running max (log2 units) starts at the sink logit, whose 2^(sink - m) = 1 starts the
+// denominator; only lane c == 0 of a quad carries it so the quad sum at the end counts it once.
+__device__ __forceinline__ void init_softmax(float (&m_run)[2][2], float (&l_run)[2][2], float (&o)[2][kD / 8][4],
+                                             float sink_log2, int c) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m_run[mt][h] = sink_log2;
+      l_run[mt][h] = c == 0 ? 1.f : 0.f;
+    }
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.f;
+  }
+}
+
+// kWarps: 4 or 8 (16- or 32-token CTAs). kLazy: lazy max.
+template <int kWarps, bool kLazy>
+__global__ void __launch_bounds__(kWarps * 32, 8 / kWarps) bf16_sdpa_sinks_d64_prefill(AttentionArgs a) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kTokens = kWarps * kWarpTokens;
+  constexpr int kLoadRows = kThreads / kChunks;      // key rows one pass of the CTA's threads loads
+  constexpr int kLoadPasses = kKeyTile / kLoadRows;  // passes per tile
+  static_assert(kKeyTile % kLoadRows == 0, "a tile is whole load passes");
+
+  const int kv_head = blockIdx.x;
+  const SeqStep seq = a.plan.seqs[blockIdx.z];
+  CtaTokens t;
+  if (!cta_tokens<kTokens>(a, seq, t)) return;
+
+  __shared__ alignas(16) KvTile k_s[2];
+  __shared__ alignas(16) KvTile v_s[2];
+  __shared__ bool key_ok_s[2][kKeyTile];
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
-  const int q_out_stride = a.num_q_heads * kD;
 
-  // Q tile: 64 rows x 8 chunks of 16 bytes; rows of tokens past the chunk end are zero.
-  for (int i = tid; i < kTileRows * (kD / 8); i += kThreads) {
-    const int r = i / (kD / 8), chunk = i % (kD / 8);
-    const int tok = r / kGroup, head = kv_head * kGroup + r % kGroup;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (tok < n_tok)
-      v = *reinterpret_cast<const uint4*>(a.qkv + int64_t(row0 + tok) * a.qkv_row_stride + head * kD + chunk * 8);
-    *reinterpret_cast<uint4*>(&q_s[r][chunk * 8]) = v;
-  }
-  __syncthreads();
-
-  const int rq = warp * 16 + g;  // this thread's first row; its second is rq + 8
-  uint32_t qa[kD / 16][4];
+  // Keys key0..key0+63 go to stage st in two steps: lookup_tile reads the block table for the rows
+  // this thread copies (cache offsets, -1 past p_last or without a cache row), issue_tile starts
+  // the copies (zeros and key_ok false for -1) and returns whether all of its rows were present.
+  // In the loop the S mma runs between the two, hiding the table reads' latency.
+  const int load_row = tid / kChunks, load_col = (tid % kChunks) * 8;
+  auto lookup_tile = [&](int key0, RowOffsets<kLoadPasses>& off) {
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    qa[kk][0] = lds_u32(&q_s[rq][kk * 16 + 2 * c]);
-    qa[kk][1] = lds_u32(&q_s[rq + 8][kk * 16 + 2 * c]);
-    qa[kk][2] = lds_u32(&q_s[rq][kk * 16 + 8 + 2 * c]);
-    qa[kk][3] = lds_u32(&q_s[rq + 8][kk * 16 + 8 + 2 * c]);
-  }
+    for (int i = 0; i < kLoadPasses; ++i) {
+      const int j = key0 + load_row + i * kLoadRows;
+      off.at[i] = j <= t.p_last ? kv_row_offset(a, seq, kv_head, j) : -1;
+    }
+  };
+  auto issue_tile = [&](const RowOffsets<kLoadPasses>& off, int st) {
+    bool all_ok = true;
+#pragma unroll
+    for (int i = 0; i < kLoadPasses; ++i) {
+      const int r = load_row + i * kLoadRows;
+      const bool ok = off.at[i] >= 0;
+      cp_async_16(&k_s[st][r][load_col], ok ? a.k_cache + off.at[i] + load_col : a.k_cache, ok);
+      cp_async_16(&v_s[st][r][load_col], ok ? a.v_cache + off.at[i] + load_col : a.v_cache, ok);
+      if (load_col == 0) key_ok_s[st][r] = ok;
+      all_ok = all_ok && ok;
+    }
+    cp_async_commit();
+    return all_ok;
+  };
+  RowOffsets<kLoadPasses> next_off;
+  lookup_tile(t.key_lo, next_off);
+  bool pending_ok = issue_tile(next_off, 0);
 
+  const int wt0 = warp * kWarpTokens;  // the warp's first token in the CTA
   const int head = kv_head * kGroup + g;
-  const int tok_a = 2 * warp, tok_b = 2 * warp + 1;
-  const int pos_a = p0 + tok_a, pos_b = p0 + tok_b;
-  const bool valid_a = tok_a < n_tok, valid_b = tok_b < n_tok;
-  const float scale_log2 = a.sm_scale * kLog2e;
-  // Running max starts at the sink logit, whose exp(sink - m) = 1 starts the denominator; only
-  // lane c == 0 of the quad carries it so the quad reduction at the end counts it once.
-  const float sink_log2 = bf16_bits_to_float(a.sinks[head]) * kLog2e;
-  float m_a = sink_log2, m_b = sink_log2;
-  float l_a = c == 0 ? 1.f : 0.f, l_b = l_a;
-  float o[kD / 8][4];
-#pragma unroll
-  for (int dt = 0; dt < kD / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+  uint32_t qa[2][kD / 16][4];
+  load_q(qa, a, t, wt0, head, c);
+  const WarpTokens w = warp_tokens(a, t, wt0);
+  const float scale_log2 = a.sm_scale * kLog2e;  // > 0 (checked by the launcher)
+  float m_run[2][2], l_run[2][2];                // [m-tile][row g / g+8]
+  float o[2][kD / 8][4];
+  init_softmax(m_run, l_run, o, bf16_bits_to_float(a.sinks[head]) * kLog2e, c);
 
-  for (int key0 = key_lo; key0 <= p_last; key0 += kKeyTile) {
-    __syncthreads();  // the previous tile is no longer read
-    for (int i = tid; i < kKeyTile * (kD / 8); i += kThreads) {
-      const int kr = i / (kD / 8), chunk = i % (kD / 8);
-      const int j = key0 + kr;
-      const int64_t off = j <= p_last ? kv_row_offset(a, seq, kv_head, j) : -1;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (off >= 0) {
-        kv = *reinterpret_cast<const uint4*>(a.k_cache + off + chunk * 8);
-        vv = *reinterpret_cast<const uint4*>(a.v_cache + off + chunk * 8);
-      }
-      *reinterpret_cast<uint4*>(&k_s[kr][chunk * 8]) = kv;
-      const __nv_bfloat16* ve = reinterpret_cast<const __nv_bfloat16*>(&vv);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) vt_s[chunk * 8 + e][kr] = ve[e];
-      if (chunk == 0) key_ok_s[kr] = off >= 0;
-    }
-    __syncthreads();
+  int st = 0;
+  for (int key0 = t.key_lo; key0 <= t.p_last; key0 += kKeyTile, st ^= 1) {
+    cp_async_wait<0>();
+    // Tile key0 has landed for every thread, and every warp is done with the other stage.
+    const bool tile_ok = __syncthreads_and(pending_ok) != 0;
+    const bool has_next = key0 + kKeyTile <= t.p_last;
+    if (has_next) lookup_tile(key0 + kKeyTile, next_off);
 
-    float s[kKeyTile / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < kKeyTile / 8; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t b[2] = {lds_u32(&k_s[nt * 8 + g][kk * 16 + 2 * c]),
-                               lds_u32(&k_s[nt * 8 + g][kk * 16 + 8 + 2 * c])};
-        mma_bf16_m16n8k16(s[nt], qa[kk], b);
-      }
-    }
-
-    float mx_a = -FLT_MAX, mx_b = -FLT_MAX;
-#pragma unroll
-    for (int nt = 0; nt < kKeyTile / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = nt * 8 + 2 * c + (e & 1);
-        const int j = key0 + col;
-        const int pos = e < 2 ? pos_a : pos_b;
-        const bool row_valid = e < 2 ? valid_a : valid_b;
-        const bool visible = row_valid && key_ok_s[col] && j <= pos && (a.window == 0 || pos - j < a.window);
-        s[nt][e] = visible ? s[nt][e] * scale_log2 : -INFINITY;
-      }
-      mx_a = fmaxf(mx_a, fmaxf(s[nt][0], s[nt][1]));
-      mx_b = fmaxf(mx_b, fmaxf(s[nt][2], s[nt][3]));
-    }
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-    mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-    mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-    // m starts finite (the sink), so m_new is finite and exp2(-inf - m_new) = 0: no NaN from
-    // fully masked rows or tiles.
-    const float m_new_a = fmaxf(m_a, mx_a), m_new_b = fmaxf(m_b, mx_b);
-    const float alpha_a = exp2f(m_a - m_new_a), alpha_b = exp2f(m_b - m_new_b);
-    m_a = m_new_a;
-    m_b = m_new_b;
-    l_a *= alpha_a;
-    l_b *= alpha_b;
-#pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt) {
-      o[dt][0] *= alpha_a;
-      o[dt][1] *= alpha_a;
-      o[dt][2] *= alpha_b;
-      o[dt][3] *= alpha_b;
-    }
-#pragma unroll
-    for (int nt = 0; nt < kKeyTile / 8; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - m_a);
-      s[nt][1] = exp2f(s[nt][1] - m_a);
-      s[nt][2] = exp2f(s[nt][2] - m_b);
-      s[nt][3] = exp2f(s[nt][3] - m_b);
-      l_a += s[nt][0] + s[nt][1];
-      l_b += s[nt][2] + s[nt][3];
-    }
-
-    // O += P V: the S accumulators of key tiles 2kk and 2kk+1 are exactly the A fragment of
-    // keys 16kk..16kk+15, so P never leaves registers.
-#pragma unroll
-    for (int kk = 0; kk < kKeyTile / 16; ++kk) {
-      const uint32_t pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
-        const uint32_t b[2] = {lds_u32(&vt_s[dt * 8 + g][kk * 16 + 2 * c]),
-                               lds_u32(&vt_s[dt * 8 + g][kk * 16 + 8 + 2 * c])};
-        mma_bf16_m16n8k16(o[dt], pa, b);
-      }
-    }
+    const bool warp_needs = w.needs(key0);
+    float s[2][kKeyTile / 8][4];
+    if (warp_needs) tile_scores(s, qa, k_s[st], lane);
+    if (has_next) pending_ok = issue_tile(next_off, st ^ 1);
+    if (!warp_needs) continue;
+    if (!tile_ok || !w.whole(key0, a.window)) mask_scores(s, key_ok_s[st], key0, w.first, a.window, c);
+    tile_softmax<kLazy>(s, m_run, l_run, o, scale_log2);
+    uint32_t pa[2][kKeyTile / 16][4];
+    pack_p(pa, s);
+    tile_pv(o, pa, v_s[st], lane);
   }
+  store_out(a, t, wt0, head, c, l_run, o);
+}
 
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
-  const float inv_a = 1.f / l_a, inv_b = 1.f / l_b;  // l >= exp2(sink - m) > 0
-  __nv_bfloat16* out_a = reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(row0 + tok_a) * q_out_stride + head * kD;
-  __nv_bfloat16* out_b = reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(row0 + tok_b) * q_out_stride + head * kD;
-#pragma unroll
-  for (int dt = 0; dt < kD / 8; ++dt) {
-    const int d = dt * 8 + 2 * c;
-    if (valid_a)
-      *reinterpret_cast<__nv_bfloat162*>(out_a + d) = __floats2bfloat162_rn(o[dt][0] * inv_a, o[dt][1] * inv_a);
-    if (valid_b)
-      *reinterpret_cast<__nv_bfloat162*>(out_b + d) = __floats2bfloat162_rn(o[dt][2] * inv_b, o[dt][3] * inv_b);
-  }
+template <int kWarps, bool kLazy>
+void launch_tiled(const AttentionArgs& a, cudaStream_t stream) {
+  constexpr int kTokens = kWarps * kWarpTokens;
+  const int tiles = (a.plan.max_seq_tokens + kTokens - 1) / kTokens;
+  OSSRT_CU_CHECK(tiles <= 65535 && a.plan.num_seqs <= 65535, "attention prefill: ", a.plan.max_seq_tokens,
+                 " tokens in one sequence or ", a.plan.num_seqs, " sequences exceed the grid");
+  const dim3 grid(a.num_kv_heads, tiles, a.plan.num_seqs);
+  bf16_sdpa_sinks_d64_prefill<kWarps, kLazy><<<grid, kWarps * 32, 0, stream>>>(a);
+  OSSRT_CHECK_LAUNCH("bf16_sdpa_sinks_d64_prefill");
 }
 
 }  // namespace
 
 void validate_attention_args(const AttentionArgs& a);  // attention_decode.cu
 
-void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& a, cudaStream_t stream) {
+void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& a, cudaStream_t stream, PrefillTiling tiling,
+                                                int variant) {
   validate_attention_args(a);
+  OSSRT_CU_CHECK(a.sm_scale > 0.f, "attention prefill: sm_scale must be positive, got ", a.sm_scale);
+  OSSRT_CU_CHECK(variant >= 0 && variant < kPrefillVariants, "attention prefill: no variant ", variant);
   if (a.plan.num_seqs == 0 || a.plan.max_seq_tokens == 0) return;
-  const dim3 grid((a.plan.max_seq_tokens + kTileTokens - 1) / kTileTokens, a.num_kv_heads, a.plan.num_seqs);
-  bf16_sdpa_sinks_d64_prefill<<<grid, kThreads, 0, stream>>>(a);
-  OSSRT_CHECK_LAUNCH("bf16_sdpa_sinks_d64_prefill");
+  if (tiling == PrefillTiling::Auto) {
+    // 32-token CTAs halve the K/V traffic per query row and were faster on full layers at 1k-8k
+    // tokens (H200); window layers (3 key tiles a CTA) and short chunks do better with more CTAs.
+    tiling = a.window > 0 || a.plan.max_seq_tokens <= 16 ? PrefillTiling::Tokens16 : PrefillTiling::Tokens32;
+  }
+  const bool t32 = tiling == PrefillTiling::Tokens32;
+  if (variant == 0)
+    t32 ? launch_tiled<8, false>(a, stream) : launch_tiled<4, false>(a, stream);
+  else
+    t32 ? launch_tiled<8, true>(a, stream) : launch_tiled<4, true>(a, stream);
+}
+
+void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& a, cudaStream_t stream, PrefillTiling tiling) {
+  launch_bf16_sdpa_sinks_d64_prefill_variant(a, stream, tiling, kPrefillDefaultVariant);
+}
+
+void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& a, cudaStream_t stream) {
+  launch_bf16_sdpa_sinks_d64_prefill(a, stream, PrefillTiling::Auto);
 }
 
 }  // namespace ossrt::cuda

@@ -1,0 +1,27 @@
+#pragma once
+// Prefill attention tiling choice (attention_prefill.cu). launch_bf16_sdpa_sinks_d64_prefill
+// (attention.cuh) picks one by the grid size; tests and timing force each to check both.
+#include <cuda_runtime.h>
+
+#include "backend/cuda/kernels/attention.cuh"
+
+namespace ossrt::cuda {
+
+enum class PrefillTiling {
+  Auto,      // what launch_bf16_sdpa_sinks_d64_prefill uses
+  Tokens16,  // CTA = 16 query tokens x 8 heads = 128 rows, 4 warps (2 CTAs per SM)
+  Tokens32,  // CTA = 32 query tokens x 8 heads = 256 rows, 8 warps (1 CTA per SM)
+};
+
+// Same as launch_bf16_sdpa_sinks_d64_prefill (validates, then launches on `stream`) with the tiling forced.
+void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& args, cudaStream_t stream, PrefillTiling tiling);
+
+// For tests and timing only: 0 = the running max moves on every new maximum, 1 = lazy max (moves
+// only past a margin, so most tiles skip rescaling O; attention_prefill.cu). Same results up to
+// rounding; 1 is what launch_bf16_sdpa_sinks_d64_prefill runs.
+inline constexpr int kPrefillVariants = 2;
+inline constexpr int kPrefillDefaultVariant = 1;
+void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& args, cudaStream_t stream, PrefillTiling tiling,
+                                                int variant);
+
+}  // namespace ossrt::cuda
