@@ -21,26 +21,12 @@
 #include <vector>
 
 #include "backend/cuda/kernels/attention.cuh"
-#if __has_include("backend/cuda/kernels/attention_prefill.cuh")
 #include "backend/cuda/kernels/attention_prefill.cuh"
-#define OSSRT_TEST_PREFILL_KNOBS 1
-#endif
 #include "core/dtype.h"
 #include "core/error.h"
 
 namespace ossrt::cuda {
 namespace {
-
-#ifndef OSSRT_TEST_PREFILL_KNOBS
-// A tree whose prefill kernel has one tiling and one softmax (main before the attn-prefill branch):
-// every "tiling x variant" runs that kernel, so this file also checks the old kernel.
-enum class PrefillTiling { Auto, Tokens16, Tokens32 };
-constexpr int kPrefillVariants = 1;
-constexpr int kPrefillDefaultVariant = 0;
-void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& a, cudaStream_t stream, PrefillTiling, int) {
-  launch_bf16_sdpa_sinks_d64_prefill(a, stream);
-}
-#endif
 
 constexpr int kHq = 64, kHkv = 8, kD = 64;
 constexpr int64_t kQkvStride = int64_t(kHq + 2 * kHkv) * kD;
