@@ -29,7 +29,6 @@ namespace ossrt::cuda {
 namespace {
 
 constexpr int kHq = 64, kHkv = 8, kD = 64;
-constexpr int kGroupHeads = kHq / kHkv;
 constexpr int64_t kQkvStride = int64_t(kHq + 2 * kHkv) * kD;
 constexpr int kGptOssWindow = 128;
 constexpr float kSmScale = 0.125f;
@@ -84,6 +83,7 @@ struct Case {
   int window = 0;
   int block_size = 16;
   uint64_t seed = 1;
+  int num_kv_heads = kHkv;  // 8 query heads each: 8 = gpt-oss-20b, 2 = the "tiny" preset
 };
 
 // Prefill runs both tilings and both softmax variants (check_case); Prefill16 / Prefill32 force one tiling.
@@ -96,6 +96,9 @@ struct Problem {
   int num_blocks = 0;
   std::vector<uint16_t> qkv, sinks, k_cache, v_cache;
   std::vector<std::vector<float>> keys, values;  // per sequence [pos][kv_head][d], bf16-exact
+  int hkv() const { return spec.num_kv_heads; }
+  int hq() const { return spec.num_kv_heads * kAttnQHeadsPerKvHead; }
+  int64_t qkv_stride() const { return int64_t(hq() + 2 * hkv()) * kD; }
 };
 
 float bf16_value(std::mt19937_64& rng, float lo, float hi) {
@@ -130,7 +133,7 @@ Problem make_problem(const Case& c) {
   for (int i = 0; i < p.num_blocks; ++i) physical[i] = i;
   std::shuffle(physical.begin(), physical.end(), rng);
 
-  const size_t cache_elems = size_t(p.num_blocks) * kHkv * bs * kD;
+  const size_t cache_elems = size_t(p.num_blocks) * p.hkv() * bs * kD;
   p.k_cache.assign(cache_elems, kBf16NaN);
   p.v_cache.assign(cache_elems, kBf16NaN);
   int next_physical = 0;
@@ -162,17 +165,17 @@ Problem make_problem(const Case& c) {
     plan.seqs.push_back(step);
 
     // Cache contents of every position the group keeps.
-    std::vector<float> keys(size_t(total) * kHkv * kD, NAN), values(size_t(total) * kHkv * kD, NAN);
+    std::vector<float> keys(size_t(total) * p.hkv() * kD, NAN), values(size_t(total) * p.hkv() * kD, NAN);
     for (int pos = r.first_block * bs; pos < total; ++pos) {
       const int block = table[pos / bs - r.first_block];
-      for (int g = 0; g < kHkv; ++g) {
+      for (int g = 0; g < p.hkv(); ++g) {
         for (int d = 0; d < kD; ++d) {
           const float kv = bf16_value(rng, -1.f, 1.f), vv = bf16_value(rng, -1.f, 1.f);
-          const size_t slot = ((size_t(block) * kHkv + g) * bs + pos % bs) * kD + d;
+          const size_t slot = ((size_t(block) * p.hkv() + g) * bs + pos % bs) * kD + d;
           p.k_cache[slot] = f32_to_bf16(kv);
           p.v_cache[slot] = f32_to_bf16(vv);
-          keys[(size_t(pos) * kHkv + g) * kD + d] = kv;
-          values[(size_t(pos) * kHkv + g) * kD + d] = vv;
+          keys[(size_t(pos) * p.hkv() + g) * kD + d] = kv;
+          values[(size_t(pos) * p.hkv() + g) * kD + d] = vv;
         }
       }
     }
@@ -190,11 +193,12 @@ Problem make_problem(const Case& c) {
 
   // q scaled up so the softmax is far from uniform; k/v columns of qkv are NaN (never read).
   const int T = plan.num_tokens();
-  p.qkv.assign(size_t(T) * kQkvStride, kBf16NaN);
+  p.qkv.assign(size_t(T) * p.qkv_stride(), kBf16NaN);
   for (int t = 0; t < T; ++t)
-    for (int i = 0; i < kHq * kD; ++i) p.qkv[size_t(t) * kQkvStride + i] = f32_to_bf16(bf16_value(rng, -3.f, 3.f));
+    for (int i = 0; i < p.hq() * kD; ++i)
+      p.qkv[size_t(t) * p.qkv_stride() + i] = f32_to_bf16(bf16_value(rng, -3.f, 3.f));
   // Sinks from clearly negligible to dominant.
-  for (int h = 0; h < kHq; ++h) p.sinks.push_back(f32_to_bf16(bf16_value(rng, -2.f, 6.f)));
+  for (int h = 0; h < p.hq(); ++h) p.sinks.push_back(f32_to_bf16(bf16_value(rng, -2.f, 6.f)));
   return p;
 }
 
@@ -202,15 +206,15 @@ Problem make_problem(const Case& c) {
 std::vector<double> reference_row(const Problem& p, int t, int head) {
   const int s = p.plan.token_seq[t];
   const int pos = p.plan.positions[t];
-  const int g = head / kGroupHeads;
+  const int g = head / kAttnQHeadsPerKvHead;
   const int lo = p.spec.window > 0 ? std::max(0, pos - p.spec.window + 1) : 0;
   std::vector<double> q(kD);
-  for (int d = 0; d < kD; ++d) q[d] = bf16_to_f32(p.qkv[size_t(t) * kQkvStride + head * kD + d]);
+  for (int d = 0; d < kD; ++d) q[d] = bf16_to_f32(p.qkv[size_t(t) * p.qkv_stride() + head * kD + d]);
   const double sink = bf16_to_f32(p.sinks[head]);
   std::vector<double> logits;
   double m = sink;
   for (int j = lo; j <= pos; ++j) {
-    const float* k = &p.keys[s][(size_t(j) * kHkv + g) * kD];
+    const float* k = &p.keys[s][(size_t(j) * p.hkv() + g) * kD];
     double dot = 0;
     for (int d = 0; d < kD; ++d) dot += q[d] * k[d];
     logits.push_back(dot * kSmScale);
@@ -221,7 +225,7 @@ std::vector<double> reference_row(const Problem& p, int t, int head) {
   for (int j = lo; j <= pos; ++j) {
     const double w = std::exp(logits[j - lo] - m);
     denom += w;
-    const float* v = &p.values[s][(size_t(j) * kHkv + g) * kD];
+    const float* v = &p.values[s][(size_t(j) * p.hkv() + g) * kD];
     for (int d = 0; d < kD; ++d) out[d] += w * v[d];
   }
   for (double& o : out) o /= denom;
@@ -268,11 +272,11 @@ AttentionArgs make_args(const Problem& p, const DeviceProblem& dev, const Device
   a.plan = plan;
   a.sliding = p.spec.sliding_group;
   a.window = p.spec.window;
-  a.num_q_heads = kHq;
-  a.num_kv_heads = kHkv;
+  a.num_q_heads = p.hq();
+  a.num_kv_heads = p.hkv();
   a.sm_scale = kSmScale;
   a.qkv = dev.qkv.get();
-  a.qkv_row_stride = kQkvStride;
+  a.qkv_row_stride = p.qkv_stride();
   a.sinks = dev.sinks.get();
   a.k_cache = dev.k_cache.get();
   a.v_cache = dev.v_cache.get();
@@ -285,11 +289,11 @@ AttentionArgs make_args(const Problem& p, const DeviceProblem& dev, const Device
 // launcher's recommendation.
 std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, const DevicePlan& plan, Kernel kernel,
                                  int num_splits = 0, int prefill_variant = kPrefillDefaultVariant) {
-  const size_t out_elems = size_t(plan.num_tokens) * kHq * kD;
+  const size_t out_elems = size_t(plan.num_tokens) * p.hq() * kD;
   DeviceArray<uint16_t> out(std::vector<uint16_t>(out_elems, kBf16NaN));
   AttentionArgs a = make_args(p, dev, plan, out.get());
-  a.num_splits = num_splits > 0 ? num_splits : attention_decode_splits(plan.num_seqs, kHkv, plan.max_context);
-  const size_t ws_bytes = attention_decode_workspace_bytes(plan.num_seqs, kHq, a.num_splits);
+  a.num_splits = num_splits > 0 ? num_splits : attention_decode_splits(plan.num_seqs, p.hkv(), plan.max_context);
+  const size_t ws_bytes = attention_decode_workspace_bytes(plan.num_seqs, p.hq(), a.num_splits);
   DeviceArray<char> workspace(ws_bytes);
   a.workspace = workspace.get();
   a.workspace_bytes = ws_bytes;
@@ -318,7 +322,7 @@ std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, con
 void expect_matches_reference(const Problem& p, const std::vector<float>& out, std::vector<int> rows = {},
                               std::vector<std::vector<double>>* cache = nullptr) {
   const int T = p.plan.num_tokens();
-  ASSERT_EQ(out.size(), size_t(T) * kHq * kD);
+  ASSERT_EQ(out.size(), size_t(T) * p.hq() * kD);
   size_t non_finite = 0;
   for (float v : out) non_finite += !std::isfinite(v);
   ASSERT_EQ(non_finite, 0u) << "non-finite outputs (unwritten rows or NaN read from outside the context)";
@@ -329,14 +333,14 @@ void expect_matches_reference(const Problem& p, const std::vector<float>& out, s
   std::vector<std::vector<double>>& refs = cache ? *cache : local;
   if (refs.empty())
     for (int t : rows)
-      for (int h = 0; h < kHq; ++h) refs.push_back(reference_row(p, t, h));
+      for (int h = 0; h < p.hq(); ++h) refs.push_back(reference_row(p, t, h));
   size_t next_ref = 0;
   for (int t : rows) {
-    for (int h = 0; h < kHq; ++h) {
+    for (int h = 0; h < p.hq(); ++h) {
       const std::vector<double>& ref = refs[next_ref++];
       double row_err2 = 0, row_ref2 = 0;
       for (int d = 0; d < kD; ++d) {
-        const double e = out[(size_t(t) * kHq + h) * kD + d] - ref[d];
+        const double e = out[(size_t(t) * p.hq() + h) * kD + d] - ref[d];
         row_err2 += e * e;
         row_ref2 += ref[d] * ref[d];
       }
@@ -441,6 +445,44 @@ TEST(AttentionKernels, PrefillOf8kTokens) {
   for (int t = 8184; t < 8192; ++t) rows.push_back(t);
   check_case(full_causal({{0, 8192}}, 47), Kernel::Prefill, rows);
   check_case(sliding({{0, 8192}}, 48), Kernel::Prefill, rows);
+}
+
+// The whole-model failures of the attn-prefill branch (tests/kernels/model_test.cpp, a 300-token
+// prompt prefilled in chunks of 100; engine_cuda_test, prefix-cache hits and batched chunks) at the
+// kernel level: one 300-token sequence prefilled chunk by chunk over its own cached prefix (chunks of
+// 100 at context_begin 0, 100, 200, and chunks of 63 from 37: 37, 100, 163, 226), all chunks as
+// the sequences of one step, at the "tiny" preset's shapes (16 query heads on 2 KV heads) and
+// gpt-oss-20b's (64 on 8), block sizes 16 and 32, on full causal, sliding (window 128 on the
+// window table) and window-on-the-full-table layers; every row of every chunk against the fp64
+// reference, both tilings x both softmax variants.
+TEST(AttentionKernels, PrefillChunksOverTheirOwnCacheAtTinyAndGptOssShapes) {
+  REQUIRE_GPU();
+  const std::vector<SeqSpec> chunks = {{0, 100}, {100, 100}, {200, 100}, {37, 63}, {100, 63}, {163, 63}, {226, 63}};
+  uint64_t seed = 111;
+  for (const int kv_heads : {2, kHkv}) {
+    for (const int block_size : {16, 32}) {
+      for (int kind = 0; kind < 3; ++kind) {
+        Case c = kind == 0   ? full_causal(chunks, seed)
+                 : kind == 1 ? sliding(chunks, seed)
+                             : window_on_full_table(chunks, seed);
+        ++seed;
+        c.block_size = block_size;
+        c.num_kv_heads = kv_heads;
+        SCOPED_TRACE(std::to_string(kv_heads) + " KV heads, block size " + std::to_string(block_size) + ", " +
+                     (kind == 0   ? "full causal"
+                      : kind == 1 ? "sliding table"
+                                  : "window on the full table"));
+        check_case(c, Kernel::Prefill);
+        // Each chunk alone in its step too (the single-sequence runner's plans).
+        for (const SeqSpec& s : chunks) {
+          Case one = c;
+          one.seqs = {s};
+          SCOPED_TRACE("chunk alone at context_begin " + std::to_string(s.cached));
+          check_case(one, Kernel::Prefill);
+        }
+      }
+    }
+  }
 }
 
 // Not a check: times both prefill tilings and variants at gpt-oss-20b shapes (one sequence, no cached prefix)

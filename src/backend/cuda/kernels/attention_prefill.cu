@@ -24,6 +24,7 @@
 // rescaling O (exact: O and l share the same max); variant 0 moves it on every new maximum.
 // The grid runs the last token tiles (the longest causal rows) first.
 #include <cfloat>
+#include <cstdlib>
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_moe_common.cuh"
@@ -436,8 +437,23 @@ void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& a, cudaStream_t str
   launch_bf16_sdpa_sinks_d64_prefill_variant(a, stream, tiling, kPrefillDefaultVariant);
 }
 
+namespace {
+// Device A/B switches for the whole-model tests (tools/device/ab_tests.sh), read once:
+// OSSRT_ATTN_PREFILL_VARIANT=0|1 overrides the softmax variant, OSSRT_ATTN_PREFILL_TILING=16|32
+// forces a tiling (unset: the defaults above).
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+}  // namespace
+
 void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& a, cudaStream_t stream) {
-  launch_bf16_sdpa_sinks_d64_prefill(a, stream, PrefillTiling::Auto);
+  static const int variant = env_int("OSSRT_ATTN_PREFILL_VARIANT", kPrefillDefaultVariant);
+  static const int tokens = env_int("OSSRT_ATTN_PREFILL_TILING", 0);
+  const PrefillTiling tiling = tokens == 16   ? PrefillTiling::Tokens16
+                               : tokens == 32 ? PrefillTiling::Tokens32
+                                              : PrefillTiling::Auto;
+  launch_bf16_sdpa_sinks_d64_prefill_variant(a, stream, tiling, variant);
 }
 
 }  // namespace ossrt::cuda
