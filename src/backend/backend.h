@@ -187,7 +187,8 @@ class Backend {
   // Optional device sampler: one token per row of `logits` (F32 [R, V] on this backend, e.g. what
   // run_step returned) written to `out` (R ids), so only ids cross to the host. Each row's draw is
   // a pure function of (its logits, seed, draw_index). Returns false, touching nothing, when the
-  // backend has none: the caller then copies the logits and samples on the host.
+  // backend has none or cannot take these rows (the CUDA one: more token masks than it planned
+  // room for): the caller then copies the logits and samples on the host.
   virtual bool sample_on_device(const Tensor& /*logits*/, std::span<const DeviceSamplingRow> /*rows*/,
                                 std::span<int32_t> /*out*/) {
     return false;

@@ -17,12 +17,38 @@ ConstraintMasker::~ConstraintMasker() {
 
 void ConstraintMasker::run(const MaskJob& job) {
   const size_t words = (size_t(std::max(job.constraint->vocab_size(), 0)) + 31) / 32;
-  job.mask->assign(words, 0u);
+  const size_t rows = job.draft.size() + 1;
+  job.masks->resize(rows);
+  job.active->assign(rows, 0);
+  int advanced = 0;  // guesses the constraint accepted, to roll back
   try {
-    *job.active = job.constraint->fill_mask(*job.mask);
+    for (size_t i = 0; i < rows; ++i) {
+      std::vector<uint32_t>& mask = (*job.masks)[i];
+      mask.assign(words, 0u);
+      (*job.active)[i] = job.constraint->fill_mask(mask) ? 1 : 0;
+      if (i + 1 == rows) break;
+      const int32_t guess = job.draft[i];
+      const bool allowed = !(*job.active)[i] || (guess >= 0 && size_t(guess) / 32 < words &&
+                                                 (mask[size_t(guess) / 32] >> (guess % 32) & 1u));
+      if (!allowed || !job.constraint->accept(guess)) {
+        for (size_t j = i + 1; j < rows; ++j) {
+          (*job.masks)[j] = mask;
+          (*job.active)[j] = (*job.active)[i];
+        }
+        break;
+      }
+      ++advanced;
+    }
   } catch (const std::exception& e) {
-    *job.active = false;
+    job.active->assign(rows, 0);
     *job.error = e.what();
+  }
+  if (advanced > 0) {
+    try {
+      job.constraint->rollback(advanced);
+    } catch (const std::exception& e) {
+      if (job.error->empty()) *job.error = std::string("rolling back speculative guesses: ") + e.what();
+    }
   }
 }
 

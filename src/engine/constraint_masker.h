@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,11 +15,18 @@
 
 namespace ossrt {
 
+// One sequence's masks for a step: one per sampled row. Row 0 is the mask after the tokens the
+// constraint accepted; with speculative guesses, row i + 1 is the mask after guess i as well (the
+// masker advances the constraint through the guesses, then rolls it back: the engine accepts the
+// tokens it emits). Rows after a guess the constraint refuses get that guess's row's mask: the
+// constrained draw there cannot equal the guess, so verification rejects it and ignores the rows
+// after it, which only need some legal mask.
 struct MaskJob {
   TokenConstraint* constraint = nullptr;
-  std::vector<uint32_t>* mask = nullptr;  // resized and zeroed by the masker
-  bool* active = nullptr;                 // set: whether the mask restricts anything
-  std::string* error = nullptr;           // set when fill_mask threw
+  std::span<const int32_t> draft;                // the step's guesses (empty: one row)
+  std::vector<std::vector<uint32_t>>* masks = nullptr;  // resized to draft + 1 rows, each zeroed and filled
+  std::vector<uint8_t>* active = nullptr;        // per row: whether its mask restricts anything
+  std::string* error = nullptr;                  // set when the constraint threw
 };
 
 class ConstraintMasker {

@@ -161,15 +161,6 @@ KvCacheConfig kv_config(const GptOssConfig& mc, const KvMemoryPlan& plan, const 
   return c;
 }
 
-// Which requests get guesses. Every row of a verify step is sampled as plain decoding would sample
-// it after the guesses before it (SamplingRow::pending: the draw counter, min_tokens suppression
-// and penalty counts all advance through them), so greedy and sampled requests, penalties, logit
-// bias, min_tokens and logprobs all keep exactly plain decoding's output (greedy) or its
-// distribution (sampled). A token constraint does not: its mask at a guessed position depends on
-// the grammar advanced through the guesses before it, and the masker computes one mask per
-// sequence per step from accepted tokens only; constrained requests decode plainly.
-bool can_speculate(const Sequence& seq) { return !seq.request.constraint; }
-
 void deliver(const EventCallback& cb, const GenerationEvent& ev, const std::string& request_id) {
   try {
     cb(ev);
@@ -391,7 +382,13 @@ void Engine::propose_drafts() {
   for (const auto& owned : scheduler_.running()) {
     if (rows_left <= 0) break;
     Sequence& seq = *owned;
-    if (seq.num_pending() != 1 || seq.num_draft != 0 || !can_speculate(seq)) continue;
+    // Every request may get guesses. Every row of a verify step is sampled as plain decoding would
+    // sample it after the guesses before it (SamplingRow::pending: the draw counter, min_tokens
+    // suppression and penalty counts advance through them; a token constraint's mask is the one
+    // after those guesses, engine/constraint_masker.h), so greedy and sampled requests, penalties,
+    // logit bias, min_tokens, logprobs and structured outputs all keep exactly plain decoding's
+    // output (greedy) or its distribution (sampled).
+    if (seq.num_pending() != 1 || seq.num_draft != 0) continue;
     // No guess past what the request may still produce (the token sampled from the last guess's
     // row comes on top) or past the context: positions stay below max_model_len.
     int k = std::min(config_.speculative.num_speculative_tokens, rows_left);
@@ -453,14 +450,17 @@ void Engine::run_until_idle() {
 
 void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   const StepPlan plan = build_step_plan(scheduled, kv_);
-  // Token masks of constrained rows depend only on tokens already accepted: they are computed on
-  // the masker's thread while the model runs the step.
+  // Token masks of constrained rows depend only on tokens already accepted and the step's guesses:
+  // they are computed on the masker's thread while the model runs the step.
   std::vector<MaskJob> mask_jobs;
   for (const ScheduledSequence& s : scheduled)
     if (s.samples && s.seq->request.constraint) {
-      s.seq->mask_error.clear();
+      Sequence& seq = *s.seq;
+      seq.mask_error.clear();
+      const std::span<const int32_t> draft(seq.tokens.data() + (seq.tokens.size() - size_t(seq.num_draft)),
+                                           size_t(seq.num_draft));
       mask_jobs.push_back(
-          MaskJob{s.seq->request.constraint.get(), &s.seq->allowed_mask, &s.seq->mask_active, &s.seq->mask_error});
+          MaskJob{seq.request.constraint.get(), draft, &seq.allowed_masks, &seq.masks_active, &seq.mask_error});
     }
   masker_.start(std::move(mask_jobs));
   struct WaitMasks {  // also when run_step throws: the masker writes into the sequences
@@ -482,11 +482,14 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
     if (!s.samples) continue;
     sampling_seqs.push_back(s.seq);
     SamplingRow row{&s.seq->request.sampling, &s.seq->sampling, s.seq->filter.stop_ids(), {}, {}};
-    if (s.seq->request.constraint && s.seq->mask_active) row.allowed = s.seq->allowed_mask;
+    const bool constrained = s.seq->request.constraint != nullptr;
     // The plan's logit rows, in order: a verify row follows the guesses before it.
     const int32_t* draft = s.seq->tokens.data() + (s.seq->tokens.size() - size_t(s.seq->num_draft));
     for (int r = 0; r <= s.seq->num_draft; ++r) {
       row.pending = std::span<const int32_t>(draft, size_t(r));
+      row.allowed = {};
+      if (constrained && size_t(r) < s.seq->masks_active.size() && s.seq->masks_active[size_t(r)])
+        row.allowed = s.seq->allowed_masks[size_t(r)];
       rows.push_back(row);
     }
   }

@@ -56,8 +56,8 @@ struct EngineConfig {
   bool start_thread = true;      // false: the caller drives run_step() (tests, benchmarks)
   // Speculative decoding (--speculative-config): requests get up to k guessed tokens per step,
   // verified by the model in the same step; the output is exactly that of plain decoding (greedy)
-  // or distributed exactly as it (sampled: sampling/speculative_rule.h). Constrained requests
-  // decode plainly (engine.cpp, can_speculate).
+  // or distributed exactly as it (sampled: sampling/speculative_rule.h), constrained requests
+  // included (each verify row gets the mask after the guesses before it: engine/constraint_masker.h).
   // Each guess needs a logit row: the model's max_logit_rows must exceed max_num_seqs (the runtime
   // gives it max_num_seqs * (1 + k)); the guesses of a step are capped by that difference.
   SpeculativeConfig speculative;

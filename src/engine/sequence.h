@@ -39,9 +39,10 @@ struct Sequence {
   OutputFilter filter;
   int num_preemptions = 0;
   Clock::time_point first_scheduled{}, first_token{};
-  // The step's token mask from request.constraint (filled by the ConstraintMasker).
-  std::vector<uint32_t> allowed_mask;
-  bool mask_active = false;
+  // The step's token masks from request.constraint, one per sampled row (filled by the
+  // ConstraintMasker: row i is the mask after guess i - 1 of a speculative step).
+  std::vector<std::vector<uint32_t>> allowed_masks;
+  std::vector<uint8_t> masks_active;
   std::string mask_error;
 
   // Speculative tokens (engine/drafter.h) appended to `tokens` for this step's verification only:

@@ -7,6 +7,7 @@
 
 #include <limits>
 
+#include "engine/drafter.h"
 #include "engine/step_sampling.h"
 #include "engine_test_model.h"
 #include "sampling/logits_processing.h"
@@ -110,6 +111,78 @@ TEST(EngineConstraint, ConstrainedGreedyEqualsTheMaskedReferenceInABatch) {
     }
   }
   EXPECT_GT(constrained_tokens, 20);
+}
+
+// Speculative decoding on constrained requests: a drafter that guesses the constrained reference
+// continuation, with every third draft going wrong from its second guess (a token the grammar
+// refuses half the time, an allowed but wrong one otherwise). Every verify row is masked by the
+// grammar advanced through the guesses before it, so the output must still be the reference's,
+// guesses must be accepted, and the grammar's state must follow only the emitted tokens.
+class ConstrainedReplay final : public Drafter {
+ public:
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> known;
+  int drafts = 0;
+  Draft propose(const DraftRequest& r) override {
+    for (const auto& [prompt, cont] : known) {
+      if (r.tokens.size() < prompt.size() || !std::equal(prompt.begin(), prompt.end(), r.tokens.begin())) continue;
+      const size_t done = r.tokens.size() - prompt.size();
+      if (done >= cont.size() || !std::equal(r.tokens.begin() + std::ptrdiff_t(prompt.size()), r.tokens.end(),
+                                             cont.begin()))
+        continue;
+      const int n = drafts++;
+      std::vector<int32_t> out;
+      for (size_t i = done; i < cont.size() && int(out.size()) < r.max_tokens; ++i) {
+        int32_t g = cont[i];
+        if (n % 3 == 2 && out.size() >= 1) g = n % 2 ? 0 : (g == 'a' ? 'b' : 'a');  // 0 (NUL): never allowed
+        out.push_back(g);
+      }
+      return Draft{out, {}};
+    }
+    return {};
+  }
+};
+
+TEST(EngineConstraint, ConstrainedRequestsSpeculateAndKeepTheReferenceOutput) {
+  SmallModel model(256, 64);  // logit rows for 8 sequences and their guesses
+  SmallModel reference;
+  EngineConfig c = engine_config(/*budget=*/48);
+  c.speculative.method = "ngram";
+  c.speculative.num_speculative_tokens = 3;
+  auto drafter = std::make_shared<ConstrainedReplay>();
+  c.drafter = drafter;
+  std::vector<std::vector<int32_t>> prompts, expected;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(random_prompt(4 + (i * 17) % 30, 900 + uint32_t(i)));
+    expected.push_back(reference_constrained(reference.model, prompts.back(), 40));
+    ASSERT_EQ(expected.back().back(), kEos);
+    drafter->known.push_back({prompts.back(), expected.back()});
+  }
+  Engine engine(model.model, c);
+  EventLog log;
+  std::vector<std::shared_ptr<GrammarConstraint>> constraints;
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = "c" + std::to_string(i);
+    GenerationRequest r = greedy_request(id, prompts[size_t(i)], 40);
+    r.sampling.ignore_eos = false;
+    constraints.push_back(std::make_shared<GrammarConstraint>(grammar(), std::vector<int32_t>{kEos}));
+    r.constraint = constraints.back();
+    ASSERT_TRUE(engine.submit(std::move(r), log.callback(id)));
+  }
+  engine.run_until_idle();
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = "c" + std::to_string(i);
+    const auto s = log.get(id);
+    ASSERT_TRUE(s.finished) << id;
+    EXPECT_EQ(s.final_event.finish_reason, FinishReason::Stop) << id << " " << s.final_event.error;
+    std::vector<int32_t> want = expected[size_t(i)];
+    want.pop_back();  // the stop token is not streamed
+    EXPECT_EQ(s.tokens, want) << id;
+  }
+  const GeneratorStats st = engine.stats();
+  EXPECT_GT(st.spec_draft_tokens, 0u);
+  EXPECT_GT(st.spec_accepted_tokens, 0u);
+  EXPECT_LT(st.spec_accepted_tokens, st.spec_draft_tokens);  // the wrong guesses were rejected
+  EXPECT_GT(drafter->drafts, 6);
 }
 
 // A constraint that allows one fixed token, then rejects what it is given.
