@@ -3,6 +3,7 @@
 //  - `generate --speculative-config` (ngram) prints the ids plain decoding prints, greedy and
 //    seeded sampled alike, and `--verbose` reports the drafting (the mean acceptance length,
 //    1 + accepted / drafts, when there were guesses);
+//  - structured outputs speculate (replay drafter): the same JSON as plain decoding, guesses accepted;
 //  - `bench serve` against a speculating server reports the run's spec_decode counters, equal to the
 //    difference of the server's own /metrics counters, with vLLM's mean acceptance length.
 // The tiny preset's dummy weights never repeat themselves, so the ngram drafter finds nothing to
@@ -121,5 +122,48 @@ test('bench cost with the replay drafter: the acceptance length follows the set 
     assert.ok(Math.abs(point.mean_acceptance_length - want) < 1e-9, JSON.stringify(point));
     assert.match(r.stdout, /acceptance length \d\.\d\d \(replay/);
     if (rate === 1) assert.ok(point.tok_s_per_user > 0);
+  }
+});
+
+test('structured outputs speculate: a replayed JSON answer is the plain one, guesses accepted', { timeout: 300000 * timeScale }, async () => {
+  // The replay drafter (engine/replay_drafter.h) guesses what the first request with the same
+  // prompt produced, each guess right with probability 0.6 and a different token otherwise (often
+  // one the grammar refuses). The first request of each kind decodes plainly (nothing recorded);
+  // the second verifies guesses under the grammar: the same content, valid JSON, guesses accepted.
+  const server = await startServer(['--max-model-len', '2048', '--max-num-seqs', '4', '--threads', '2',
+    '--speculative-config', JSON.stringify({ method: 'replay', num_speculative_tokens: 3, replay_acceptance_rate: 0.6 })],
+  { timeoutMs: 180000 * timeScale });
+  try {
+    const client = server.client();
+    const schema = {
+      type: 'object',
+      properties: { name: { type: 'string', maxLength: 12 }, tags: { type: 'array', items: { enum: ['a', 'b', 'c'] }, maxItems: 4 },
+        n: { type: 'integer', minimum: 0, maximum: 999 } },
+      required: ['name', 'tags', 'n'], additionalProperties: false,
+    };
+    const kinds = [{ temperature: 0 }, { temperature: 1.0, seed: 11 }];
+    const before = await specCounters(server.baseURL);
+    for (const sampling of kinds) {
+      const ask = () => client.chat.completions.create({
+        model: 'gpt-oss', messages: [{ role: 'user', content: 'A record, please.' }], max_tokens: 400,
+        response_format: { type: 'json_schema', json_schema: { name: 'record', schema, strict: true } },
+        thinking_token_budget: 0, ...sampling,
+      });
+      const plain = await ask();
+      const spec = await ask();
+      const label = JSON.stringify(sampling);
+      assert.equal(plain.choices[0].finish_reason, 'stop', `${label}: ${plain.choices[0].message.content}`);
+      assert.equal(spec.choices[0].message.content, plain.choices[0].message.content, `${label}: the same answer`);
+      const doc = JSON.parse(spec.choices[0].message.content);
+      assert.deepEqual(Object.keys(doc).sort(), ['n', 'name', 'tags'], label);
+      assert.ok(Number.isInteger(doc.n) && doc.n >= 0 && doc.n <= 999, label);
+    }
+    const after = await specCounters(server.baseURL);
+    assert.ok(after.draftTokens > before.draftTokens, 'the second requests were drafted');
+    assert.ok(after.accepted > before.accepted, 'some guesses were accepted');
+    assert.ok(after.accepted - before.accepted < after.draftTokens - before.draftTokens, 'and some rejected');
+  } finally {
+    const exit = await server.stop('SIGTERM');
+    assert.equal(exit.code, 0, server.output());
   }
 });
