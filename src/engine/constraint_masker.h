@@ -23,10 +23,10 @@ namespace ossrt {
 // after it, which only need some legal mask.
 struct MaskJob {
   TokenConstraint* constraint = nullptr;
-  std::span<const int32_t> draft;                // the step's guesses (empty: one row)
+  std::span<const int32_t> draft;                       // the step's guesses (empty: one row)
   std::vector<std::vector<uint32_t>>* masks = nullptr;  // resized to draft + 1 rows, each zeroed and filled
-  std::vector<uint8_t>* active = nullptr;        // per row: whether its mask restricts anything
-  std::string* error = nullptr;                  // set when the constraint threw
+  std::vector<uint8_t>* active = nullptr;               // per row: whether its mask restricts anything
+  std::string* error = nullptr;                         // set when the constraint threw
 };
 
 class ConstraintMasker {

@@ -126,8 +126,8 @@ class ConstrainedReplay final : public Drafter {
     for (const auto& [prompt, cont] : known) {
       if (r.tokens.size() < prompt.size() || !std::equal(prompt.begin(), prompt.end(), r.tokens.begin())) continue;
       const size_t done = r.tokens.size() - prompt.size();
-      if (done >= cont.size() || !std::equal(r.tokens.begin() + std::ptrdiff_t(prompt.size()), r.tokens.end(),
-                                             cont.begin()))
+      if (done >= cont.size() ||
+          !std::equal(r.tokens.begin() + std::ptrdiff_t(prompt.size()), r.tokens.end(), cont.begin()))
         continue;
       const int n = drafts++;
       std::vector<int32_t> out;

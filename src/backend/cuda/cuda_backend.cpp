@@ -103,9 +103,9 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   // Developer switch for A/B timing of the decode GEMVs and fused router against cuBLASLt:
   // OSSRT_CUDA_GEMV_MAX_ROWS=0 sends every linear and router GEMM to cuBLASLt (docs/kernels.md).
   if (const char* rows = std::getenv("OSSRT_CUDA_GEMV_MAX_ROWS")) {
-    OSSRT_CHECK(std::sscanf(rows, "%d", &gemv_max_rows_) == 1 && gemv_max_rows_ >= 0 &&
-                    gemv_max_rows_ <= cuda::kGemvMaxRows,
-                "OSSRT_CUDA_GEMV_MAX_ROWS must be 0..{}, not '{}'", cuda::kGemvMaxRows, rows);
+    OSSRT_CHECK(
+        std::sscanf(rows, "%d", &gemv_max_rows_) == 1 && gemv_max_rows_ >= 0 && gemv_max_rows_ <= cuda::kGemvMaxRows,
+        "OSSRT_CUDA_GEMV_MAX_ROWS must be 0..{}, not '{}'", cuda::kGemvMaxRows, rows);
   }
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&

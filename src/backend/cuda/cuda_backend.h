@@ -147,7 +147,7 @@ class CudaBackend final : public Backend {
   void* router_logits_ = nullptr;  // f32 [max_step_tokens, max experts]
   size_t router_logits_bytes_ = 0;
   int* router_counter_ = nullptr;  // the fused router's ticket (0 between launches)
-  int gemv_max_rows_ = 8;           // linears and the router of at most this many rows use our GEMV kernels
+  int gemv_max_rows_ = 8;          // linears and the router of at most this many rows use our GEMV kernels
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
   void* moe_workspace_ = nullptr;

@@ -88,9 +88,8 @@ bool CudaBackend::sample_on_device(const Tensor& logits, std::span<const DeviceS
   // Masks have room for one row per planned sequence (the constructor's plan); a step with more
   // masked rows (constrained requests speculating: a mask per verify row) samples on the host.
   const size_t words = size_t(logits.ndim == 2 ? logits.dim(1) + 31 : 0) / 32;
-  const size_t masked = size_t(std::count_if(rows.begin(), rows.end(), [](const DeviceSamplingRow& r) {
-    return !r.allowed.empty();
-  }));
+  const size_t masked =
+      size_t(std::count_if(rows.begin(), rows.end(), [](const DeviceSamplingRow& r) { return !r.allowed.empty(); }));
   if (masked * words > sample_mask_words_) return false;
   std::vector<SamplingRowParams> params(rows.size());
   std::vector<std::span<const uint32_t>> allowed(rows.size());

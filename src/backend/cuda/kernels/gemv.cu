@@ -1,7 +1,7 @@
 // The small-M linears of gemv.cuh. 2 to 8 rows and K a multiple of 32 (every gpt-oss linear):
-// bf16_gemv_mma, on tensor cores. One row, or other K: bf16_gemv, a 256-thread CTA of 8 warps owns 8 / kWarpsPerRow output rows
-// (gemv_common.cuh: how a row's dot products are split and summed), one warp per row when there are
-// enough rows to fill the GPU, a whole CTA per row when there are few.
+// bf16_gemv_mma, on tensor cores. One row, or other K: bf16_gemv, a 256-thread CTA of 8 warps owns 8 / kWarpsPerRow
+// output rows (gemv_common.cuh: how a row's dot products are split and summed), one warp per row when there are enough
+// rows to fill the GPU, a whole CTA per row when there are few.
 #include <algorithm>
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"

@@ -27,8 +27,7 @@ __device__ __forceinline__ void gemv_fma_chunk(float (&acc)[kM], const uint4& wv
   for (int r = 0; r < kM; ++r) {
     if (r >= m) break;
     const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + r * k + col));
-    const float2 x0 = unpack_bf16x2(xv.x), x1 = unpack_bf16x2(xv.y), x2 = unpack_bf16x2(xv.z),
-                 x3 = unpack_bf16x2(xv.w);
+    const float2 x0 = unpack_bf16x2(xv.x), x1 = unpack_bf16x2(xv.y), x2 = unpack_bf16x2(xv.z), x3 = unpack_bf16x2(xv.w);
     float s = acc[r];
     s = fmaf(w0.x, x0.x, s);
     s = fmaf(w0.y, x0.y, s);

@@ -186,7 +186,6 @@ __global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_down_decode(MoeGe
   mx_decode_tile<kNT, kWarps, false, kDeep>(a);
 }
 
-
 using DecodeKernel = void (*)(MoeGemmArgs);
 
 // 4-warp CTAs, or 2-warp ones for one token tile when the 4-warp grid would not be resident at once.

@@ -135,8 +135,8 @@ cudaError_t launch_f32_rmsnorm(const RmsNormArgs& args, cudaStream_t stream) {
   if (args.rows <= 0) return cudaSuccess;
   const bool vec = args.hidden % 4 == 0 && args.hidden <= 4 * kThreads * kVecsPerThread &&
                    vec4_aligned(args.x.data, args.x.is_f32) && vec4_aligned(args.residual, true) &&
-                   vec4_aligned(args.delta.data, args.delta.is_f32) && vec4_aligned(args.weight.data, args.weight.is_f32) &&
-                   vec4_aligned(args.out, args.out_f32);
+                   vec4_aligned(args.delta.data, args.delta.is_f32) &&
+                   vec4_aligned(args.weight.data, args.weight.is_f32) && vec4_aligned(args.out, args.out_f32);
   return launch_pdl(vec ? f32_rmsnorm_vec4 : f32_rmsnorm, dim3(args.rows), dim3(kThreads), stream, args);
 }
 

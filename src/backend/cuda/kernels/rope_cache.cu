@@ -127,8 +127,8 @@ bool qkv_rope_fused_supported(const QkvRopeArgs& a) {
 }
 
 void launch_bf16_gemv_qkv_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {
-  OSSRT_CU_CHECK(qkv_rope_fused_supported(a), "bf16_gemv_qkv_rope_kv_write: ", a.rope.num_tokens,
-                 " tokens, k ", a.k, " (one token, k a multiple of 8, 16-byte aligned x and w)");
+  OSSRT_CU_CHECK(qkv_rope_fused_supported(a), "bf16_gemv_qkv_rope_kv_write: ", a.rope.num_tokens, " tokens, k ", a.k,
+                 " (one token, k a multiple of 8, 16-byte aligned x and w)");
   const int units = (a.rope.num_q_heads + 2 * a.rope.num_kv_heads) * kRopeHalf;
   OSSRT_CUDA_CALL(launch_pdl(bf16_gemv_qkv_rope_kv_write, dim3((units + kFusedWarps - 1) / kFusedWarps),
                              dim3(kFusedWarps * 32), stream, a));

@@ -90,8 +90,7 @@ template <int kM>
 __global__ void __launch_bounds__(kFusedWarps * 32) bf16_router_fused(RouterFusedArgs a) {
   const int e = blockIdx.x;
   float acc[kM];
-  if (gemv_row_dot<kM, kFusedWarps, kFusedWarps>(a.x, a.w + int64_t(e) * a.hidden, true, a.hidden, a.num_tokens,
-                                                  acc)) {
+  if (gemv_row_dot<kM, kFusedWarps, kFusedWarps>(a.x, a.w + int64_t(e) * a.hidden, true, a.hidden, a.num_tokens, acc)) {
 #pragma unroll
     for (int r = 0; r < kM; ++r)
       if (r < a.num_tokens) a.logits[int64_t(r) * a.num_experts + e] = acc[r];
@@ -133,8 +132,8 @@ bool router_fused_supported(const RouterFusedArgs& a) {
 }
 
 void launch_bf16_router_fused(const RouterFusedArgs& a, cudaStream_t stream) {
-  OSSRT_CU_CHECK(router_fused_supported(a), "bf16_router_fused: ", a.num_tokens, " tokens, hidden ", a.hidden,
-                 " (1..", kRouterFusedMaxTokens, " tokens, hidden a multiple of 8, 16-byte aligned x and w)");
+  OSSRT_CU_CHECK(router_fused_supported(a), "bf16_router_fused: ", a.num_tokens, " tokens, hidden ", a.hidden, " (1..",
+                 kRouterFusedMaxTokens, " tokens, hidden a multiple of 8, 16-byte aligned x and w)");
   OSSRT_CU_CHECK(a.num_experts >= 1 && a.num_experts <= kRouterMaxExperts && a.k >= 1 && a.k <= kRouterMaxTopK &&
                      a.k <= a.num_experts && a.counter,
                  "bf16_router_fused: ", a.num_experts, " experts, top ", a.k);
