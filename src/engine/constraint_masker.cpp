@@ -18,10 +18,10 @@ ConstraintMasker::~ConstraintMasker() {
 void ConstraintMasker::run(const MaskJob& job) {
   const size_t words = (size_t(std::max(job.constraint->vocab_size(), 0)) + 31) / 32;
   const size_t rows = job.draft.size() + 1;
-  job.masks->resize(rows);
-  job.active->assign(rows, 0);
   int advanced = 0;  // guesses the constraint accepted, to roll back
   try {
+    job.masks->resize(rows);
+    job.active->assign(rows, 0);
     for (size_t i = 0; i < rows; ++i) {
       std::vector<uint32_t>& mask = (*job.masks)[i];
       mask.assign(words, 0u);
@@ -40,7 +40,9 @@ void ConstraintMasker::run(const MaskJob& job) {
       ++advanced;
     }
   } catch (const std::exception& e) {
-    job.active->assign(rows, 0);
+    // The request ends with this error (emit_token), also when it came from a guessed row's state,
+    // which plain decoding might never have reached: constraints do not throw on a reachable state.
+    job.active->assign(job.active->size(), 0);
     *job.error = e.what();
   }
   if (advanced > 0) {

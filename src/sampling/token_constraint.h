@@ -7,10 +7,11 @@
 // src/structured, which implements it.
 //
 // Per sampling step of its request the engine calls fill_mask() (on a helper thread, while the
-// model runs the step: the mask depends only on tokens already accepted), then samples the row with
-// the mask applied (on the backend's device sampler when the row needs nothing only the host
-// sampler does, else on the host), then calls accept() with the sampled token. Calls for one
-// request never overlap.
+// model runs the step: the mask depends only on tokens already accepted, and for a speculative
+// step's verify rows on the guesses, which the helper accept()s between the masks and then
+// rollback()s: engine/constraint_masker.h), then samples the row with the mask applied (on the
+// backend's device sampler when the row needs nothing only the host sampler does, else on the
+// host), then calls accept() with each emitted token. Calls for one request never overlap.
 #include <cstdint>
 #include <span>
 
@@ -30,6 +31,7 @@ class TokenConstraint {
 
   // Records the sampled token. False when the constraint did not allow it (only possible if the
   // sampler had to fall back, e.g. NaN logits); the engine then ends the request with an error.
+  // A false return or an exception leaves the state as it was (the masker's rollback counts on it).
   virtual bool accept(int32_t token) = 0;
 
   // Undoes the last n accepted tokens (for speculative decoding: draft tokens that were rejected).

@@ -39,3 +39,4 @@ for entry in "${pids[@]}"; do
 done
 tar -C /tmp -czf "$FINAL/gpu_tests_logs.tar.gz" gpu-tests
 echo "== GPU tests: $([ $failed = 0 ] && echo "all passed" || echo "FAILURES") after $(( $(date +%s) - START )) s"
+exit $failed

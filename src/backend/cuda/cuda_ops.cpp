@@ -197,7 +197,9 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
   bind_device();
   // One-token steps (batch-1 decode): the projection, rotation and cache write in one kernel, with
   // the arithmetic of the one-row GEMV and the RoPE kernel. Otherwise the two ops.
-  const bool one_token = plan_->host_plan().num_tokens() == 1 && x.dim(0) == 1 && gemv_max_rows_ >= 1;
+  // (and only where the one-row GEMV takes a warp per row, the arithmetic the fused kernel repeats)
+  const bool one_token = plan_->host_plan().num_tokens() == 1 && x.dim(0) == 1 && gemv_max_rows_ >= 1 &&
+                         cuda::gemv_one_warp_per_row(int(w.dim(0)), num_sms_);
   const bool shapes = x.dtype == DType::BF16 && w.dtype == DType::BF16 && qkv.dtype == DType::BF16 && w.ndim == 2 &&
                       x.row_elems() == w.dim(1) && qkv.row_elems() == w.dim(0) &&
                       (!bias || (bias->dtype == DType::BF16 && bias->numel() == w.dim(0)));

@@ -13,6 +13,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+static_assert(kWarps == 8, "gemv_one_warp_per_row (gemv.cuh) counts 8 rows a CTA");
 
 // One row, a warp per row: at most 48 registers, so 5 CTAs (40 warps) fit an SM and QKV's 5,120 rows
 // are one wave on 132 SMs (4 CTAs at the 51 registers it takes unbounded: 1.2 waves, the last one
@@ -159,7 +160,7 @@ void launch_bf16_gemv(const GemvArgs& a, cudaStream_t stream) {
   }
   // A warp per row needs n / 8 CTAs to cover the SMs a few times over; with fewer rows (the router)
   // every warp of a CTA takes a slice of one row's K.
-  const bool few_rows = (a.n + kWarps - 1) / kWarps < 2 * sms;
+  const bool few_rows = !gemv_one_warp_per_row(a.n, sms);
   const GemvKernel kernel = few_rows ? pick_rows<kWarps>(a.m) : pick_rows<1>(a.m);
   const int rows_per_cta = few_rows ? 1 : kWarps;
   const dim3 grid((a.n + rows_per_cta - 1) / rows_per_cta);

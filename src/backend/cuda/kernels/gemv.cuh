@@ -28,4 +28,9 @@ bool gemv_supported(const GemvArgs& args);
 
 void launch_bf16_gemv(const GemvArgs& args, cudaStream_t stream);
 
+// Whether a one-row bf16_gemv of n output rows runs one warp per row (the kernel whose sums the fused
+// QKV + RoPE kernel reproduces bit for bit) rather than a CTA per row (few rows: n / 8 CTAs would
+// not cover the SMs twice).
+inline bool gemv_one_warp_per_row(int n, int num_sms) { return (n + 7) / 8 >= 2 * num_sms; }
+
 }  // namespace ossrt::cuda
