@@ -29,6 +29,18 @@ constexpr int64_t kQkvDim = (kQHeads + 2 * kKvHeads) * kHeadDim;
 constexpr int kWindow = 128;
 constexpr int kBlock = 16;
 
+// A KV cache of one full and one sliding layer, `blocks` blocks of kBlock tokens each, gpt-oss heads.
+KvCacheShape one_layer_per_group(int blocks) {
+  KvCacheShape shape;
+  shape.num_full_layers = 1;
+  shape.num_sliding_layers = 1;
+  shape.num_full_blocks = shape.num_window_blocks = blocks;
+  shape.block_size = kBlock;
+  shape.num_kv_heads = kKvHeads;
+  shape.head_dim = kHeadDim;
+  return shape;
+}
+
 struct Backends {
   std::unique_ptr<Backend> cpu = make_backend("cpu");
   std::unique_ptr<Backend> gpu = make_backend("cuda");
@@ -375,11 +387,7 @@ void run_attention_scenario(const AttentionScenario& sc, uint64_t seed) {
   const int n = int(sc.history.size());
   int blocks_needed = 0;
   for (int i = 0; i < n; ++i) blocks_needed += (sc.history[size_t(i)] + sc.step[size_t(i)] + kBlock - 1) / kBlock;
-  KvCacheShape shape;
-  shape.num_full_layers = 1;
-  shape.num_sliding_layers = 1;
-  shape.num_full_blocks = shape.num_window_blocks = blocks_needed + 8;
-  shape.block_size = kBlock;
+  const KvCacheShape shape = one_layer_per_group(blocks_needed + 8);
   b.cpu->allocate_kv_cache(shape);
   b.gpu->allocate_kv_cache(shape);
   auto sinks = test::host_bf16(random_floats(rng, kQHeads, 1.0f), {kQHeads}, "sinks");
@@ -450,13 +458,7 @@ TEST(CudaOps, RopeMatchesCpuElementwiseAtLongPositions) {
   OSSRT_SKIP_WITHOUT_GPU();
   Backends b;
   std::mt19937_64 rng(21);
-  KvCacheShape shape;
-  shape.num_full_layers = 1;
-  shape.num_sliding_layers = 1;
-  shape.num_full_blocks = shape.num_window_blocks = 16;
-  shape.block_size = kBlock;
-  shape.num_kv_heads = kKvHeads;
-  shape.head_dim = kHeadDim;
+  const KvCacheShape shape = one_layer_per_group(16);
   b.cpu->allocate_kv_cache(shape);
   b.gpu->allocate_kv_cache(shape);
   // Two sequences: positions 131040..131071 (table entries wrap around the small pool; only the
@@ -528,13 +530,7 @@ TEST(CudaOps, FusedQkvRopeCacheWriteIsTheLinearThenRope) {
   Backends b;
   std::unique_ptr<Backend> plain = make_backend("cuda");  // runs the two ops
   std::mt19937_64 rng(31);
-  KvCacheShape shape;
-  shape.num_full_layers = 1;
-  shape.num_sliding_layers = 1;
-  shape.num_full_blocks = shape.num_window_blocks = 40;
-  shape.block_size = kBlock;
-  shape.num_kv_heads = kKvHeads;
-  shape.head_dim = kHeadDim;
+  const KvCacheShape shape = one_layer_per_group(40);
   Backend* all[] = {b.cpu.get(), b.gpu.get(), plain.get()};
   for (Backend* be : all) be->allocate_kv_cache(shape);
   auto w = test::host_bf16(random_floats(rng, size_t(kQkvDim * kHidden), 1.0f / std::sqrt(float(kHidden))),

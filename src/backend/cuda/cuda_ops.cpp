@@ -146,7 +146,7 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
                          int(w.dim(0)),
                          int(w.dim(1))};
   if (x.dim(0) <= gemv_max_rows_ && cuda::gemv_supported(g)) {
-    cuda::launch_bf16_gemv(g, stream_);
+    cuda::launch_bf16_gemv(g, num_sms_, stream_);
     return;
   }
   blas_->matmul(x.data, w.data, bias ? bias->data : nullptr, out.data, x.dim(0), w.dim(0), w.dim(1),

@@ -95,6 +95,19 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// 16-byte global load for data read once per step (weights): no L1 allocation, so the L1 keeps what
+// is reused (activations).
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// Pulls the line holding p into L2 (weights that are read right after, e.g. before a PDL wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
 // Programmatic dependent launch (sm_90; docs/kernels.md, "MXFP4 MoE"): a kernel launched with
 // launch_pdl may start while the previous kernel in the stream still runs; pdl_wait() blocks until
 // that kernel has completed and its writes are visible (a no-op when launched plainly), and

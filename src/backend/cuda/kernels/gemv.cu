@@ -50,8 +50,6 @@ __global__ void __launch_bounds__(kThreads, kM == 1 && kWarpsPerRow == 1 ? 5 : 1
 constexpr int kMmaRows = 16;
 constexpr int kMmaBatch = 4;  // 32-column chunks in flight per warp
 
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-
 __global__ void __launch_bounds__(kThreads) bf16_gemv_mma(GemvArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int chunks = a.k / 32;
@@ -81,8 +79,8 @@ __global__ void __launch_bounds__(kThreads) bf16_gemv_mma(GemvArgs a) {
       for (int b = 0; b < kMmaBatch; ++b) {
         const int kc = kc0 + b * kWarps;
         const bool in = kc < chunks;
-        wl[b] = in && lo_ok ? gemv_ldg_stream(w_lo + kc * 32) : make_uint4(0, 0, 0, 0);
-        wh[b] = in && hi_ok ? gemv_ldg_stream(w_hi + kc * 32) : make_uint4(0, 0, 0, 0);
+        wl[b] = in && lo_ok ? ldg_stream(w_lo + kc * 32) : make_uint4(0, 0, 0, 0);
+        wh[b] = in && hi_ok ? ldg_stream(w_hi + kc * 32) : make_uint4(0, 0, 0, 0);
         xv[b] = in && token_ok ? __ldg(reinterpret_cast<const uint4*>(xrow + kc * 32)) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
@@ -139,12 +137,10 @@ bool gemv_supported(const GemvArgs& a) {
          reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
 }
 
-void launch_bf16_gemv(const GemvArgs& a, cudaStream_t stream) {
+void launch_bf16_gemv(const GemvArgs& a, int sms, cudaStream_t stream) {
   OSSRT_CU_CHECK(gemv_supported(a), "bf16_gemv: m ", a.m, " n ", a.n, " k ", a.k,
                  " (m 1..8, k a multiple of 8, 16-byte aligned x and w)");
-  int device = 0, sms = 0;
-  OSSRT_CUDA_CALL(cudaGetDevice(&device));
-  OSSRT_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  OSSRT_CU_CHECK(sms > 0, "bf16_gemv: ", sms, " multiprocessors");
   // One row: the FMA kernel (measured on the H200 in a decode step: 2.10 ms against 2.18 with the MMA
   // one at batch 1); 2 to 8 rows: the MMA one (the FMA kernel is L1-bound there: 5.9 ms at batch 8).
   if (a.k % 32 == 0 && a.m >= 2) {

@@ -26,7 +26,8 @@ struct GemvArgs {
 // 8, x and w 16-byte aligned. Otherwise callers use cuBLASLt.
 bool gemv_supported(const GemvArgs& args);
 
-void launch_bf16_gemv(const GemvArgs& args, cudaStream_t stream);
+// num_sms: the device's multiprocessor count (the caller knows it; no runtime query per launch).
+void launch_bf16_gemv(const GemvArgs& args, int num_sms, cudaStream_t stream);
 
 // Whether a one-row bf16_gemv of n output rows runs one warp per row (the kernel whose sums the fused
 // QKV + RoPE kernel reproduces bit for bit) rather than a CTA per row (few rows: n / 8 CTAs would

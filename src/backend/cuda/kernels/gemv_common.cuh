@@ -9,15 +9,6 @@ namespace ossrt::cuda {
 
 inline constexpr int kGemvBatch = 4;  // 16-byte weight chunks in flight per lane
 
-// Weights are read once per step: no L1 allocation (the token rows, reused by every warp, keep it).
-__device__ __forceinline__ uint4 gemv_ldg_stream(const uint16_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // acc[r] += dot(8 weights, x[r][col .. col + 8)) for the first m rows.
 template <int kM>
 __device__ __forceinline__ void gemv_fma_chunk(float (&acc)[kM], const uint4& wv, const uint16_t* x, int64_t k, int m,
@@ -64,11 +55,10 @@ __device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* 
 #pragma unroll
   for (int b = 0; b < kGemvBatch; ++b) {
     const int cb = c + b * kStride;
-    wv[b] = row_ok && cb < chunks ? gemv_ldg_stream(wrow + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
+    wv[b] = row_ok && cb < chunks ? ldg_stream(wrow + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
   }
   // ... and the rest of the row into L2, so the loop below reads it from there.
-  for (int cb = c + kGemvBatch * kStride; row_ok && cb < chunks; cb += kStride)
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wrow + int64_t(cb) * 8));
+  for (int cb = c + kGemvBatch * kStride; row_ok && cb < chunks; cb += kStride) prefetch_l2(wrow + int64_t(cb) * 8);
   pdl_wait();
   pdl_launch_dependents();
 #pragma unroll
@@ -78,7 +68,7 @@ __device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* 
 #pragma unroll
     for (int b = 0; b < kGemvBatch; ++b) {
       const int cb = c + (kGemvBatch + b) * kStride;
-      next[b] = cb < chunks ? gemv_ldg_stream(wrow + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
+      next[b] = cb < chunks ? ldg_stream(wrow + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int b = 0; b < kGemvBatch; ++b) {
@@ -125,12 +115,11 @@ __device__ __forceinline__ void gemv_rows_dot_one_token(const uint16_t* x, const
 #pragma unroll
     for (int b = 0; b < kGemvBatch; ++b) {
       const int cb = c + b * 32;
-      wv[r][b] = cb < chunks ? gemv_ldg_stream(w[r] + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
+      wv[r][b] = cb < chunks ? ldg_stream(w[r] + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
-    for (int cb = c + kGemvBatch * 32; cb < chunks; cb += 32)
-      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(w[r] + int64_t(cb) * 8));
+    for (int cb = c + kGemvBatch * 32; cb < chunks; cb += 32) prefetch_l2(w[r] + int64_t(cb) * 8);
   pdl_wait();
   pdl_launch_dependents();
   float acc[kRows][1];
@@ -143,7 +132,7 @@ __device__ __forceinline__ void gemv_rows_dot_one_token(const uint16_t* x, const
 #pragma unroll
       for (int b = 0; b < kGemvBatch; ++b) {
         const int cb = c + (kGemvBatch + b) * 32;
-        next[r][b] = cb < chunks ? gemv_ldg_stream(w[r] + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
+        next[r][b] = cb < chunks ? ldg_stream(w[r] + int64_t(cb) * 8) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
     for (int b = 0; b < kGemvBatch; ++b) {

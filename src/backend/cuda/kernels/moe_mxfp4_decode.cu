@@ -25,15 +25,6 @@ namespace {
 // host-known sizes) never changes a result.
 constexpr int kSplit = 4;
 
-// Weights are read once per step: no L1 allocation (the activations, reused by every CTA, keep it).
-__device__ __forceinline__ uint4 ldg_stream(const uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 // kDeep (one token tile only, the one used): 8 weight chunks in flight per warp instead of 4, the
 // activations loaded as each chunk is used (they hit L1) instead of with the weights, to keep
 // registers for it. Measured on the H200 (decode step, 20b, mxfp4): same at batch 1, 4-5% faster
@@ -69,8 +60,7 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   const uint8_t* wq = a.wq + chunk0 * kMxChunkBytes + lane * 16;
   const uint8_t* wsc = a.wscale + chunk0 * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2;
   if constexpr (!kSwiglu) {
-    for (int kc = warp; kc < chunks; kc += kWarps)
-      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(wq + int64_t(kc) * kMxChunkBytes));
+    for (int kc = warp; kc < chunks; kc += kWarps) prefetch_l2(wq + int64_t(kc) * kMxChunkBytes);
     pdl_wait();
     pdl_launch_dependents();
   }
