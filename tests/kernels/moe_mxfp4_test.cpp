@@ -307,6 +307,7 @@ const char* path_name(Path p) {
 struct RunOptions {
   bool bias_bf16 = false;
   bool out_bf16 = false;
+  int direct_max_pairs = -1;  // -1: MoeArgs' default
 };
 
 std::vector<float> run_moe(const Experts& ex, Path path, const std::vector<uint16_t>& x, const Routing& r, int tokens,
@@ -352,6 +353,7 @@ std::vector<float> run_moe(const Experts& ex, Path path, const std::vector<uint1
     a.regime = path == Path::Mxfp4SmallM   ? MoeRegime::SmallM
                : path == Path::Mxfp4LargeM ? MoeRegime::LargeM
                                            : MoeRegime::Auto;
+    if (opt.direct_max_pairs >= 0) a.direct_max_pairs = opt.direct_max_pairs;
     launch_bf16_mxfp4w_moe(a, nullptr);
   }
   cuda_ok(cudaDeviceSynchronize(), "moe kernels");
@@ -546,6 +548,41 @@ TEST(Mxfp4Moe, OutOfRangeExpertIdsContributeNothing) {
   r.ids[6] = 32;
   r.ids[13] = 1 << 20;
   check_both_regimes(ex, x, r, tokens, {}, "dropped ids");
+}
+
+TEST(Mxfp4Moe, DirectPairsAreTheRoutedTilesBitForBit) {
+  REQUIRE_GPU();
+  // One and two tokens skip the route pass (each pair a tile of its own, the expert read from ids):
+  // the same per-row arithmetic as the routed 8-row tiles, so bit-identical to them, with two pairs
+  // on one expert and dropped ids too; and against the host reference.
+  for (int experts_n : {32, 128}) {
+    const Experts& ex = experts(experts_n);
+    for (int tokens : {1, 2}) {
+      SCOPED_TRACE("E = " + std::to_string(experts_n) + ", T = " + std::to_string(tokens));
+      const std::vector<uint16_t> x = random_bf16(size_t(tokens) * kHidden, 81 + tokens, 1.0f);
+      Routing r = random_routing(tokens, experts_n, 82 + tokens);
+      if (tokens == 2) {
+        r.ids[4] = r.ids[0];  // token 1's first slot on token 0's first expert
+        r.ids[6] = -1;
+        r.ids[7] = experts_n;
+      }
+      const std::vector<float> direct = run_moe(ex, Path::Mxfp4SmallM, x, r, tokens, RunOptions{false, false, 8});
+      const std::vector<float> routed = run_moe(ex, Path::Mxfp4SmallM, x, r, tokens, RunOptions{false, false, 0});
+      ASSERT_EQ(direct.size(), routed.size());
+      for (size_t i = 0; i < direct.size(); ++i)
+        ASSERT_EQ(std::memcmp(&direct[i], &routed[i], sizeof(float)), 0) << "element " << i;
+      for (int t = 0; t < tokens; ++t) {
+        const std::vector<double> ref = reference_token(ex, x, r, t);
+        double num = 0, den = 0;
+        for (int n = 0; n < kHidden; ++n) {
+          const double d = double(direct[size_t(t) * kHidden + n]) - ref[size_t(n)];
+          num += d * d;
+          den += ref[size_t(n)] * ref[size_t(n)];
+        }
+        EXPECT_LT(std::sqrt(num / den), 1e-2) << "token " << t;
+      }
+    }
+  }
 }
 
 TEST(Mxfp4Moe, TokenOutputIsBatchInvariantWithinARegime) {

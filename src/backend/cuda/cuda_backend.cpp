@@ -107,6 +107,11 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
         std::sscanf(rows, "%d", &gemv_max_rows_) == 1 && gemv_max_rows_ >= 0 && gemv_max_rows_ <= cuda::kGemvMaxRows,
         "OSSRT_CUDA_GEMV_MAX_ROWS must be 0..{}, not '{}'", cuda::kGemvMaxRows, rows);
   }
+  // OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS=0 sends one- and two-token MXFP4 MoE steps through the route pass.
+  if (const char* pairs = std::getenv("OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS")) {
+    OSSRT_CHECK(std::sscanf(pairs, "%d", &moe_direct_max_pairs_) == 1 && moe_direct_max_pairs_ >= 0,
+                "OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS must be a non-negative integer, not '{}'", pairs);
+  }
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,

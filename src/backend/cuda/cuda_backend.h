@@ -148,6 +148,7 @@ class CudaBackend final : public Backend {
   size_t router_logits_bytes_ = 0;
   int* router_counter_ = nullptr;  // the fused router's ticket (0 between launches)
   int gemv_max_rows_ = 8;          // linears and the router of at most this many rows use our GEMV kernels
+  int moe_direct_max_pairs_ = -1;  // -1: MoeArgs' default; OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS (A/B switch)
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
   void* moe_workspace_ = nullptr;

@@ -371,6 +371,7 @@ void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& id
   a.out_bf16 = out.dtype == DType::BF16;
   a.workspace = moe_workspace_;
   a.workspace_bytes = moe_workspace_bytes_;
+  if (moe_direct_max_pairs_ >= 0) a.direct_max_pairs = moe_direct_max_pairs_;
   if (mxfp4)
     cuda::launch_bf16_mxfp4w_moe(a, stream_);
   else

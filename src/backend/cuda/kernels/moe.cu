@@ -116,19 +116,28 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
       a.regime == MoeRegime::Auto ? choose_mxfp4_regime(a.num_tokens, a.top_k, a.num_experts) : a.regime;
   const int n_tiles = mxfp4_small_m_tiles(a.num_tokens, a.top_k, a.num_experts);
   const int tile_m = regime == MoeRegime::SmallM ? 8 * n_tiles : kMoeTileM;
-  launch_moe_route(a.ids, pairs, a.num_experts, ws, stream, tile_m);
+  // A few pairs (one or two decoding tokens): no route pass and no tile lookups. Each pair streams
+  // its expert's weights on its own; two pairs on one expert (a batch of two) read them twice, mostly
+  // from L2, since their CTAs run side by side. Same per-row arithmetic as the routed tiles.
+  const bool direct = regime == MoeRegime::SmallM && pairs <= a.direct_max_pairs;
+  if (!direct) launch_moe_route(a.ids, pairs, a.num_experts, ws, stream, tile_m);
 
   MoeGemmArgs gemm;
   gemm.num_tiles = ws.num_tiles;
   gemm.tile_expert = ws.tile_expert;
   gemm.tile_row = ws.tile_row;
   gemm.offsets = ws.offsets;
-  gemm.max_tiles = moe_max_tiles(pairs, a.num_experts, tile_m);
+  gemm.max_tiles = direct ? pairs : moe_max_tiles(pairs, a.num_experts, tile_m);
   gemm.bias_bf16 = a.bias_bf16;
+  gemm.num_experts = a.num_experts;
+  if (direct) {
+    gemm.direct_ids = a.ids;
+    gemm.direct_pairs = pairs;
+  }
 
   MoeGemmArgs gate_up = gemm;
   gate_up.a = a.x;
-  gate_up.pos_to_pair = ws.pos_to_pair;
+  gate_up.pos_to_pair = direct ? nullptr : ws.pos_to_pair;
   gate_up.top_k = a.top_k;
   gate_up.wq = a.gate_up_q;
   gate_up.wscale = a.gate_up_scales;
@@ -149,13 +158,14 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
   down.y_out = ws.y;
 
   if (regime == MoeRegime::SmallM) {
-    launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(gate_up, n_tiles, stream);
-    launch_bf16_mxfp4w_moe_down_decode(down, n_tiles, stream);
+    launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(gate_up, direct ? 1 : n_tiles, stream);
+    launch_bf16_mxfp4w_moe_down_decode(down, direct ? 1 : n_tiles, stream);
   } else {
     launch_bf16_mxfp4w_moe_gate_up_swiglu(gate_up, stream);
     launch_bf16_mxfp4w_moe_down(down, stream);
   }
-  launch_moe_combine(a.weights, a.num_tokens, a.top_k, a.hidden, ws, a.out, a.out_bf16, stream);
+  launch_moe_combine(a.weights, a.num_tokens, a.top_k, a.hidden, ws, a.out, a.out_bf16, stream,
+                     direct ? a.ids : nullptr, a.num_experts);
 }
 
 }  // namespace ossrt::cuda

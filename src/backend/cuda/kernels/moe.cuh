@@ -46,6 +46,9 @@ struct MoeArgs {
   const uint8_t* down_q = nullptr;          // [E, H, I] as 4-bit
   const uint8_t* down_scales = nullptr;     // [E, H, I / 32]
   MoeRegime regime = MoeRegime::Auto;
+  // Small M with at most this many (token, slot) pairs skips the route pass: each pair is a tile of
+  // its own, its expert read straight from ids (launch_bf16_mxfp4w_moe). 0 always routes.
+  int direct_max_pairs = 8;
 
   void* out = nullptr;  // [T, H], f32 (default; added to the fp32 residual) or bf16 (out_bf16)
   bool out_bf16 = false;

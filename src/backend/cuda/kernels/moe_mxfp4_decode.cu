@@ -46,13 +46,24 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
     pdl_launch_dependents();
   }
   const int tile = blockIdx.x;
-  if (tile >= *a.num_tiles) {
-    if constexpr (!kSwiglu) pdl_launch_dependents();
-    return;
+  int expert, row0, row_end;
+  if (a.direct_ids) {  // tile = pair: one load between the wait and the weights
+    expert = a.direct_ids[tile];
+    row0 = tile;
+    row_end = tile + 1;
+    if (expert < 0 || expert >= a.num_experts) {
+      if constexpr (!kSwiglu) pdl_launch_dependents();
+      return;
+    }
+  } else {
+    if (tile >= *a.num_tiles) {
+      if constexpr (!kSwiglu) pdl_launch_dependents();
+      return;
+    }
+    expert = a.tile_expert[tile];
+    row0 = a.tile_row[tile];
+    row_end = a.offsets[expert + 1];
   }
-  const int expert = a.tile_expert[tile];
-  const int row0 = a.tile_row[tile];
-  const int row_end = a.offsets[expert + 1];
   const int rt = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int chunks = a.k / kMxColChunk;
@@ -75,6 +86,7 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
     ok[t] = pos < row_end;
     int64_t r = pos;
     if (a.pos_to_pair && ok[t]) r = a.pos_to_pair[pos] / a.top_k;
+    if (kSwiglu && a.direct_ids) r = pos / a.top_k;
     xr[t] = a.a + (ok[t] ? r : 0) * a.k + 16 * c;
   }
 

@@ -72,6 +72,12 @@ struct MoeGemmArgs {
   const uint16_t* a = nullptr;           // bf16; gate_up: x [T, K]; down: act [T*k, K]
   const int32_t* pos_to_pair = nullptr;  // gate_up only: grouped row -> pair (token = pair / top_k)
   int top_k = 1;
+  // Direct pairs (small-M MXFP4 kernels at a few pairs; moe.cu): instead of the route's tiles, tile
+  // i is pair i alone, its expert read from direct_ids[i] (ids outside [0, num_experts) make the
+  // tile write nothing), its grouped row i, and (gate_up) its token row i / top_k.
+  const int32_t* direct_ids = nullptr;
+  int direct_pairs = 0;
+  int num_experts = 0;
   const uint16_t* w = nullptr;  // bf16 [E, N, K]
   const uint8_t* wq = nullptr;  // MXFP4 GEMMs instead of w: values and scales in moe_mxfp4.cuh's layout
   const uint8_t* wscale = nullptr;
@@ -92,9 +98,10 @@ struct MoeGemmArgs {
 // moe_max_tiles(pairs, E, tile_m) entries) and the permutation (moe_route.cu).
 void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeWorkspace& ws, cudaStream_t stream,
                       int tile_m = kMoeTileM);
-// out[t] = sum_s weights[t,s] * y[pair_to_pos[t*k+s]] (moe_route.cu).
+// out[t] = sum_s weights[t,s] * y[pair_to_pos[t*k+s]] (moe_route.cu). With direct_ids (the direct
+// pairs above) y's row of pair p is p itself, skipped where direct_ids[p] is outside [0, num_experts).
 void launch_moe_combine(const float* weights, int tokens, int top_k, int hidden, const MoeWorkspace& ws, void* out,
-                        bool out_bf16, cudaStream_t stream);
+                        bool out_bf16, cudaStream_t stream, const int32_t* direct_ids = nullptr, int num_experts = 0);
 // The two grouped GEMMs (moe_gemm.cu).
 void launch_bf16_bf16w_moe_gate_up_swiglu(const MoeGemmArgs& args, cudaStream_t stream);
 void launch_bf16_bf16w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);

@@ -128,13 +128,21 @@ __global__ void __launch_bounds__(kPlanThreads)
 // One CTA per token; each thread 4 consecutive features (768 threads: one pass over gpt-oss's 2,880,
 // since at one token the kernel is latency, not bandwidth).
 __global__ void __launch_bounds__(kCombineThreads)
-    moe_combine(const float* weights, int top_k, int hidden, MoeWorkspace ws, void* out, bool out_bf16) {
+    moe_combine(const float* weights, int top_k, int hidden, MoeWorkspace ws, void* out, bool out_bf16,
+                const int32_t* direct_ids, int num_experts) {
   pdl_wait();  // y comes from the kernel before (launched with PDL after the small-M down GEMM)
   const int t = blockIdx.x;
   for (int n = threadIdx.x * 4; n < hidden; n += blockDim.x * 4) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int s = 0; s < top_k; ++s) {
-      const int pos = ws.pair_to_pos[t * top_k + s];
+      const int pair = t * top_k + s;
+      int pos;
+      if (direct_ids) {
+        const int e = direct_ids[pair];
+        pos = e >= 0 && e < num_experts ? pair : -1;
+      } else {
+        pos = ws.pair_to_pos[pair];
+      }
       if (pos < 0) continue;
       const float w = weights[t * top_k + s];
       const float4 y = *reinterpret_cast<const float4*>(ws.y + int64_t(pos) * hidden + n);
@@ -175,9 +183,9 @@ void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeW
 }
 
 void launch_moe_combine(const float* weights, int tokens, int top_k, int hidden, const MoeWorkspace& ws, void* out,
-                        bool out_bf16, cudaStream_t stream) {
-  OSSRT_CUDA_CALL(
-      launch_pdl(moe_combine, dim3(tokens), dim3(kCombineThreads), stream, weights, top_k, hidden, ws, out, out_bf16));
+                        bool out_bf16, cudaStream_t stream, const int32_t* direct_ids, int num_experts) {
+  OSSRT_CUDA_CALL(launch_pdl(moe_combine, dim3(tokens), dim3(kCombineThreads), stream, weights, top_k, hidden, ws, out,
+                             out_bf16, direct_ids, num_experts));
 }
 
 }  // namespace ossrt::cuda
