@@ -7,7 +7,12 @@
 #
 # Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4] [BATCH=1] [CONTEXT=1024] [COUNT=4] [DEADLINE_S=120]
 #        [KERNELS='regex:mxfp4w_moe'] [ENVS="VAR=value ..."] tools/device/ncu_kernel_detail.sh
+#        or, for kernels a test binary launches (outside CUDA graphs):
+#        TEST="moe_mxfp4_test --gtest_filter=..." [KERNELS=...] [COUNT=...] tools/device/ncu_kernel_detail.sh
 # Output: $OUT/ncu_detail_<label>.txt, where label is LABEL (default: batch B).
+# Multi-pass sections cannot replay kernels of a graph whose nodes are PDL-launched (ncu fails with
+# "Failed to profile"), so for a decode step only single-pass metrics work; the TEST form replays
+# kernels launched on a stream.
 set -uo pipefail
 MODEL=${MODEL:-gpt-oss-20b}
 QUANT=${QUANT:-mxfp4}
@@ -31,14 +36,21 @@ STALLS=$(for r in long_scoreboard short_scoreboard wait barrier mio_throttle lg_
   not_selected selected membar drain no_instruction dispatch_stall sleeping tex_throttle imc_miss; do
   printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' "$r"; done | sed 's/,$//')
 echo "== ncu detail: $MODEL $QUANT batch $BATCH, kernels $KERNELS x $COUNT, ${ENVS:-no extra env}, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
-# shellcheck disable=SC2086
-env ${ENVS:-} OSSRT_CUDA_PROFILE_DECODE_STEPS="20:1" timeout "$DEADLINE_S" "$NCU" --clock-control none \
-  --cache-control none --profile-from-start off -k "$KERNELS" -c "$COUNT" \
-  --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-  --section MemoryWorkloadAnalysis --section SchedulerStats --log-file "$LOG" --metrics "$STALLS" \
-  "$PACK/bin/ossrt" bench cost --model "$MODEL" --load-format dummy --backend cuda --quantization "$QUANT" \
-  --no-prefill --contexts "$CONTEXT" --batch-sizes "$BATCH" --repeats 1 --no-progress --warmup-steps 23 \
-  --decode-steps 2 --result-dir /tmp/ncu_detail_$LABEL > /tmp/ncu_detail_$LABEL.log 2>&1
+NCU_ARGS=(--clock-control none --cache-control none -k "$KERNELS" -c "$COUNT" --section SpeedOfLight
+  --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis
+  --section SchedulerStats --metrics "$STALLS" --log-file "$LOG")
+if [ -n "${TEST:-}" ]; then
+  read -ra test_cmd <<< "$TEST"
+  # shellcheck disable=SC2086
+  env ${ENVS:-} timeout "$DEADLINE_S" "$NCU" "${NCU_ARGS[@]}" "$PACK/bin/${test_cmd[0]}" "${test_cmd[@]:1}" \
+    > /tmp/ncu_detail_$LABEL.log 2>&1
+else
+  # shellcheck disable=SC2086
+  env ${ENVS:-} OSSRT_CUDA_PROFILE_DECODE_STEPS="20:1" timeout "$DEADLINE_S" "$NCU" "${NCU_ARGS[@]}" \
+    --profile-from-start off "$PACK/bin/ossrt" bench cost --model "$MODEL" --load-format dummy --backend cuda \
+    --quantization "$QUANT" --no-prefill --contexts "$CONTEXT" --batch-sizes "$BATCH" --repeats 1 --no-progress \
+    --warmup-steps 23 --decode-steps 2 --result-dir /tmp/ncu_detail_$LABEL > /tmp/ncu_detail_$LABEL.log 2>&1
+fi
 echo "   ncu exit $?"
 # The figures that say where the time goes, per kernel, from the text report.
 grep -iE "^  [a-z_0-9]+.*\(|warps_issue_stalled|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Size|Grid Size|Waves Per SM|Warp Cycles Per Issued|Issued Warp Per|No Eligible|Stall|L2 Hit|L1/TEX Hit" "$LOG" | head -${LINES_MAX:-200}

@@ -11,6 +11,8 @@
 // the same in any tile, at any kNT and batch size (the large-M kernels round differently).
 // blockIdx.x walks the route tiles and blockIdx.y the weight tiles, so the CTAs of one weight tile
 // (several tiles of one expert) run together and share it in L2.
+#include <cstdlib>
+
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/moe_mxfp4_common.cuh"
 #include "backend/cuda/kernels/moe_passes.cuh"
@@ -29,10 +31,18 @@ constexpr int kSplit = 4;
 // activations loaded as each chunk is used (they hit L1) instead of with the weights, to keep
 // registers for it. Measured on the H200 (decode step, 20b, mxfp4): same at batch 1, 4-5% faster
 // steps at batch 2-8 (4.49 -> 4.31 ms at 8); the MoE test's T = 8 passes 83 -> 77 us (gate_up).
-template <int kNT, int kWarps, bool kSwiglu, bool kDeep = false>
+//
+// kStage (direct pairs only: one row per tile, K <= kStageMaxK): each warp first copies the slices of
+// the activation row its chunks use into shared memory (cp.async, waited for once, after the first
+// batch of weight loads is in flight), so the MMAs read the activations from shared memory instead
+// of a dependent L1/L2 load per chunk. Same products and sums: results identical to the unstaged path.
+constexpr int kStageMaxK = 4096;
+
+template <int kNT, int kWarps, bool kSwiglu, bool kDeep = false, bool kStage = false>
 __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   static_assert(kSplit % kWarps == 0, "a warp runs whole parts");
   static_assert(!kDeep || kNT == 1, "the deep pipeline is for one token tile");
+  static_assert(!kStage || kDeep, "staging is for the deep one-token-tile pipeline");
   constexpr int kSlots = kSplit / kWarps;  // parts per warp
   // Chunks in flight per warp: ~2 KB of weights and activations per lane-batch whatever kNT is (a
   // multiple of kSlots, so each unrolled chunk's part is known at compile time).
@@ -90,16 +100,37 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
     xr[t] = a.a + (ok[t] ? r : 0) * a.k + 16 * c;
   }
 
+  // kStage: the activation row (one valid token column, g == 0) in shared memory, each warp copying
+  // the 128-byte slices of its own chunks (kc = warp mod kWarps): only __syncwarp between copy and use.
+  __shared__ __align__(16) uint16_t xs[kStage ? kStageMaxK : 8];
+  if constexpr (kStage) {
+    // A direct tile's one row: token row pair / top_k of x (gate_up), grouped row = pair of act (down).
+    const uint16_t* src = a.a + int64_t(kSwiglu ? row0 / a.top_k : row0) * a.k;
+    for (int i = lane;; i += 32) {  // piece i: 16 bytes (i % 8) of this warp's chunk number i / 8
+      const int kc = warp + kWarps * (i / 8);
+      if (kc >= chunks) break;
+      const int col = kc * kMxColChunk + (i % 8) * 8;
+      cp_async_16(xs + col, src + col, true);
+    }
+    cp_async_commit();
+  }
+
   float acc[kSlots][kNT][4] = {};  // [part of this warp: part warp + kWarps * slot]
   for (int kc0 = warp; kc0 < chunks; kc0 += kWarps * kUnroll) {
     uint4 wv[kUnroll], xv[kDeep ? 1 : kUnroll][kNT][2];
     uint32_t sv[kUnroll];
     auto load_x = [&](uint4(&dst)[kNT][2], int kc) {
+      if constexpr (kStage) {
+        const uint4* xp = reinterpret_cast<const uint4*>(xs + kc * kMxColChunk + 16 * c);
+        dst[0][0] = g == 0 ? xp[0] : make_uint4(0, 0, 0, 0);
+        dst[0][1] = g == 0 ? xp[1] : make_uint4(0, 0, 0, 0);
+      } else {
 #pragma unroll
-      for (int t = 0; t < kNT; ++t) {
-        const uint4* xp = reinterpret_cast<const uint4*>(xr[t] + kc * kMxColChunk);
-        dst[t][0] = kc < chunks && ok[t] ? __ldg(xp) : make_uint4(0, 0, 0, 0);
-        dst[t][1] = kc < chunks && ok[t] ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
+        for (int t = 0; t < kNT; ++t) {
+          const uint4* xp = reinterpret_cast<const uint4*>(xr[t] + kc * kMxColChunk);
+          dst[t][0] = kc < chunks && ok[t] ? __ldg(xp) : make_uint4(0, 0, 0, 0);
+          dst[t][1] = kc < chunks && ok[t] ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
+        }
       }
     };
 #pragma unroll
@@ -109,6 +140,12 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
       wv[u] = in ? ldg_stream(wq + int64_t(kc) * kMxChunkBytes) : make_uint4(0, 0, 0, 0);
       sv[u] = in ? *reinterpret_cast<const uint16_t*>(wsc + int64_t(kc) * kMxChunkScaleBytes) : 0u;
       if constexpr (!kDeep) load_x(xv[u], kc);
+    }
+    if constexpr (kStage) {
+      if (kc0 == warp) {  // first batch: the weights are in flight, now the activations must land
+        cp_async_wait<0>();
+        __syncwarp();
+      }
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -179,29 +216,46 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   }
 }
 
-template <int kNT, int kWarps, bool kDeep = false>
+template <int kNT, int kWarps, bool kDeep = false, bool kStage = false>
 __global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_gate_up_swiglu_decode(MoeGemmArgs a) {
-  mx_decode_tile<kNT, kWarps, true, kDeep>(a);
+  mx_decode_tile<kNT, kWarps, true, kDeep, kStage>(a);
 }
-template <int kNT, int kWarps, bool kDeep = false>
+template <int kNT, int kWarps, bool kDeep = false, bool kStage = false>
 __global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_down_decode(MoeGemmArgs a) {
-  mx_decode_tile<kNT, kWarps, false, kDeep>(a);
+  mx_decode_tile<kNT, kWarps, false, kDeep, kStage>(a);
 }
 
 using DecodeKernel = void (*)(MoeGemmArgs);
 
+// The one-token-tile kernels: 4-warp and 2-warp CTAs, unstaged and staged (direct pairs).
+struct SingleTileKernels {
+  DecodeKernel four, two, four_staged, two_staged;
+};
+
+// Whether the direct pairs' activations are staged in shared memory (kStage): developer switch
+// OSSRT_CUDA_MOE_STAGE=0 for A/B timing, read once.
+bool stage_direct_pairs() {
+  static const bool on = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_STAGE");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
 // 4-warp CTAs, or 2-warp ones for one token tile when the 4-warp grid would not be resident at once.
-void launch_decode(DecodeKernel four[3], DecodeKernel two_single_tile, const MoeGemmArgs& a, int n_tiles,
+void launch_decode(DecodeKernel four[3], const SingleTileKernels& single, const MoeGemmArgs& a, int n_tiles,
                    cudaStream_t stream) {
   const dim3 grid(a.max_tiles, a.n / kMxRowTile);
   DecodeKernel kernel = four[n_tiles == 1 ? 0 : n_tiles == 2 ? 1 : 2];
   int warps = 4;
   if (n_tiles == 1) {
+    const bool staged = a.direct_ids && a.k <= kStageMaxK && stage_direct_pairs();
+    kernel = staged ? single.four_staged : single.four;
     int device = 0, sms = 0, per_sm = 0;
     OSSRT_CUDA_CALL(cudaGetDevice(&device));
     OSSRT_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     OSSRT_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, 0));
-    if (int64_t(grid.x) * grid.y > int64_t(sms) * per_sm) kernel = two_single_tile, warps = 2;
+    if (int64_t(grid.x) * grid.y > int64_t(sms) * per_sm) kernel = staged ? single.two_staged : single.two, warps = 2;
   }
   OSSRT_CUDA_CALL(launch_pdl(kernel, grid, dim3(32 * warps), stream, a));
 }
@@ -221,7 +275,10 @@ void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& a, int n_ti
   if (a.max_tiles == 0) return;
   DecodeKernel four[3] = {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true>,
                           bf16_mxfp4w_moe_gate_up_swiglu_decode<2, 4>, bf16_mxfp4w_moe_gate_up_swiglu_decode<4, 4>};
-  launch_decode(four, bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, true>, a, n_tiles, stream);
+  const SingleTileKernels single{
+      bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true>, bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, true>,
+      bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true, true>, bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, true, true>};
+  launch_decode(four, single, a, n_tiles, stream);
 }
 
 void launch_bf16_mxfp4w_moe_down_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
@@ -229,7 +286,10 @@ void launch_bf16_mxfp4w_moe_down_decode(const MoeGemmArgs& a, int n_tiles, cudaS
   if (a.max_tiles == 0) return;
   DecodeKernel four[3] = {bf16_mxfp4w_moe_down_decode<1, 4, true>, bf16_mxfp4w_moe_down_decode<2, 4>,
                           bf16_mxfp4w_moe_down_decode<4, 4>};
-  launch_decode(four, bf16_mxfp4w_moe_down_decode<1, 2, true>, a, n_tiles, stream);
+  const SingleTileKernels single{bf16_mxfp4w_moe_down_decode<1, 4, true>, bf16_mxfp4w_moe_down_decode<1, 2, true>,
+                                 bf16_mxfp4w_moe_down_decode<1, 4, true, true>,
+                                 bf16_mxfp4w_moe_down_decode<1, 2, true, true>};
+  launch_decode(four, single, a, n_tiles, stream);
 }
 
 }  // namespace ossrt::cuda
