@@ -12,7 +12,6 @@
 // blockIdx.x walks the route tiles and blockIdx.y the weight tiles, so the CTAs of one weight tile
 // (several tiles of one expert) run together and share it in L2.
 #include <cstdlib>
-#include <utility>
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/moe_mxfp4_common.cuh"
@@ -39,17 +38,16 @@ constexpr int kSplit = 4;
 // of a dependent L1/L2 load per chunk. Same products and sums: results identical to the unstaged path.
 constexpr int kStageMaxK = 4096;
 
-template <int kNT, int kWarps, bool kSwiglu, bool kDeep = false, bool kStage = false, int kRing = 0>
+template <int kNT, int kWarps, bool kSwiglu, bool kDeep = false, bool kStage = false>
 __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   static_assert(kSplit % kWarps == 0, "a warp runs whole parts");
   static_assert(!kDeep || kNT == 1, "the deep pipeline is for one token tile");
-  static_assert(!kStage || (kDeep && kRing > 0), "staging is for the deep one-token-tile ring");
+  static_assert(!kStage || kDeep, "staging is for the deep one-token-tile pipeline");
   constexpr int kSlots = kSplit / kWarps;  // parts per warp
-  static_assert(kRing % kSlots == 0, "a ring slot always holds chunks of one part");
   // Chunks in flight per warp: ~2 KB of weights and activations per lane-batch whatever kNT is (a
   // multiple of kSlots, so each unrolled chunk's part is known at compile time).
   constexpr int kShallow = (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) > kSlots ? (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) : kSlots;
-  constexpr int kUnroll = kDeep ? 8 : kShallow;  // the batch loop's (kRing == 0)
+  constexpr int kUnroll = kDeep ? 8 : kShallow;
   // Launched with PDL (docs/kernels.md): the gate_up GEMM waits here for the route; the down GEMM
   // (whose route tiles were final before the gate_up GEMM let it launch) first pulls its weights into
   // L2 while the gate_up GEMM drains, then waits for the activations.
@@ -118,89 +116,55 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   }
 
   float acc[kSlots][kNT][4] = {};  // [part of this warp: part warp + kWarps * slot]
-  auto load_x = [&](uint4(&dst)[kNT][2], int kc) {
+  for (int kc0 = warp; kc0 < chunks; kc0 += kWarps * kUnroll) {
+    uint4 wv[kUnroll], xv[kDeep ? 1 : kUnroll][kNT][2];
+    uint32_t sv[kUnroll];
+    auto load_x = [&](uint4(&dst)[kNT][2], int kc) {
+      if constexpr (kStage) {
+        const uint4* xp = reinterpret_cast<const uint4*>(xs + kc * kMxColChunk + 16 * c);
+        dst[0][0] = g == 0 ? xp[0] : make_uint4(0, 0, 0, 0);
+        dst[0][1] = g == 0 ? xp[1] : make_uint4(0, 0, 0, 0);
+      } else {
+#pragma unroll
+        for (int t = 0; t < kNT; ++t) {
+          const uint4* xp = reinterpret_cast<const uint4*>(xr[t] + kc * kMxColChunk);
+          dst[t][0] = kc < chunks && ok[t] ? __ldg(xp) : make_uint4(0, 0, 0, 0);
+          dst[t][1] = kc < chunks && ok[t] ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
+        }
+      }
+    };
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int kc = kc0 + u * kWarps;
+      const bool in = kc < chunks;
+      wv[u] = in ? ldg_stream(wq + int64_t(kc) * kMxChunkBytes) : make_uint4(0, 0, 0, 0);
+      sv[u] = in ? *reinterpret_cast<const uint16_t*>(wsc + int64_t(kc) * kMxChunkScaleBytes) : 0u;
+      if constexpr (!kDeep) load_x(xv[u], kc);
+    }
     if constexpr (kStage) {
-      // Every lane takes the one row (all 8 token columns alike): the MMA computes each column on
-      // its own, so column 0, the one written, is the same sum as with zeros beside it.
-      const uint4* xp = reinterpret_cast<const uint4*>(xs + kc * kMxColChunk + 16 * c);
-      dst[0][0] = xp[0];
-      dst[0][1] = xp[1];
-    } else {
-#pragma unroll
-      for (int t = 0; t < kNT; ++t) {
-        const uint4* xp = reinterpret_cast<const uint4*>(xr[t] + kc * kMxColChunk);
-        dst[t][0] = kc < chunks && ok[t] ? __ldg(xp) : make_uint4(0, 0, 0, 0);
-        dst[t][1] = kc < chunks && ok[t] ? __ldg(xp + 1) : make_uint4(0, 0, 0, 0);
+      if (kc0 == warp) {  // first batch: the weights are in flight, now the activations must land
+        cp_async_wait<0>();
+        __syncwarp();
       }
     }
-  };
-  // Chunk kc (a lane's 16 bytes w, its two rows' scales sv, the activations x) into part slot.
-  auto consume = [&](int slot, const uint4& wvu, uint32_t svu, const uint4(&x)[kNT][2]) {
-    const uint32_t mg = mx_scale_bf16x2(svu & 0xFF), mg8 = mx_scale_bf16x2(svu >> 8);
-    const uint32_t w[4] = {wvu.x, wvu.y, wvu.z, wvu.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      uint32_t af[4];
-      mx_dequant_word(w[j], mg, mg8, af);
+    for (int u = 0; u < kUnroll; ++u) {
+      if (kc0 + u * kWarps >= chunks) break;  // warp-uniform
+      if constexpr (kDeep) load_x(xv[0], kc0 + u * kWarps);
+      const uint32_t mg = mx_scale_bf16x2(sv[u] & 0xFF), mg8 = mx_scale_bf16x2(sv[u] >> 8);
+      const uint32_t w[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
 #pragma unroll
-      for (int t = 0; t < kNT; ++t) {
-        const uint4& lo = x[t][j / 2];
-        uint32_t bf[2];
-        bf[0] = (j % 2 == 0) ? lo.x : lo.z;  // activation words 2j, 2j + 1 of the lane's 8
-        bf[1] = (j % 2 == 0) ? lo.y : lo.w;
-        mma_bf16_m16n8k16(acc[slot][t], af, bf);
-      }
-    }
-  };
-  auto load_w = [&](uint4& wvu, uint32_t& svu, int kc) {
-    const bool in = kc < chunks;
-    wvu = in ? ldg_stream(wq + int64_t(kc) * kMxChunkBytes) : make_uint4(0, 0, 0, 0);
-    svu = in ? *reinterpret_cast<const uint16_t*>(wsc + int64_t(kc) * kMxChunkScaleBytes) : 0u;
-  };
-
-  if constexpr (kRing > 0) {
-    // A ring of kRing chunks in flight: the registers of chunk kc are refilled with chunk
-    // kc + kStride as soon as kc is consumed, so a warp always has kRing loads outstanding instead
-    // of waiting for a whole batch, computing it, and only then requesting the next (which leaves
-    // DRAM idle while the warps compute: ncu, 44% DRAM throughput at one token). Chunk kc still goes
-    // to part kc % 4 and each part's chunks are summed in increasing kc: the batch loop's sums.
-    constexpr int kStride = kWarps * kRing;
-    uint4 wv[kRing];
-    uint32_t sv[kRing];
+      for (int j = 0; j < 4; ++j) {
+        uint32_t af[4];
+        mx_dequant_word(w[j], mg, mg8, af);
 #pragma unroll
-    for (int u = 0; u < kRing; ++u) load_w(wv[u], sv[u], warp + u * kWarps);
-    if constexpr (kStage) {  // the first weights are in flight; now the activations must have landed
-      cp_async_wait<0>();
-      __syncwarp();
-    }
-    for (int kc0 = warp; kc0 < chunks; kc0 += kStride) {
-#pragma unroll
-      for (int u = 0; u < kRing; ++u) {
-        const int kc = kc0 + u * kWarps;
-        if (kc >= chunks) break;  // warp-uniform
-        uint4 x[kNT][2];
-        load_x(x, kc);
-        const uint4 wcur = wv[u];
-        const uint32_t scur = sv[u];
-        load_w(wv[u], sv[u], kc + kStride);  // refill this slot (zeros past the end)
-        consume(u % kSlots, wcur, scur, x);
-      }
-    }
-  } else {
-    // Batches of kUnroll chunks: all requested, then all computed.
-    for (int kc0 = warp; kc0 < chunks; kc0 += kWarps * kUnroll) {
-      uint4 wv[kUnroll], xv[kDeep ? 1 : kUnroll][kNT][2];
-      uint32_t sv[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        load_w(wv[u], sv[u], kc0 + u * kWarps);
-        if constexpr (!kDeep) load_x(xv[u], kc0 + u * kWarps);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (kc0 + u * kWarps >= chunks) break;  // warp-uniform
-        if constexpr (kDeep) load_x(xv[0], kc0 + u * kWarps);
-        consume(u % kSlots, wv[u], sv[u], xv[kDeep ? 0 : u]);
+        for (int t = 0; t < kNT; ++t) {
+          const uint4& lo = xv[kDeep ? 0 : u][t][j / 2];
+          uint32_t bf[2];
+          bf[0] = (j % 2 == 0) ? lo.x : lo.z;  // activation words 2j, 2j + 1 of the lane's 8
+          bf[1] = (j % 2 == 0) ? lo.y : lo.w;
+          mma_bf16_m16n8k16(acc[u % kSlots][t], af, bf);
+        }
       }
     }
   }
@@ -252,50 +216,24 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   }
 }
 
-template <int kNT, int kWarps, bool kDeep = false, bool kStage = false, int kRing = 0>
+template <int kNT, int kWarps, bool kDeep = false, bool kStage = false>
 __global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_gate_up_swiglu_decode(MoeGemmArgs a) {
-  mx_decode_tile<kNT, kWarps, true, kDeep, kStage, kRing>(a);
+  mx_decode_tile<kNT, kWarps, true, kDeep, kStage>(a);
 }
-template <int kNT, int kWarps, bool kDeep = false, bool kStage = false, int kRing = 0>
+template <int kNT, int kWarps, bool kDeep = false, bool kStage = false>
 __global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_down_decode(MoeGemmArgs a) {
-  mx_decode_tile<kNT, kWarps, false, kDeep, kStage, kRing>(a);
+  mx_decode_tile<kNT, kWarps, false, kDeep, kStage>(a);
 }
 
 using DecodeKernel = void (*)(MoeGemmArgs);
 
-// The one-token-tile kernels by ring depth (kRings; 0 = the batch loop) and CTA width (4 or 2
-// warps), unstaged (routed tiles) and staged (direct pairs).
-constexpr int kRings[] = {0, 4, 6, 8};
+// The one-token-tile kernels: 4-warp and 2-warp CTAs, unstaged and staged (direct pairs).
 struct SingleTileKernels {
-  DecodeKernel four[4], two[4], four_staged[4], two_staged[4];  // [index in kRings]
+  DecodeKernel four, two, four_staged, two_staged;
 };
-template <bool kSwiglu, int... kR>
-SingleTileKernels single_tile_kernels(std::integer_sequence<int, kR...>) {
-  if constexpr (kSwiglu)
-    return {{bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true, false, kRings[kR]>...},
-            {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, true, false, kRings[kR]>...},
-            {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true, kRings[kR] != 0, kRings[kR]>...},
-            {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, true, kRings[kR] != 0, kRings[kR]>...}};
-  else
-    return {{bf16_mxfp4w_moe_down_decode<1, 4, true, false, kRings[kR]>...},
-            {bf16_mxfp4w_moe_down_decode<1, 2, true, false, kRings[kR]>...},
-            {bf16_mxfp4w_moe_down_decode<1, 4, true, kRings[kR] != 0, kRings[kR]>...},
-            {bf16_mxfp4w_moe_down_decode<1, 2, true, kRings[kR] != 0, kRings[kR]>...}};
-}
 
-// Developer switches for A/B timing, read once: OSSRT_CUDA_MOE_RING (0, 4, 6 or 8: chunks in flight
-// per warp in the one-token-tile kernels, 0 = batches of 8) and OSSRT_CUDA_MOE_STAGE=0 (direct pairs
-// read their activations through L1 instead of shared memory).
-int ring_index() {
-  static const int index = [] {
-    const char* v = std::getenv("OSSRT_CUDA_MOE_RING");
-    const int ring = v ? std::atoi(v) : 6;
-    for (int i = 0; i < 4; ++i)
-      if (kRings[i] == ring) return i;
-    return 2;
-  }();
-  return index;
-}
+// Whether the direct pairs' activations are staged in shared memory (kStage): developer switch
+// OSSRT_CUDA_MOE_STAGE=0 for A/B timing, read once.
 bool stage_direct_pairs() {
   static const bool on = [] {
     const char* v = std::getenv("OSSRT_CUDA_MOE_STAGE");
@@ -311,15 +249,13 @@ void launch_decode(DecodeKernel four[3], const SingleTileKernels& single, const 
   DecodeKernel kernel = four[n_tiles == 1 ? 0 : n_tiles == 2 ? 1 : 2];
   int warps = 4;
   if (n_tiles == 1) {
-    const int r = ring_index();
-    const bool staged = a.direct_ids && a.k <= kStageMaxK && kRings[r] > 0 && stage_direct_pairs();
-    kernel = staged ? single.four_staged[r] : single.four[r];
+    const bool staged = a.direct_ids && a.k <= kStageMaxK && stage_direct_pairs();
+    kernel = staged ? single.four_staged : single.four;
     int device = 0, sms = 0, per_sm = 0;
     OSSRT_CUDA_CALL(cudaGetDevice(&device));
     OSSRT_CUDA_CALL(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     OSSRT_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, 0));
-    if (int64_t(grid.x) * grid.y > int64_t(sms) * per_sm)
-      kernel = staged ? single.two_staged[r] : single.two[r], warps = 2;
+    if (int64_t(grid.x) * grid.y > int64_t(sms) * per_sm) kernel = staged ? single.two_staged : single.two, warps = 2;
   }
   OSSRT_CUDA_CALL(launch_pdl(kernel, grid, dim3(32 * warps), stream, a));
 }
@@ -339,7 +275,9 @@ void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& a, int n_ti
   if (a.max_tiles == 0) return;
   DecodeKernel four[3] = {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true>,
                           bf16_mxfp4w_moe_gate_up_swiglu_decode<2, 4>, bf16_mxfp4w_moe_gate_up_swiglu_decode<4, 4>};
-  static const SingleTileKernels single = single_tile_kernels<true>(std::make_integer_sequence<int, 4>());
+  const SingleTileKernels single{
+      bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true>, bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, true>,
+      bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true, true>, bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, true, true>};
   launch_decode(four, single, a, n_tiles, stream);
 }
 
@@ -348,7 +286,9 @@ void launch_bf16_mxfp4w_moe_down_decode(const MoeGemmArgs& a, int n_tiles, cudaS
   if (a.max_tiles == 0) return;
   DecodeKernel four[3] = {bf16_mxfp4w_moe_down_decode<1, 4, true>, bf16_mxfp4w_moe_down_decode<2, 4>,
                           bf16_mxfp4w_moe_down_decode<4, 4>};
-  static const SingleTileKernels single = single_tile_kernels<false>(std::make_integer_sequence<int, 4>());
+  const SingleTileKernels single{bf16_mxfp4w_moe_down_decode<1, 4, true>, bf16_mxfp4w_moe_down_decode<1, 2, true>,
+                                 bf16_mxfp4w_moe_down_decode<1, 4, true, true>,
+                                 bf16_mxfp4w_moe_down_decode<1, 2, true, true>};
   launch_decode(four, single, a, n_tiles, stream);
 }
 
