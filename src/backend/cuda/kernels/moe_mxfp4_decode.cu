@@ -121,9 +121,11 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
     uint32_t sv[kUnroll];
     auto load_x = [&](uint4(&dst)[kNT][2], int kc) {
       if constexpr (kStage) {
+        // Every lane takes the one row (all 8 token columns alike): the MMA computes each column on
+        // its own, so column 0, the one written, is the same sum as with zeros beside it.
         const uint4* xp = reinterpret_cast<const uint4*>(xs + kc * kMxColChunk + 16 * c);
-        dst[0][0] = g == 0 ? xp[0] : make_uint4(0, 0, 0, 0);
-        dst[0][1] = g == 0 ? xp[1] : make_uint4(0, 0, 0, 0);
+        dst[0][0] = xp[0];
+        dst[0][1] = xp[1];
       } else {
 #pragma unroll
         for (int t = 0; t < kNT; ++t) {
