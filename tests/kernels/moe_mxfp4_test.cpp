@@ -308,6 +308,7 @@ struct RunOptions {
   bool bias_bf16 = false;
   bool out_bf16 = false;
   int direct_max_pairs = -1;  // -1: MoeArgs' default
+  bool fold_combine = true;   // direct pairs: tickets given, so the combine is folded into down
 };
 
 std::vector<float> run_moe(const Experts& ex, Path path, const std::vector<uint16_t>& x, const Routing& r, int tokens,
@@ -354,7 +355,17 @@ std::vector<float> run_moe(const Experts& ex, Path path, const std::vector<uint1
                : path == Path::Mxfp4LargeM ? MoeRegime::LargeM
                                            : MoeRegime::Auto;
     if (opt.direct_max_pairs >= 0) a.direct_max_pairs = opt.direct_max_pairs;
+    auto tickets = DeviceArray<int32_t>::empty(size_t(tokens) * kHidden / 16);
+    cuda_ok(cudaMemset(tickets->get(), 0, size_t(tokens) * kHidden / 16 * sizeof(int32_t)), "tickets");
+    if (opt.fold_combine) {
+      a.tickets = tickets->get();
+      a.tickets_capacity = int64_t(tokens) * kHidden / 16;
+    }
     launch_bf16_mxfp4w_moe(a, nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "moe kernels");
+    if (opt.fold_combine) {  // every ticket back at zero for the next launch
+      for (int32_t v : tickets->download()) EXPECT_EQ(v, 0) << "a ticket left set";
+    }
   }
   cuda_ok(cudaDeviceSynchronize(), "moe kernels");
   if (!opt.out_bf16) return d_out_f32.download();
@@ -552,9 +563,11 @@ TEST(Mxfp4Moe, OutOfRangeExpertIdsContributeNothing) {
 
 TEST(Mxfp4Moe, DirectPairsAreTheRoutedTilesBitForBit) {
   REQUIRE_GPU();
-  // One and two tokens skip the route pass (each pair a tile of its own, the expert read from ids):
-  // the same per-row arithmetic as the routed 8-row tiles, so bit-identical to them, with two pairs
-  // on one expert and dropped ids too; and against the host reference.
+  // One and two tokens skip the route pass (each pair a tile of its own, the expert read from ids)
+  // and, given tickets, fold the combine into the down GEMM: the same per-row arithmetic as the
+  // routed 8-row tiles and the combine kernel, so bit-identical to them (f32 and bf16 output), with
+  // two pairs on one expert and dropped ids too, every ticket left at zero; and against the host
+  // reference.
   for (int experts_n : {32, 128}) {
     const Experts& ex = experts(experts_n);
     for (int tokens : {1, 2}) {
@@ -566,11 +579,18 @@ TEST(Mxfp4Moe, DirectPairsAreTheRoutedTilesBitForBit) {
         r.ids[6] = -1;
         r.ids[7] = experts_n;
       }
-      const std::vector<float> direct = run_moe(ex, Path::Mxfp4SmallM, x, r, tokens, RunOptions{false, false, 8});
       const std::vector<float> routed = run_moe(ex, Path::Mxfp4SmallM, x, r, tokens, RunOptions{false, false, 0});
+      const std::vector<float> apart = run_moe(ex, Path::Mxfp4SmallM, x, r, tokens, RunOptions{false, false, 8, false});
+      const std::vector<float> direct = run_moe(ex, Path::Mxfp4SmallM, x, r, tokens, RunOptions{false, false, 8, true});
       ASSERT_EQ(direct.size(), routed.size());
-      for (size_t i = 0; i < direct.size(); ++i)
-        ASSERT_EQ(std::memcmp(&direct[i], &routed[i], sizeof(float)), 0) << "element " << i;
+      for (size_t i = 0; i < direct.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&apart[i], &routed[i], sizeof(float)), 0) << "combine apart, element " << i;
+        ASSERT_EQ(std::memcmp(&direct[i], &routed[i], sizeof(float)), 0) << "combine folded, element " << i;
+      }
+      // bf16 output through the folded combine: the routed combine's rounding.
+      const std::vector<float> routed16 = run_moe(ex, Path::Mxfp4SmallM, x, r, tokens, RunOptions{false, true, 0});
+      const std::vector<float> direct16 = run_moe(ex, Path::Mxfp4SmallM, x, r, tokens, RunOptions{false, true, 8});
+      ASSERT_EQ(std::memcmp(direct16.data(), routed16.data(), direct16.size() * sizeof(float)), 0);
       for (int t = 0; t < tokens; ++t) {
         const std::vector<double> ref = reference_token(ex, x, r, t);
         double num = 0, den = 0;
@@ -638,6 +658,12 @@ TEST(Mxfp4Moe, CapturedInACudaGraphMatchesEager) {
     a.down_q = ex.q_down.q->get();
     a.down_scales = ex.q_down.s->get();
     a.regime = path == Path::Mxfp4LargeM ? MoeRegime::LargeM : MoeRegime::Auto;
+    // One token: direct pairs with the combine folded; its tickets must come back to zero on every
+    // replay for the next one to be right.
+    auto tickets = DeviceArray<int32_t>::empty(size_t(tokens) * kHidden / 16);
+    cuda_ok(cudaMemset(tickets->get(), 0, size_t(tokens) * kHidden / 16 * sizeof(int32_t)), "tickets");
+    a.tickets = tickets->get();
+    a.tickets_capacity = int64_t(tokens) * kHidden / 16;
     a.out = d_out->get();
     a.workspace = workspace->get();
     a.workspace_bytes = ws_bytes;

@@ -84,6 +84,8 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   router_logits_ = device_alloc(router_logits_bytes_, "router logits workspace");
   router_counter_ = static_cast<int*>(device_alloc(sizeof(int), "router ticket counter"));
   OSSRT_CUDA_CHECK(cudaMemsetAsync(router_counter_, 0, sizeof(int), stream_));
+  moe_tickets_ = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * kMoeTickets, "MoE combine tickets"));
+  OSSRT_CUDA_CHECK(cudaMemsetAsync(moe_tickets_, 0, sizeof(int32_t) * kMoeTickets, stream_));
   OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   attn_workspace_bytes_ =
       cuda::attention_decode_workspace_bytes(cap.max_seqs, kPlannedQueryHeads, cuda::kAttnMaxDecodeSplits);
@@ -112,6 +114,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
     OSSRT_CHECK(std::sscanf(pairs, "%d", &moe_direct_max_pairs_) == 1 && moe_direct_max_pairs_ >= 0,
                 "OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS must be a non-negative integer, not '{}'", pairs);
   }
+  if (const char* fold = std::getenv("OSSRT_CUDA_MOE_FOLD")) moe_fold_combine_ = fold[0] != '0';
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,

@@ -147,6 +147,11 @@ class CudaBackend final : public Backend {
   void* router_logits_ = nullptr;  // f32 [max_step_tokens, max experts]
   size_t router_logits_bytes_ = 0;
   int* router_counter_ = nullptr;  // the fused router's ticket (0 between launches)
+  // The direct-pair MoE's folded-combine tickets (0 between launches): enough for 8 tokens of a
+  // hidden size up to 8,192 (gpt-oss: 2,880). OSSRT_CUDA_MOE_FOLD=0 runs the combine on its own (A/B).
+  static constexpr int64_t kMoeTickets = 8 * 8192 / 16;
+  int32_t* moe_tickets_ = nullptr;
+  bool moe_fold_combine_ = true;
   int gemv_max_rows_ = 8;          // linears and the router of at most this many rows use our GEMV kernels
   int moe_direct_max_pairs_ = -1;  // -1: MoeArgs' default; OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS (A/B switch)
   void* attn_workspace_ = nullptr;

@@ -372,6 +372,10 @@ void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& id
   a.workspace = moe_workspace_;
   a.workspace_bytes = moe_workspace_bytes_;
   if (moe_direct_max_pairs_ >= 0) a.direct_max_pairs = moe_direct_max_pairs_;
+  if (moe_fold_combine_) {
+    a.tickets = moe_tickets_;
+    a.tickets_capacity = kMoeTickets;
+  }
   if (mxfp4)
     cuda::launch_bf16_mxfp4w_moe(a, stream_);
   else

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/moe.cuh"
+#include "backend/cuda/kernels/moe_mxfp4.cuh"
 #include "backend/cuda/kernels/moe_passes.cuh"
 
 namespace ossrt::cuda {
@@ -157,6 +158,13 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
   down.k = a.intermediate;
   down.y_out = ws.y;
 
+  const bool fold = direct && a.tickets && a.tickets_capacity >= int64_t(a.num_tokens) * (a.hidden / kMxRowTile);
+  if (fold) {
+    down.tickets = a.tickets;
+    down.route_weights = a.weights;
+    down.fold_out = a.out;
+    down.fold_out_bf16 = a.out_bf16;
+  }
   if (regime == MoeRegime::SmallM) {
     launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(gate_up, direct ? 1 : n_tiles, stream);
     launch_bf16_mxfp4w_moe_down_decode(down, direct ? 1 : n_tiles, stream);
@@ -164,8 +172,9 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
     launch_bf16_mxfp4w_moe_gate_up_swiglu(gate_up, stream);
     launch_bf16_mxfp4w_moe_down(down, stream);
   }
-  launch_moe_combine(a.weights, a.num_tokens, a.top_k, a.hidden, ws, a.out, a.out_bf16, stream,
-                     direct ? a.ids : nullptr, a.num_experts);
+  if (!fold)
+    launch_moe_combine(a.weights, a.num_tokens, a.top_k, a.hidden, ws, a.out, a.out_bf16, stream,
+                       direct ? a.ids : nullptr, a.num_experts);
 }
 
 }  // namespace ossrt::cuda

@@ -49,6 +49,11 @@ struct MoeArgs {
   // Small M with at most this many (token, slot) pairs skips the route pass: each pair is a tile of
   // its own, its expert read straight from ids (launch_bf16_mxfp4w_moe). 0 always routes.
   int direct_max_pairs = 8;
+  // Optional, for direct pairs: int32 tickets, zeroed once by the owner and left zeroed by every
+  // launch, at least num_tokens * hidden / 16 of them (tickets_capacity). With them the combine
+  // is folded into the down GEMM (one launch fewer); without, or too few, it runs on its own.
+  int32_t* tickets = nullptr;
+  int64_t tickets_capacity = 0;
 
   void* out = nullptr;  // [T, H], f32 (default; added to the fp32 residual) or bf16 (out_bf16)
   bool out_bf16 = false;

@@ -31,6 +31,36 @@ constexpr int kSplit = 4;
 // activations loaded as each chunk is used (they hit L1) instead of with the weights, to keep
 // registers for it. Measured on the H200 (decode step, 20b, mxfp4): same at batch 1, 4-5% faster
 // steps at batch 2-8 (4.49 -> 4.31 ms at 8); the MoE test's T = 8 passes 83 -> 77 us (gate_up).
+// The combine of direct pairs folded into the down GEMM (MoeGemmArgs::tickets): called by warp 0
+// of every CTA of pair `pair`, weight tile rt, after its y rows are written (or with none, for a
+// dropped id). The token's last CTA of this tile sums its 16 features over the slots.
+__device__ __forceinline__ void fold_direct_combine(const MoeGemmArgs& a, int pair, int rt, int lane) {
+  __threadfence();  // this CTA's y rows, device-wide, before its ticket
+  __syncwarp();
+  const int token = pair / a.top_k;
+  int32_t* ticket = a.tickets + int64_t(token) * (a.n / kMxRowTile) + rt;
+  int seen = 0;
+  if (lane == 0) seen = atomicAdd(ticket, 1);
+  seen = __shfl_sync(0xffffffffu, seen, 0);
+  if (seen != a.top_k - 1) return;
+  __threadfence();  // the other CTAs' rows, after their tickets
+  if (lane < kMxRowTile) {
+    const int n = kMxRowTile * rt + lane;
+    float acc = 0.f;  // moe_combine's sum: slots in order, dropped ids skipped
+    for (int s = 0; s < a.top_k; ++s) {
+      const int p = token * a.top_k + s;
+      const int e = a.direct_ids[p];
+      if (e < 0 || e >= a.num_experts) continue;
+      acc += a.route_weights[p] * __ldcg(a.y_out + int64_t(p) * a.n + n);
+    }
+    if (a.fold_out_bf16)
+      static_cast<__nv_bfloat16*>(a.fold_out)[int64_t(token) * a.n + n] = __float2bfloat16_rn(acc);
+    else
+      static_cast<float*>(a.fold_out)[int64_t(token) * a.n + n] = acc;
+  }
+  if (lane == 0) *ticket = 0;  // ready for the next launch
+}
+
 //
 // kStage (direct pairs only: one row per tile, K <= kStageMaxK): each warp first copies the slices of
 // the activation row its chunks use into shared memory (cp.async, waited for once, after the first
@@ -62,7 +92,10 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
     row0 = tile;
     row_end = tile + 1;
     if (expert < 0 || expert >= a.num_experts) {
-      if constexpr (!kSwiglu) pdl_launch_dependents();
+      if constexpr (!kSwiglu) {
+        pdl_launch_dependents();
+        if (a.tickets && threadIdx.x < 32) fold_direct_combine(a, tile, blockIdx.y, threadIdx.x);
+      }
       return;
     }
   } else {
@@ -215,6 +248,9 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
         a.y_out[int64_t(pos0 + 1) * a.n + n_hi] = s[3] + b_hi;
       }
     }
+  }
+  if constexpr (!kSwiglu) {
+    if (a.tickets) fold_direct_combine(a, tile, rt, lane);
   }
 }
 

@@ -78,6 +78,13 @@ struct MoeGemmArgs {
   const int32_t* direct_ids = nullptr;
   int direct_pairs = 0;
   int num_experts = 0;
+  // Direct pairs, down GEMM: the combine folded into its epilogue (moe.cu). Per (token, 16-row
+  // tile) a ticket counts the token's pair CTAs; the last one sums route_weights x y over the slots
+  // in slot order (moe_combine's arithmetic) into fold_out and resets the ticket to 0.
+  int32_t* tickets = nullptr;  // [tokens, N / 16], zero between launches
+  const float* route_weights = nullptr;
+  void* fold_out = nullptr;
+  bool fold_out_bf16 = false;
   const uint16_t* w = nullptr;  // bf16 [E, N, K]
   const uint8_t* wq = nullptr;  // MXFP4 GEMMs instead of w: values and scales in moe_mxfp4.cuh's layout
   const uint8_t* wscale = nullptr;
