@@ -287,8 +287,11 @@ AttentionArgs make_args(const Problem& p, const DeviceProblem& dev, const Device
 
 // Runs one kernel on the problem; returns the output [T, Hq*64] as float. num_splits 0 = the
 // launcher's recommendation.
+// Decode merges its splits in pass 1's last split CTA (tickets, as the backend runs it) unless
+// fold_merge is false (the separate merge kernel); either way every ticket must come back to zero.
 std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, const DevicePlan& plan, Kernel kernel,
-                                 int num_splits = 0, int prefill_variant = kPrefillDefaultVariant) {
+                                 int num_splits = 0, int prefill_variant = kPrefillDefaultVariant,
+                                 bool fold_merge = true) {
   const size_t out_elems = size_t(plan.num_tokens) * p.hq() * kD;
   DeviceArray<uint16_t> out(std::vector<uint16_t>(out_elems, kBf16NaN));
   AttentionArgs a = make_args(p, dev, plan, out.get());
@@ -297,6 +300,12 @@ std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, con
   DeviceArray<char> workspace(ws_bytes);
   a.workspace = workspace.get();
   a.workspace_bytes = ws_bytes;
+  const size_t tickets_n = size_t(std::max(plan.num_seqs, 1)) * p.hkv();
+  DeviceArray<int32_t> tickets(std::vector<int32_t>(tickets_n, 0));
+  if (fold_merge) {
+    a.tickets = tickets.get();
+    a.tickets_capacity = int64_t(tickets_n);
+  }
   switch (kernel) {
     case Kernel::Prefill: launch_bf16_sdpa_sinks_d64_prefill(a, nullptr); break;
     case Kernel::Prefill16:
@@ -309,6 +318,7 @@ std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, con
     case Kernel::Auto: launch_bf16_sdpa_sinks_d64(a, nullptr); break;
   }
   cuda_ok(cudaDeviceSynchronize(), "attention kernel");
+  for (int32_t v : tickets.download()) EXPECT_EQ(v, 0) << "a decode merge ticket left set";
   const std::vector<uint16_t> bits = out.download();
   std::vector<float> result(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) result[i] = bf16_to_f32(bits[i]);
@@ -592,6 +602,27 @@ TEST(AttentionKernels, OtherBlockSize) {
   Case d = sliding({{100, 1}, {333, 1}}, 92);
   d.block_size = 32;
   check_case(d, Kernel::Decode);
+}
+
+TEST(AttentionKernels, DecodeMergeFoldedIsTheMergeKernel) {
+  REQUIRE_GPU();
+  // The split merge in pass 1's last CTA (tickets) against the merge kernel: bit-identical, at split
+  // counts 1 to 32, on full and window layers, alone and in a batch of 256.
+  const std::vector<SeqSpec> batch = random_decode_batch(256, 6000, 111);
+  for (const Case& c : {full_causal({{19999, 1}, {200, 1}}, 112), sliding({{19999, 1}, {200, 1}}, 113),
+                        full_causal(batch, 114), sliding(batch, 115)}) {
+    const Problem p = make_problem(c);
+    const DeviceProblem dev(p);
+    for (int splits : {1, 3, 8, 32}) {
+      SCOPED_TRACE("splits " + std::to_string(splits) + ", " + std::to_string(p.plan.num_tokens()) + " tokens");
+      const std::vector<float> folded =
+          run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, kPrefillDefaultVariant, true);
+      const std::vector<float> apart =
+          run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, kPrefillDefaultVariant, false);
+      ASSERT_EQ(folded.size(), apart.size());
+      ASSERT_EQ(std::memcmp(folded.data(), apart.data(), folded.size() * sizeof(float)), 0);
+    }
+  }
 }
 
 TEST(AttentionKernels, DecodeIsBatchInvariant) {

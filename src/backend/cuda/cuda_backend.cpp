@@ -86,6 +86,11 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   OSSRT_CUDA_CHECK(cudaMemsetAsync(router_counter_, 0, sizeof(int), stream_));
   moe_tickets_ = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * kMoeTickets, "MoE combine tickets"));
   OSSRT_CUDA_CHECK(cudaMemsetAsync(moe_tickets_, 0, sizeof(int32_t) * kMoeTickets, stream_));
+  // One ticket per (sequence, KV head) for the decode attention's folded split merge; a query head
+  // per KV head at most, so kPlannedQueryHeads per sequence cover any grouping.
+  attn_tickets_capacity_ = int64_t(cap.max_seqs) * kPlannedQueryHeads;
+  attn_tickets_ = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * attn_tickets_capacity_, "attention tickets"));
+  OSSRT_CUDA_CHECK(cudaMemsetAsync(attn_tickets_, 0, sizeof(int32_t) * attn_tickets_capacity_, stream_));
   OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   attn_workspace_bytes_ =
       cuda::attention_decode_workspace_bytes(cap.max_seqs, kPlannedQueryHeads, cuda::kAttnMaxDecodeSplits);
@@ -115,6 +120,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
                 "OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS must be a non-negative integer, not '{}'", pairs);
   }
   if (const char* fold = std::getenv("OSSRT_CUDA_MOE_FOLD")) moe_fold_combine_ = fold[0] != '0';
+  if (const char* fold = std::getenv("OSSRT_CUDA_ATTN_FOLD")) attn_fold_merge_ = fold[0] != '0';
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,

@@ -154,6 +154,11 @@ class CudaBackend final : public Backend {
   bool moe_fold_combine_ = true;
   int gemv_max_rows_ = 8;          // linears and the router of at most this many rows use our GEMV kernels
   int moe_direct_max_pairs_ = -1;  // -1: MoeArgs' default; OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS (A/B switch)
+  // The decode attention's folded split-merge tickets (0 between launches); OSSRT_CUDA_ATTN_FOLD=0
+  // runs the merge as its own kernel (A/B).
+  int32_t* attn_tickets_ = nullptr;
+  int64_t attn_tickets_capacity_ = 0;
+  bool attn_fold_merge_ = true;
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
   void* moe_workspace_ = nullptr;

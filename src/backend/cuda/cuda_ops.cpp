@@ -262,6 +262,10 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   }
   a.workspace = attn_workspace_;
   a.workspace_bytes = attn_workspace_bytes_;
+  if (attn_fold_merge_) {
+    a.tickets = attn_tickets_;
+    a.tickets_capacity = attn_tickets_capacity_;
+  }
   cuda::launch_bf16_sdpa_sinks_d64(a, stream_);
   OSSRT_CUDA_CHECK(cudaGetLastError());
 }

@@ -52,6 +52,11 @@ struct AttentionArgs {
   // own visible range among the splits on the device, so a graph captured with a fixed count stays
   // correct as contexts grow; choose it with attention_decode_splits().
   int num_splits = 1;
+  // Decode only, optional: int32 tickets, zeroed once by the owner and left zeroed by every launch,
+  // at least num_seqs * num_kv_heads of them (tickets_capacity). With them the split merge runs in
+  // the last split CTA of each (sequence, KV head) instead of a second kernel (one launch fewer).
+  int32_t* tickets = nullptr;
+  int64_t tickets_capacity = 0;
 };
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys

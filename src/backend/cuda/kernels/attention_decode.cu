@@ -11,7 +11,8 @@
 //     (max m, sum l, acc) per head, starting from m = -inf, l = 0: the sink is left out here so it
 //     is counted once, in
 //   pass 2 (grid seqs x Hq/8): merges the partials of each head with the sink logit as the initial
-//     max, then normalises and writes bf16.
+//     max, then normalises and writes bf16. Given tickets (AttentionArgs::tickets), pass 1's last
+//     split CTA of each (sequence, KV head) does this merge itself and pass 2 is not launched.
 // The split bounds are computed per sequence on the device from its own context (at least 256
 // keys a split), so one grid (one captured graph) serves any mix of context lengths; splits beyond
 // what a sequence needs exit at once and write nothing, and pass 2 reads only the used ones.
@@ -70,6 +71,35 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+// The splits a sequence of visible length n uses on a grid of `splits` (the others exit unwritten).
+__device__ __forceinline__ int used_splits(int n, int splits) {
+  const int per = keys_per_split(n, splits);
+  return min(splits, (n + per - 1) / per);
+}
+
+// Merges the `used` split partials of query head `head` of sequence seq_index, with the sink logit
+// as the initial max, normalises and writes dims 2 lane, 2 lane + 1 as bf16. Reads the partials
+// through L2 (__ldcg): in the folded merge other CTAs of the same grid wrote them.
+__device__ __forceinline__ void merge_head_splits(const AttentionArgs& a, const SeqStep& seq, int seq_index, int head,
+                                                  int used, int lane) {
+  const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
+  const int64_t state0 = (int64_t(seq_index) * a.num_q_heads + head) * a.num_splits;
+  const float sink_log2 = bf16_bits_to_float(a.sinks[head]) * kLog2e;
+  float mx = sink_log2;
+  for (int sp = 0; sp < used; ++sp) mx = fmaxf(mx, __ldcg(part.m + state0 + sp));
+  float lsum = exp2f(sink_log2 - mx), o0 = 0.f, o1 = 0.f;
+  for (int sp = 0; sp < used; ++sp) {
+    const float f = exp2f(__ldcg(part.m + state0 + sp) - mx);  // a split whose keys were all masked: m = -inf -> 0
+    lsum += __ldcg(part.l + state0 + sp) * f;
+    const float2 acc = __ldcg(reinterpret_cast<const float2*>(part.acc + (state0 + sp) * kD + 2 * lane));
+    o0 += acc.x * f;
+    o1 += acc.y * f;
+  }
+  __nv_bfloat16* out =
+      reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(seq.token_begin) * a.num_q_heads * kD + head * kD + 2 * lane;
+  *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(o0 / lsum, o1 / lsum);
 }
 
 __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
@@ -214,6 +244,21 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
     part.acc[state * kD + d] = o;
     if (d == 0) part.m[state] = mx, part.l[state] = lsum;
   }
+  if (a.tickets == nullptr) return;  // pass 2 merges
+
+  // Folded merge: the last of the sequence's used splits of this KV head merges its 8 heads (one
+  // warp per 2 heads), with pass 2's arithmetic, and resets the ticket.
+  __shared__ bool last_s;
+  __threadfence();  // this split's partials, device-wide, before its ticket
+  __syncthreads();
+  const int used = used_splits(pos - lo + 1, a.num_splits);
+  int32_t* ticket = a.tickets + int64_t(seq_index) * a.num_kv_heads + kv_head;
+  if (tid == 0) last_s = atomicAdd(ticket, 1) == used - 1;
+  __syncthreads();
+  if (!last_s) return;
+  __threadfence();  // the other splits' partials, after their tickets
+  for (int h = warp; h < kGroup; h += kWarps) merge_head_splits(a, seq, seq_index, kv_head * kGroup + h, used, lane);
+  if (tid == 0) *ticket = 0;  // ready for the next launch
 }
 
 // One warp per query head; lane i owns dims 2i, 2i+1.
@@ -224,27 +269,8 @@ __global__ void __launch_bounds__(kGroup * 32) bf16_sdpa_sinks_d64_decode_combin
   const SeqStep seq = a.plan.seqs[seq_index];
   if (seq.num_tokens != 1) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int head = blockIdx.y * kGroup + warp;
-  const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
-  const int64_t state0 = (int64_t(seq_index) * a.num_q_heads + head) * a.num_splits;
-  // The splits pass 1 wrote for this sequence (the others exited without writing).
   const int n = seq.context_begin - first_visible_key(seq.context_begin, a.window) + 1;
-  const int per = keys_per_split(n, a.num_splits);
-  const int used = min(a.num_splits, (n + per - 1) / per);
-  const float sink_log2 = bf16_bits_to_float(a.sinks[head]) * kLog2e;
-  float mx = sink_log2;
-  for (int sp = 0; sp < used; ++sp) mx = fmaxf(mx, part.m[state0 + sp]);
-  float lsum = exp2f(sink_log2 - mx), o0 = 0.f, o1 = 0.f;
-  for (int sp = 0; sp < used; ++sp) {
-    const float f = exp2f(part.m[state0 + sp] - mx);  // a split whose keys were all masked: m = -inf -> 0
-    lsum += part.l[state0 + sp] * f;
-    const float2 acc = *reinterpret_cast<const float2*>(part.acc + (state0 + sp) * kD + 2 * lane);
-    o0 += acc.x * f;
-    o1 += acc.y * f;
-  }
-  __nv_bfloat16* out =
-      reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(seq.token_begin) * a.num_q_heads * kD + head * kD + 2 * lane;
-  *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(o0 / lsum, o1 / lsum);
+  merge_head_splits(a, seq, seq_index, blockIdx.y * kGroup + warp, used_splits(n, a.num_splits), lane);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -295,10 +321,13 @@ void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& a, cudaStream_t stre
   const size_t need = attention_decode_workspace_bytes(a.plan.num_seqs, a.num_q_heads, a.num_splits);
   OSSRT_CU_CHECK(a.workspace && a.workspace_bytes >= need && aligned16(a.workspace), "attention decode: workspace of ",
                  need, " bytes (16-byte aligned) needed, ", a.workspace_bytes, " given");
+  AttentionArgs args = a;
+  if (args.tickets_capacity < int64_t(a.plan.num_seqs) * a.num_kv_heads) args.tickets = nullptr;  // too few: pass 2
   OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode, dim3(a.num_splits, a.num_kv_heads, a.plan.num_seqs),
-                             dim3(kThreads), stream, a));
-  OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode_combine, dim3(a.plan.num_seqs, a.num_kv_heads),
-                             dim3(kGroup * 32), stream, a));
+                             dim3(kThreads), stream, args));
+  if (args.tickets == nullptr)
+    OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode_combine, dim3(a.plan.num_seqs, a.num_kv_heads),
+                               dim3(kGroup * 32), stream, args));
 }
 
 void launch_bf16_sdpa_sinks_d64(const AttentionArgs& a, cudaStream_t stream) {
