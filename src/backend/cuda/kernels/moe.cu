@@ -131,6 +131,7 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
   gemm.max_tiles = direct ? pairs : moe_max_tiles(pairs, a.num_experts, tile_m);
   gemm.bias_bf16 = a.bias_bf16;
   gemm.num_experts = a.num_experts;
+  gemm.top_k = a.top_k;  // both GEMMs: gate_up maps rows to tokens, the folded combine pairs to tokens
   if (direct) {
     gemm.direct_ids = a.ids;
     gemm.direct_pairs = pairs;
@@ -139,7 +140,6 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
   MoeGemmArgs gate_up = gemm;
   gate_up.a = a.x;
   gate_up.pos_to_pair = direct ? nullptr : ws.pos_to_pair;
-  gate_up.top_k = a.top_k;
   gate_up.wq = a.gate_up_q;
   gate_up.wscale = a.gate_up_scales;
   gate_up.bias = a.gate_up_b;
