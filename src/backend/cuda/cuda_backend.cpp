@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/cuda/cublas_fp8.h"
 #include "backend/cuda/cublas_linear.h"
 #include "backend/cuda/cuda_backend_internal.h"
 #include "backend/cuda/cuda_check.h"
@@ -52,11 +53,12 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   OSSRT_CHECK(device_available(), "--backend cuda: no CUDA device is visible");
   OSSRT_CHECK(options.max_step_tokens >= 1 && options.max_seqs >= 1, "CUDA backend: max_step_tokens {} / max_seqs {}",
               options.max_step_tokens, options.max_seqs);
-  // FP8 block-scaled weights exist on the CPU backend (the reference, docs/quantization.md); the
-  // CUDA kernels for them do not yet: refuse rather than silently run another format.
-  OSSRT_CHECK(options.weight_format == WeightFormat::Reference || options.weight_format == WeightFormat::Mxfp4,
-              "--backend cuda: --quantization fp8 and mxfp4-fp8 are not implemented on CUDA yet (use mxfp4 or bf16; "
-              "--backend cpu runs fp8)");
+  // mxfp4-fp8 runs here (FP8 block-scaled attention projections and unembedding, resident MXFP4
+  // experts). fp8 also needs FP8 experts (grouped FP8 MoE kernels), which the CUDA backend lacks:
+  // refuse rather than silently run another format.
+  OSSRT_CHECK(options.weight_format != WeightFormat::Fp8,
+              "--backend cuda: --quantization fp8 is not implemented on CUDA yet: its FP8 experts have no CUDA MoE "
+              "kernels (use mxfp4-fp8, mxfp4 or bf16; --backend cpu runs fp8)");
   OSSRT_CHECK(options.kv_cache_dtype == KvCacheDtype::Auto,
               "--backend cuda: --kv-cache-dtype fp8 is not implemented on CUDA yet (use auto or bf16; --backend cpu "
               "runs the fp8 KV cache)");
@@ -121,6 +123,7 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);  // bind_device() may throw; a destructor must not
   if (stream_) cudaStreamSynchronize(stream_);
   graphs_.reset();
+  blas_fp8_.reset();
   blas_.reset();
   plan_.reset();
   buffers_.reset();

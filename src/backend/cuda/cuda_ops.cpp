@@ -4,12 +4,14 @@
 
 #include <algorithm>
 
+#include "backend/cuda/cublas_fp8.h"
 #include "backend/cuda/cublas_linear.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_internal.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/embedding.cuh"
+#include "backend/cuda/kernels/fp8_linear.cuh"
 #include "backend/cuda/kernels/gather.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/moe.cuh"
@@ -127,6 +129,12 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   check_on_device(x, "linear", "x");
   check_on_device(w, "linear", "w");
   check_float(out, "linear", "out");
+  if (w.dtype == DType::FP8_E4M3) {
+    const auto it = fp8_weights_.find(w.data);
+    OSSRT_CHECK(it != fp8_weights_.end(), "linear: an fp8 weight {} that upload_linear did not make", w.shape_str());
+    fp8_linear(x, w, *it->second, bias, out);
+    return;
+  }
   OSSRT_CHECK(x.dtype == DType::BF16 && w.dtype == DType::BF16, "linear: x and w must be bf16 (got {} / {})",
               dtype_name(x.dtype), dtype_name(w.dtype));
   OSSRT_CHECK(w.ndim == 2 && x.row_elems() == w.dim(1) && out.row_elems() == w.dim(0) && out.dim(0) >= x.dim(0),
@@ -151,6 +159,63 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   }
   blas_->matmul(x.data, w.data, bias ? bias->data : nullptr, out.data, x.dim(0), w.dim(0), w.dim(1),
                 out.dtype == DType::F32, stream_);
+}
+
+void CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& f, const Tensor* bias, Tensor& out) {
+  OSSRT_CHECK(x.dtype == DType::BF16, "linear: x must be bf16 (got {})", dtype_name(x.dtype));
+  OSSRT_CHECK(x.row_elems() == f.k && out.row_elems() == f.n && out.dim(0) >= x.dim(0),
+              "linear: x {} / fp8 w [{}, {}] / out {} disagree", x.shape_str(), f.n, f.k, out.shape_str());
+  if (bias) {
+    check_on_device(*bias, "linear", "bias");
+    OSSRT_CHECK(bias->dtype == DType::BF16 && bias->numel() == f.n, "linear: bias {} {} for fp8 w [{}, {}]",
+                dtype_name(bias->dtype), bias->shape_str(), f.n, f.k);
+  }
+  const int64_t m = x.dim(0);
+  if (m == 0) return;
+  const bool out_f32 = out.dtype == DType::F32;
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  cuda::Fp8GemvArgs g{static_cast<const uint16_t*>(x.data),
+                      codes,
+                      f.scales,
+                      bias ? static_cast<const uint16_t*>(bias->data) : nullptr,
+                      out.data,
+                      out_f32,
+                      int(m),
+                      f.n,
+                      f.k,
+                      f.k_pad,
+                      f.parts};
+  // Prefill sizes: cuBLASLt's block-scaled matmul on the first m - m % 4 rows (its activation scale
+  // tensor is then a whole multiple of 4 rows), our GEMV on the last 0-3. Only where one GEMM over
+  // the fused weight is each part's own (grid_aligned) and cuBLASLt has an algorithm for the shape.
+  // Where cuBLASLt takes no bias epilogue with block scales, it runs without and a kernel adds it.
+  const int64_t m4 = m / 4 * 4;
+  const bool blas = m > cuda::kFp8GemvMaxRows && f.grid_aligned && blas_fp8_;
+  const bool blas_bias = blas && blas_fp8_->ready(m4, f.n, f.k_pad, out_f32, bias != nullptr, out.data);
+  const bool blas_then_bias =
+      blas && !blas_bias && bias && !out_f32 && blas_fp8_->ready(m4, f.n, f.k_pad, out_f32, false, out.data);
+  if (blas_bias || blas_then_bias) {
+    OSSRT_CHECK(m4 <= options_.max_step_tokens && f.k_pad <= fp8_act_k_pad_,
+                "linear: {} rows x k_pad {} exceed the FP8 workspace ({} tokens x {})", m4, f.k_pad,
+                options_.max_step_tokens, fp8_act_k_pad_);
+    const bool token_major = blas_fp8_->activation_scales_token_major();
+    cuda::Fp8QuantizeArgs q{
+        g.x, static_cast<uint8_t*>(fp8_act_codes_), fp8_act_scales_, int(m4), f.k, f.k_pad, token_major, int(m4)};
+    cuda::launch_bf16_fp8_quantize_rows(q, stream_);
+    const bool ran =
+        blas_fp8_->matmul(static_cast<const uint8_t*>(fp8_act_codes_), fp8_act_scales_, codes,
+                          blas_fp8_->weight_scales_transposed() ? f.scales_t : f.scales,
+                          blas_bias && bias ? bias->data : nullptr, out.data, m4, f.n, f.k_pad, out_f32, stream_);
+    OSSRT_CHECK(ran, "linear: cuBLASLt refused an FP8 shape it had an algorithm for");
+    if (blas_then_bias)
+      cuda::launch_bf16_add_bias_rows({out.data, static_cast<const uint16_t*>(bias->data), int(m4), f.n}, stream_);
+    if (m4 == m) return;
+    g.x += m4 * f.k;
+    g.out = static_cast<char*>(out.data) + size_t(m4) * size_t(f.n) * (out_f32 ? 4 : 2);
+    g.m = int(m - m4);
+  }
+  // Decode sizes (and the fallback): our GEMV, 8 token rows a CTA group.
+  cuda::launch_bf16_fp8w_gemv(g, stream_);
 }
 
 cuda::RopeCacheWriteArgs CudaBackend::rope_cache_args(Tensor& qkv, const RopeParams& rope, const AttentionParams& p) {

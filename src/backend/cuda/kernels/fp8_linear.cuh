@@ -1,0 +1,77 @@
+#pragma once
+// FP8 block-scaled linears (WeightFormat::Fp8 / Mxfp4Fp8, issue 15, docs/quantization.md): the weight
+// is e4m3 codes [n, k_pad] (row stride k_pad, zeros past k) with one fp32 scale per 128x128 block of
+// each checkpoint part; the activation is quantized per row and 128 channels on the fly with the rule
+// of core/fp8.h (scale = max|a| / 448 in fp32, code = e4m3 round-to-nearest-even of a / scale,
+// saturating; a zero group has scale 0 and codes 0).
+//
+//   bf16_fp8_quantize_rows: activations bf16 [m, k] -> codes [m, k_pad] and scales (prefill, before
+//     cuBLASLt's block-scaled matmul; also what the tests compare bit for bit with core/fp8).
+//   bf16_fp8w_gemv: out[m, n] = x W^T (+ bias), 1 to 8 token rows per CTA (decode), x quantized by the
+//     CTA into shared memory with the same device function; a warp per weight row, 16-byte loads,
+//     per 128-column block an fp32 sum of code products times s_w * s_a, accumulated in fp32.
+//     More than 8 rows run as groups of 8 (grid.y): the fallback where cuBLASLt does not serve.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ossrt::cuda {
+
+inline constexpr int kFp8Block = 128;
+// Weights and activation codes are padded with zeros to a multiple of this many columns, so that
+// the number of 128-column blocks is a multiple of 4 (cuBLASLt's scale tensors then need no padding
+// of their own) and every row starts 16-byte aligned.
+inline constexpr int kFp8KAlign = 512;
+inline constexpr int kFp8MaxParts = 4;
+inline constexpr int kFp8GemvMaxRows = 8;
+
+constexpr int fp8_blocks(int n) { return (n + kFp8Block - 1) / kFp8Block; }
+constexpr int fp8_k_pad(int k) { return (k + kFp8KAlign - 1) / kFp8KAlign * kFp8KAlign; }
+
+// Where each checkpoint part of a fused weight starts: fused row r of part p (first_row[p] <= r <
+// first_row[p + 1]) uses scale row first_scale_row[p] + (r - first_row[p]) / 128. At gpt-oss
+// shapes (every part a multiple of 128 rows) that is r / 128; tiny models' parts are not.
+struct Fp8Parts {
+  int count = 1;
+  int first_row[kFp8MaxParts] = {0, 0, 0, 0};
+  int first_scale_row[kFp8MaxParts] = {0, 0, 0, 0};
+};
+
+// Where activation scales go: [m][kb_pad] (k-block fastest) or [kb_pad][ld] (token fastest, the
+// "outer-dim-major" layout cuBLASLt's VEC128 mode is documented by PyTorch to take).
+struct Fp8QuantizeArgs {
+  const uint16_t* x;  // bf16 [m, k], row stride k
+  uint8_t* codes;     // e4m3 [m, k_pad], zeros past k
+  float* scales;      // see token_major
+  int m, k, k_pad;
+  bool token_major;  // scales[kb * scale_ld + row] (else scales[row * kb_pad + kb])
+  int scale_ld;      // token_major: >= m
+};
+void launch_bf16_fp8_quantize_rows(const Fp8QuantizeArgs& args, cudaStream_t stream);
+
+struct Fp8GemvArgs {
+  const uint16_t* x;      // bf16 [m, k]
+  const uint8_t* w;       // e4m3 [n, k_pad]
+  const float* w_scales;  // [scale rows][k_pad / 128], row-major
+  const uint16_t* bias;   // bf16 [n] or null
+  void* out;              // [m, n], f32 or bf16
+  bool out_f32;
+  int m, n, k, k_pad;
+  Fp8Parts parts;
+};
+bool fp8_gemv_supported(const Fp8GemvArgs& args);
+// Lets the GEMV kernels take the shared memory of 8 token rows at this k_pad (more than the default
+// 48 KB from k_pad 3,072 on). Called at weight upload, on the device that will run them: never
+// during a CUDA graph capture.
+void fp8_gemv_prepare(int k_pad);
+void launch_bf16_fp8w_gemv(const Fp8GemvArgs& args, cudaStream_t stream);
+
+// out[r, j] += bias[j] on a bf16 [m, n] output (where cuBLASLt takes no bias epilogue).
+struct Fp8BiasArgs {
+  void* out;
+  const uint16_t* bias;
+  int m, n;
+};
+void launch_bf16_add_bias_rows(const Fp8BiasArgs& args, cudaStream_t stream);
+
+}  // namespace ossrt::cuda

@@ -1,0 +1,328 @@
+// The CUDA backend's FP8 block-scaled linears (--quantization mxfp4-fp8, issue 15) against the CPU
+// backend's exact implementation of the scheme (docs/quantization.md):
+//   - the activation quantizer gives core/fp8.h's codes and scales bit for bit;
+//   - linear() with an upload_linear weight at gpt-oss shapes (QKV parts, O, an unembedding slice)
+//     and odd tiny ones (3 parts whose rows and K are not multiples of 128), for 1 to 300 token rows
+//     (decode GEMV, cuBLASLt's block-scaled matmul, our fallback), within bf16 output rounding plus
+//     fp32 summation order of the CPU's result; the bar is checked to reject an unquantized activation;
+//   - the golden fixture mxfp4_sharded: CUDA mxfp4-fp8 against CPU mxfp4-fp8, within twice what the
+//     bf16 path (CUDA mxfp4) shows against the fp32 path (CPU) on the same fixture;
+//   - the tiny model through the runtime builder and the engine on CUDA in mxfp4-fp8.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "../test_paths.h"
+#include "../unit/engine_test_model.h"
+#include "backend/cuda/kernels/fp8_linear.cuh"
+#include "backend/registry/registry.h"
+#include "core/fp8.h"
+#include "core/npy.h"
+#include "cuda_test_util.h"
+#include "model/gpt_oss.h"
+#include "model/loader.h"
+#include "model/single_sequence.h"
+#include "runtime/model_runtime.h"
+
+namespace ossrt {
+namespace {
+
+using test::random_floats;
+
+BackendOptions fp8_options() {
+  BackendOptions o;
+  o.weight_format = WeightFormat::Mxfp4Fp8;
+  return o;
+}
+
+// ---------------------------------------------------------------- the activation quantizer
+
+TEST(CudaFp8, ActivationQuantizerIsCoreFp8BitForBit) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(11);
+  for (int k : {2880, 4096, 200, 90, 37}) {
+    for (int m : {1, 5, 300}) {
+      std::vector<float> x = random_floats(rng, size_t(m) * size_t(k), 1.0f);
+      // Row 0: a zero group (channels 128..255) when it exists, an outlier group (tiny values next to a
+      // large one: subnormal codes), negative zeros; row m - 1: huge values (scales far above 1).
+      for (int c = 128; c < std::min(k, 256); ++c) x[size_t(c)] = 0.0f;
+      if (k > 20) {
+        x[3] = -0.0f;
+        x[5] = 3000.0f;
+        for (int c = 6; c < 20; ++c) x[size_t(c)] = round_to_bf16(1e-3f * float(c));
+      }
+      for (int c = 0; c < k; ++c) x[size_t(m - 1) * size_t(k) + size_t(c)] *= 1e5f;
+      for (auto& v : x) v = round_to_bf16(v);
+      const int k_pad = cuda::fp8_k_pad(k), kb = k_pad / cuda::kFp8Block;
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+      // Expected: core/fp8.h's rule per row and 128 channels.
+      std::vector<uint8_t> want_codes(size_t(m) * size_t(k_pad), 0);
+      std::vector<float> want_scales(size_t(m) * size_t(kb), 0.0f);
+      for (int r = 0; r < m; ++r)
+        for (int g = 0; g < kb; ++g) {
+          float mx = 0.0f;
+          for (int c = g * 128; c < std::min(k, g * 128 + 128); ++c)
+            mx = std::max(mx, std::fabs(x[size_t(r) * size_t(k) + size_t(c)]));
+          const float s = fp8_block_scale(mx);
+          want_scales[size_t(r) * size_t(kb) + size_t(g)] = s;
+          for (int c = g * 128; c < std::min(k, g * 128 + 128); ++c)
+            want_codes[size_t(r) * size_t(k_pad) + size_t(c)] =
+                s == 0.0f ? 0 : e4m3_from_f32(x[size_t(r) * size_t(k) + size_t(c)] / s);
+        }
+      for (bool token_major : {false, true}) {
+        uint16_t* dx = nullptr;
+        uint8_t* dc = nullptr;
+        float* ds = nullptr;
+        ASSERT_EQ(cudaMalloc(&dx, xb.size() * 2), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&dc, want_codes.size()), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&ds, want_scales.size() * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemset(dc, 0xee, want_codes.size()), cudaSuccess);  // padding must be written
+        cuda::launch_bf16_fp8_quantize_rows({dx, dc, ds, m, k, k_pad, token_major, m}, nullptr);
+        std::vector<uint8_t> codes(want_codes.size());
+        std::vector<float> scales(want_scales.size());
+        ASSERT_EQ(cudaMemcpy(codes.data(), dc, codes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(scales.data(), ds, scales.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        cudaFree(dx), cudaFree(dc), cudaFree(ds);
+        size_t code_diffs = 0, scale_diffs = 0;
+        for (size_t i = 0; i < codes.size(); ++i) code_diffs += codes[i] != want_codes[i];
+        for (int r = 0; r < m; ++r)
+          for (int g = 0; g < kb; ++g) {
+            const float got =
+                token_major ? scales[size_t(g) * size_t(m) + size_t(r)] : scales[size_t(r) * size_t(kb) + size_t(g)];
+            scale_diffs += std::memcmp(&got, &want_scales[size_t(r) * size_t(kb) + size_t(g)], 4) != 0;
+          }
+        EXPECT_EQ(code_diffs, 0u) << "k " << k << " m " << m << " token_major " << token_major;
+        EXPECT_EQ(scale_diffs, 0u) << "k " << k << " m " << m << " token_major " << token_major;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- linear() against the CPU backend
+
+// Elementwise bar: bf16 rounding of the output (2^-8 of the value) plus fp32 summation-order slack
+// (1e-3 of the row's RMS: tensor-core FP8 accumulation in cuBLASLt's blocks included). Returns the
+// worst ratio |got - want| / bar (must be < 1).
+double worst_over_bar(const std::vector<float>& got, const std::vector<float>& want, int64_t rows, int64_t n,
+                      bool bf16_out) {
+  double worst = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t j = 0; j < n; ++j) ss += double(want[size_t(r * n + j)]) * want[size_t(r * n + j)];
+    const double rms = std::sqrt(ss / double(n));
+    for (int64_t j = 0; j < n; ++j) {
+      const double w = want[size_t(r * n + j)], g = got[size_t(r * n + j)];
+      const double bar = (bf16_out ? std::ldexp(std::abs(w), -8) : 0.0) + 1e-3 * rms + 1e-30;
+      const double ratio = std::isfinite(g) ? std::abs(g - w) / bar : INFINITY;
+      worst = std::max(worst, ratio);
+    }
+  }
+  return worst;
+}
+
+struct LinearCase {
+  std::string name;
+  std::vector<int64_t> part_rows;
+  int64_t in;
+  bool bias, f32_out;
+  std::vector<int64_t> tokens;
+};
+
+TEST(CudaFp8, LinearMatchesTheCpuBackend) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  auto cpu = make_backend("cpu", BackendOptions{.weight_format = WeightFormat::Mxfp4Fp8});
+  auto gpu = make_backend("cuda", fp8_options());
+  std::mt19937_64 rng(12);
+  const std::vector<int64_t> all_m = {1, 2, 5, 8, 64, 300};
+  const LinearCase cases[] = {
+      {"qkv", {4096, 512, 512}, 2880, true, false, all_m},
+      {"o_proj", {2880}, 4096, true, false, all_m},
+      {"unembedding slice", {8192}, 2880, false, true, {1, 2, 8, 64, 300}},
+      {"tiny 3 parts", {200, 72, 72}, 90, true, false, all_m},
+      {"tiny 3 parts K 300", {130, 7, 9}, 300, true, false, all_m},
+  };
+  for (const LinearCase& c : cases) {
+    int64_t n = 0;
+    std::vector<std::shared_ptr<test::OwnedHost>> parts;
+    std::vector<const HostTensor*> views;
+    for (int64_t rows : c.part_rows) {
+      // Rows of different magnitudes per part, so the parts' grids matter.
+      parts.push_back(test::host_bf16(
+          random_floats(rng, size_t(rows * c.in), 0.5f / std::sqrt(float(c.in)) * float(1 + parts.size())),
+          {rows, c.in}, c.name + ".w" + std::to_string(parts.size())));
+      views.push_back(&parts.back()->view);
+      n += rows;
+    }
+    auto bias = test::host_bf16(random_floats(rng, size_t(n), 0.5f), {n}, c.name + ".b");
+    Tensor wc = cpu->upload_linear(views), wg = gpu->upload_linear(views);
+    EXPECT_EQ(wg.dtype, DType::FP8_E4M3) << c.name;
+    Tensor bc = cpu->upload(bias->view), bg = gpu->upload(bias->view);
+    for (int64_t t : c.tokens) {
+      const std::string where = c.name + " M=" + std::to_string(t);
+      const auto x = random_floats(rng, size_t(t * c.in), 1.0f);
+      Tensor xc = test::put_act(*cpu, {t, c.in}, x), xg = test::put_act(*gpu, {t, c.in}, x);
+      Tensor yc = cpu->alloc(DType::F32, {t, n});
+      Tensor yg = gpu->alloc(c.f32_out ? DType::F32 : DType::BF16, {t, n});
+      cpu->linear(xc, wc, c.bias ? &bc : nullptr, yc);
+      gpu->linear(xg, wg, c.bias ? &bg : nullptr, yg);
+      const auto want = cpu->to_host_f32(yc), got = gpu->to_host_f32(yg);
+      const double worst = worst_over_bar(got, want, t, n, !c.f32_out);
+      const auto s = test::compare(got, want);
+      std::printf("[metric] fp8 linear %s: rel_l2 %.3g, worst |d| / bar %.3g\n", where.c_str(), s.rel_l2, worst);
+      EXPECT_LT(worst, 1.0) << where;
+      EXPECT_EQ(s.nan_count, 0u) << where;
+      // The bar must reject a linear that skips the activation's quantization: the same GEMM on the
+      // unquantized x (the CPU's fp8 weights, which the Reference-free product below reproduces).
+      if (t <= 2 && c.name == "qkv") {
+        std::vector<float> w_f32(size_t(n * c.in));
+        int64_t at = 0;
+        for (const HostTensor* v : views) {
+          v->to_f32(0, v->numel(), w_f32.data() + at);
+          fp8_quantize_blocks_inplace(w_f32.data() + at, v->shape[0], v->shape[1]);
+          at += v->numel();
+        }
+        std::vector<float> unq(size_t(t * n));
+        const auto b_f32 = cpu->to_host_f32(bc);
+        for (int64_t r = 0; r < t; ++r)
+          for (int64_t j = 0; j < n; ++j) {
+            float acc = 0;
+            for (int64_t i = 0; i < c.in; ++i) acc += x[size_t(r * c.in + i)] * w_f32[size_t(j * c.in + i)];
+            unq[size_t(r * n + j)] = acc + b_f32[size_t(j)];
+          }
+        const double unq_worst = worst_over_bar(unq, want, t, n, true);
+        std::printf("[metric] fp8 linear %s: an unquantized activation would be at worst |d| / bar %.3g\n",
+                    where.c_str(), unq_worst);
+        EXPECT_GT(unq_worst, 3.0) << where << ": the bar cannot tell a missing activation quantization";
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- the golden fixture
+
+std::vector<double> per_position(const std::vector<float>& got, const std::vector<float>& ref, size_t v) {
+  return test::per_row_rel_l2(got, ref, v);
+}
+
+double median_of(std::vector<double> e) {
+  std::sort(e.begin(), e.end());
+  return e.empty() ? 0.0 : e[e.size() / 2];
+}
+
+// CUDA mxfp4-fp8 against CPU mxfp4-fp8 on mxfp4_sharded, and the bf16 path (CUDA mxfp4, bf16
+// activations) against the fp32 path (CPU) on the same fixture. The issue's bar: the first within
+// twice the second. These random-weight models are chaotic under FP8 (docs/quantization.md: one
+// activation that an fp32-order difference moves across an e4m3 rounding boundary reaches every
+// later position through attention; the CPU shows 1-5% against itself from position ~16-67 when only
+// its summation order changes), and the CUDA path also stores activations in bf16, so flips start at
+// once. The asserted statistic is the worst and the median over the first 16 positions, each within
+// twice the bf16 path's over the same positions; the whole prompt's median is printed.
+TEST(CudaFp8, GoldenMxfp4ShardedWithinTwiceTheBf16PathsError) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  namespace fs = std::filesystem;
+  const fs::path dir = ossrt::testing::golden_dir() / "mxfp4_sharded";
+  ASSERT_TRUE(fs::exists(dir / "case.json")) << dir;
+  nlohmann::json c;
+  std::ifstream(dir / "case.json") >> c;
+  const auto prompt = c.at("prompt_ids").get<std::vector<int32_t>>();
+  const HostModelWeights weights = load_model_weights(ModelSource{dir.string(), "auto", 0});
+  const size_t v = size_t(weights.config.vocab_size);
+  auto logits_on = [&](const std::string& backend, WeightFormat format) {
+    auto b = make_backend(backend, BackendOptions{.weight_format = format});
+    GptOssModel model(*b, weights, ModelLimits{512, 512});
+    SingleSequenceRunner runner(model, int(prompt.size()) + 16);
+    return runner.run(prompt, 0, SingleSequenceRunner::Logits::EveryRow);
+  };
+  const auto gpu_fp8 = logits_on("cuda", WeightFormat::Mxfp4Fp8);
+  const auto cpu_fp8 = logits_on("cpu", WeightFormat::Mxfp4Fp8);
+  const auto gpu_bf16 = logits_on("cuda", WeightFormat::Mxfp4);
+  const auto cpu_f32 = logits_on("cpu", WeightFormat::Reference);
+  ASSERT_EQ(gpu_fp8.size(), prompt.size() * v);
+  const auto fp8_err = per_position(gpu_fp8, cpu_fp8, v), bf16_err = per_position(gpu_bf16, cpu_f32, v);
+  const size_t first = std::min<size_t>(16, prompt.size());
+  const std::vector<double> fp8_first(fp8_err.begin(), fp8_err.begin() + std::ptrdiff_t(first));
+  const std::vector<double> bf16_first(bf16_err.begin(), bf16_err.begin() + std::ptrdiff_t(first));
+  const double fp8_worst = *std::max_element(fp8_first.begin(), fp8_first.end());
+  const double bf16_worst = *std::max_element(bf16_first.begin(), bf16_first.end());
+  std::printf(
+      "[metric] golden mxfp4_sharded, logits rel L2 per position: CUDA mxfp4-fp8 vs CPU mxfp4-fp8: first %zu worst "
+      "%.3g median %.3g, all %zu median %.3g worst %.3g | CUDA mxfp4 (bf16) vs CPU fp32: first %zu worst %.3g median "
+      "%.3g, all median %.3g worst %.3g\n",
+      first, fp8_worst, median_of(fp8_first), fp8_err.size(), median_of(fp8_err),
+      *std::max_element(fp8_err.begin(), fp8_err.end()), first, bf16_worst, median_of(bf16_first), median_of(bf16_err),
+      *std::max_element(bf16_err.begin(), bf16_err.end()));
+  for (double e : fp8_err) EXPECT_TRUE(std::isfinite(e));
+  EXPECT_LE(fp8_worst, 2.0 * bf16_worst);
+  EXPECT_LE(median_of(fp8_first), 2.0 * median_of(bf16_first));
+}
+
+// ---------------------------------------------------------------- the runtime and the engine
+
+TEST(CudaFp8, TinyModelThroughTheRuntimeAndEngineInMxfp4Fp8) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  const std::vector<int32_t> ids = {1, 200, 3000, 40000, 199000, 17, 5, 88, 1234, 9999, 4, 2};
+  auto options = [](const std::string& backend) {
+    RuntimeOptions o;
+    o.model = "tiny";
+    o.load_format = "dummy";
+    o.weights_seed = 3;
+    o.backend = backend;
+    o.quantization = "mxfp4-fp8";
+    o.max_num_batched_tokens = 64;
+    o.max_num_seqs = 8;
+    return o;
+  };
+  auto gpu = ModelRuntime::build(options("cuda"), ModelRuntime::Parts::ModelAndEngine);
+  EXPECT_EQ(gpu->quantization().name, "mxfp4-fp8");
+  EXPECT_NE(gpu->describe().find("quantization mxfp4-fp8"), std::string::npos) << gpu->describe();
+  std::printf("[fp8] %s\n", gpu->describe().c_str());
+  // Prefill chunks of 5 rows (the GEMV) and one-token steps.
+  const auto g5 = gpu->sequence_logits(ids, 5), g1 = gpu->sequence_logits(ids, 1);
+  std::vector<float> c5;
+  {
+    auto cpu = ModelRuntime::build(options("cpu"), ModelRuntime::Parts::ModelOnly);
+    c5 = cpu->sequence_logits(ids, 5);
+  }
+  const size_t v = g5.size() / ids.size();
+  const auto e = test::per_row_rel_l2(g5, c5, v), e1 = test::per_row_rel_l2(g1, c5, v);
+  std::printf(
+      "[metric] tiny mxfp4-fp8 CUDA vs CPU, logits rel L2 per position: chunks of 5 median %.3g worst %.3g; "
+      "one token a step median %.3g\n",
+      median_of(e), *std::max_element(e.begin(), e.end()), median_of(e1));
+  EXPECT_LT(e[0], 2e-2) << "position 0";
+  EXPECT_LT(median_of(e), 0.1);
+  // The engine: four greedy requests batched, graphs on.
+  testing_engine::EventLog log;
+  for (int i = 0; i < 4; ++i)
+    EXPECT_TRUE(gpu->engine().submit(
+        testing_engine::greedy_request("r" + std::to_string(i), testing_engine::random_prompt(5 + 7 * i, 40 + i), 8),
+        log.callback("r" + std::to_string(i))));
+  gpu->engine().run_until_idle();
+  for (int i = 0; i < 4; ++i) {
+    const auto s = log.get("r" + std::to_string(i));
+    EXPECT_TRUE(s.finished) << i;
+    EXPECT_EQ(s.tokens.size(), 8u) << i << ": " << s.final_event.error;
+  }
+}
+
+TEST(CudaFp8, Fp8IsRefusedOnCudaNamingTheExperts) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  try {
+    make_backend("cuda", BackendOptions{.weight_format = WeightFormat::Fp8});
+    ADD_FAILURE() << "fp8 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("experts"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ossrt
