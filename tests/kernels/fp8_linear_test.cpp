@@ -207,6 +207,104 @@ TEST(CudaFp8, LinearMatchesTheCpuBackend) {
   }
 }
 
+// ---------------------------------------------------------------- decode bandwidth (printed, not asserted)
+
+// Fast deterministic bf16-representable values in about [-scale, scale] (the 120b-sized unembedding
+// has 580 M of them; a normal generator would take seconds).
+std::shared_ptr<test::OwnedHost> fast_host_bf16(int64_t rows, int64_t cols, float scale, uint32_t seed,
+                                                const std::string& name) {
+  auto h = std::make_shared<test::OwnedHost>();
+  h->bf16.resize(size_t(rows * cols));
+  uint32_t x = seed * 2654435761u + 1u;
+  for (auto& v : h->bf16) {
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    v = f32_to_bf16(scale * (float(int(x % 2001u) - 1000) / 1000.0f));
+  }
+  h->view.data = h->bf16.data();
+  h->view.dtype = DType::BF16;
+  h->view.shape = {rows, cols};
+  h->view.name = name;
+  return h;
+}
+
+// Time per linear() on rotating copies of the weight (together beyond the 60 MB L2, so every launch
+// reads its weight from HBM), CUDA events on the backend's stream, after a warm-up.
+double time_linear_us(Backend& b, const std::vector<Tensor>& ws, const Tensor* bias, int64_t m, int64_t in, int64_t out,
+                      bool f32_out) {
+  auto& cuda = dynamic_cast<CudaBackend&>(b);
+  std::mt19937_64 rng(5);
+  Tensor x = test::put_act(b, {m, in}, random_floats(rng, size_t(m * in), 1.0f));
+  Tensor y = b.alloc(f32_out ? DType::F32 : DType::BF16, {m, out});
+  for (const Tensor& w : ws) b.linear(x, w, bias, y);
+  b.sync();
+  const int rounds = ws.size() >= 8 ? 5 : 20;
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start), cudaEventCreate(&stop);
+  cudaEventRecord(start, cuda.stream());
+  for (int r = 0; r < rounds; ++r)
+    for (const Tensor& w : ws) b.linear(x, w, bias, y);
+  cudaEventRecord(stop, cuda.stream());
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start), cudaEventDestroy(stop);
+  return 1e3 * double(ms) / double(rounds * int(ws.size()));
+}
+
+TEST(CudaFp8, DecodeLinearBandwidthPrinted) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  auto gpu = make_backend("cuda", fp8_options());
+  // The same with 2-8 rows on the FMA GEMV instead of the tensor-core one (the developer switch).
+  setenv("OSSRT_CUDA_FP8_GEMV_MMA", "0", 1);
+  auto gpu_fma = make_backend("cuda", fp8_options());
+  unsetenv("OSSRT_CUDA_FP8_GEMV_MMA");
+  struct Shape {
+    const char* name;
+    std::vector<int64_t> part_rows;
+    int64_t in;
+    bool bias, f32_out;
+    int copies;
+  };
+  const Shape shapes[] = {{"qkv", {4096, 512, 512}, 2880, true, false, 8},
+                          {"o_proj", {2880}, 4096, true, false, 8},
+                          {"unembedding", {201088}, 2880, false, true, 1}};
+  for (const Shape& sh : shapes) {
+    int64_t n = 0;
+    for (int64_t r : sh.part_rows) n += r;
+    std::vector<Tensor> fp8, fp8_fma, bf16;
+    for (int c = 0; c < sh.copies; ++c) {
+      std::vector<std::shared_ptr<test::OwnedHost>> parts;
+      std::vector<const HostTensor*> views;
+      for (int64_t r : sh.part_rows) {
+        parts.push_back(fast_host_bf16(r, sh.in, 0.05f, uint32_t(100 * c + parts.size()), "w"));
+        views.push_back(&parts.back()->view);
+      }
+      fp8.push_back(gpu->upload_linear(views));
+      if (sh.copies > 1) fp8_fma.push_back(gpu_fma->upload_linear(views));
+      if (sh.copies > 1 || c == 0) {
+        auto whole = fast_host_bf16(n, sh.in, 0.05f, uint32_t(7 + c), "w_bf16");
+        bf16.push_back(gpu->upload(whole->view));
+      }
+    }
+    auto bias_h = test::host_bf16(std::vector<float>(size_t(n), 0.25f), {n}, "b");
+    Tensor bias = gpu->upload(bias_h->view), bias_fma = gpu_fma->upload(bias_h->view);
+    for (int64_t m : {1, 2, 4, 8, 64}) {
+      const double t8 = time_linear_us(*gpu, fp8, sh.bias ? &bias : nullptr, m, sh.in, n, sh.f32_out);
+      const double t16 = time_linear_us(*gpu, bf16, sh.bias ? &bias : nullptr, m, sh.in, n, sh.f32_out);
+      const double fp8_bytes = double(n) * double(sh.in), bf16_bytes = 2.0 * fp8_bytes;
+      std::printf(
+          "[metric] %s [%lld, %lld] M=%lld: fp8 %.2f us (%.2f TB/s of fp8 weights) | bf16 %.2f us (%.2f TB/s)\n",
+          sh.name, (long long)n, (long long)sh.in, (long long)m, t8, fp8_bytes / t8 * 1e-6, t16,
+          bf16_bytes / t16 * 1e-6);
+      if (!fp8_fma.empty() && m >= 2 && m <= 8) {
+        const double tf = time_linear_us(*gpu_fma, fp8_fma, sh.bias ? &bias_fma : nullptr, m, sh.in, n, sh.f32_out);
+        std::printf("[metric] %s M=%lld: fp8 on the FMA GEMV %.2f us (%.2f TB/s)\n", sh.name, (long long)m, tf,
+                    fp8_bytes / tf * 1e-6);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- the golden fixture
 
 std::vector<double> per_position(const std::vector<float>& got, const std::vector<float>& ref, size_t v) {
@@ -220,13 +318,19 @@ double median_of(std::vector<double> e) {
 
 // CUDA mxfp4-fp8 against CPU mxfp4-fp8 on mxfp4_sharded, and the bf16 path (CUDA mxfp4, bf16
 // activations) against the fp32 path (CPU) on the same fixture. The issue's bar: the first within
-// twice the second. These random-weight models are chaotic under FP8 (docs/quantization.md: one
-// activation that an fp32-order difference moves across an e4m3 rounding boundary reaches every
-// later position through attention; the CPU shows 1-5% against itself from position ~16-67 when only
-// its summation order changes), and the CUDA path also stores activations in bf16, so flips start at
-// once. The asserted statistic is the worst and the median over the first 16 positions, each within
-// twice the bf16 path's over the same positions; the whole prompt's median is printed.
-TEST(CudaFp8, GoldenMxfp4ShardedWithinTwiceTheBf16PathsError) {
+// twice the second.
+//
+// Why a second reference: the CUDA backend stores activations in bf16, so the values it quantizes to
+// e4m3 differ from the CPU's float32 ones by up to 2^-9; where that crosses an e4m3 rounding boundary
+// (about 1 value in 128) the value moves by a whole e4m3 step (6-12%), so FP8 amplifies the bf16
+// storage noise about tenfold. The CPU's own mxfp4-fp8 forward with its activations rounded to bf16
+// where the GPU stores bf16 (test::bf16_storage_emulation) shows that floor independently; the GPU
+// must sit within it (as golden_cuda_test's bf16 floor check), whatever the issue's ratio is.
+//
+// Random-weight models are also chaotic under FP8 (docs/quantization.md): positions after the first
+// flips differ more and more, so the statistics are the worst and median over the first 16
+// positions, and the median and 90th percentile over the whole prompt against the floor.
+TEST(CudaFp8, GoldenMxfp4ShardedAgainstTheCpuAndTheBf16PathsError) {
   OSSRT_SKIP_WITHOUT_GPU();
   namespace fs = std::filesystem;
   const fs::path dir = ossrt::testing::golden_dir() / "mxfp4_sharded";
@@ -236,33 +340,46 @@ TEST(CudaFp8, GoldenMxfp4ShardedWithinTwiceTheBf16PathsError) {
   const auto prompt = c.at("prompt_ids").get<std::vector<int32_t>>();
   const HostModelWeights weights = load_model_weights(ModelSource{dir.string(), "auto", 0});
   const size_t v = size_t(weights.config.vocab_size);
-  auto logits_on = [&](const std::string& backend, WeightFormat format) {
+  auto logits_on = [&](const std::string& backend, WeightFormat format, bool emulate_bf16) {
     auto b = make_backend(backend, BackendOptions{.weight_format = format});
     GptOssModel model(*b, weights, ModelLimits{512, 512});
+    if (emulate_bf16) model.set_observer(test::bf16_storage_emulation());
     SingleSequenceRunner runner(model, int(prompt.size()) + 16);
     return runner.run(prompt, 0, SingleSequenceRunner::Logits::EveryRow);
   };
-  const auto gpu_fp8 = logits_on("cuda", WeightFormat::Mxfp4Fp8);
-  const auto cpu_fp8 = logits_on("cpu", WeightFormat::Mxfp4Fp8);
-  const auto gpu_bf16 = logits_on("cuda", WeightFormat::Mxfp4);
-  const auto cpu_f32 = logits_on("cpu", WeightFormat::Reference);
+  const auto gpu_fp8 = logits_on("cuda", WeightFormat::Mxfp4Fp8, false);
+  const auto cpu_fp8 = logits_on("cpu", WeightFormat::Mxfp4Fp8, false);
+  const auto cpu_fp8_bf16 = logits_on("cpu", WeightFormat::Mxfp4Fp8, true);
+  const auto gpu_bf16 = logits_on("cuda", WeightFormat::Mxfp4, false);
+  const auto cpu_f32 = logits_on("cpu", WeightFormat::Reference, false);
   ASSERT_EQ(gpu_fp8.size(), prompt.size() * v);
   const auto fp8_err = per_position(gpu_fp8, cpu_fp8, v), bf16_err = per_position(gpu_bf16, cpu_f32, v);
+  const auto floor_err = per_position(cpu_fp8_bf16, cpu_fp8, v);
   const size_t first = std::min<size_t>(16, prompt.size());
-  const std::vector<double> fp8_first(fp8_err.begin(), fp8_err.begin() + std::ptrdiff_t(first));
-  const std::vector<double> bf16_first(bf16_err.begin(), bf16_err.begin() + std::ptrdiff_t(first));
-  const double fp8_worst = *std::max_element(fp8_first.begin(), fp8_first.end());
-  const double bf16_worst = *std::max_element(bf16_first.begin(), bf16_first.end());
+  auto head = [&](const std::vector<double>& e) {
+    return std::vector<double>(e.begin(), e.begin() + std::ptrdiff_t(first));
+  };
+  auto worst = [](const std::vector<double>& e) { return *std::max_element(e.begin(), e.end()); };
+  const auto fp8_head = head(fp8_err), bf16_head = head(bf16_err), floor_head = head(floor_err);
   std::printf(
-      "[metric] golden mxfp4_sharded, logits rel L2 per position: CUDA mxfp4-fp8 vs CPU mxfp4-fp8: first %zu worst "
-      "%.3g median %.3g, all %zu median %.3g worst %.3g | CUDA mxfp4 (bf16) vs CPU fp32: first %zu worst %.3g median "
-      "%.3g, all median %.3g worst %.3g\n",
-      first, fp8_worst, median_of(fp8_first), fp8_err.size(), median_of(fp8_err),
-      *std::max_element(fp8_err.begin(), fp8_err.end()), first, bf16_worst, median_of(bf16_first), median_of(bf16_err),
-      *std::max_element(bf16_err.begin(), bf16_err.end()));
+      "[metric] golden mxfp4_sharded, logits rel L2 per position (first %zu: worst / median; all %zu: median / p90 / "
+      "worst):\n"
+      "  CUDA mxfp4-fp8 vs CPU mxfp4-fp8:              %.3g / %.3g; %.3g / %.3g / %.3g\n"
+      "  CPU mxfp4-fp8 at bf16 storage vs CPU mxfp4-fp8: %.3g / %.3g; %.3g / %.3g / %.3g (the floor)\n"
+      "  CUDA mxfp4 (bf16) vs CPU fp32:                 %.3g / %.3g; %.3g / %.3g / %.3g (the issue's reference)\n"
+      "  issue ratio (fp8 / bf16, first %zu worst; median): %.2f; %.2f\n",
+      first, fp8_err.size(), worst(fp8_head), median_of(fp8_head), median_of(fp8_err), test::profile(fp8_err).p90,
+      worst(fp8_err), worst(floor_head), median_of(floor_head), median_of(floor_err), test::profile(floor_err).p90,
+      worst(floor_err), worst(bf16_head), median_of(bf16_head), median_of(bf16_err), test::profile(bf16_err).p90,
+      worst(bf16_err), first, worst(fp8_head) / worst(bf16_head), median_of(fp8_err) / median_of(bf16_err));
   for (double e : fp8_err) EXPECT_TRUE(std::isfinite(e));
-  EXPECT_LE(fp8_worst, 2.0 * bf16_worst);
-  EXPECT_LE(median_of(fp8_first), 2.0 * median_of(bf16_first));
+  // The GPU within the bf16-storage floor of the FP8 path (a kernel bug moves these by far more).
+  EXPECT_LE(worst(fp8_head), 2.0 * worst(floor_head) + 2e-3);
+  EXPECT_LE(median_of(fp8_err), 2.0 * median_of(floor_err) + 2e-3);
+  EXPECT_LE(test::profile(fp8_err).p90, 2.0 * test::profile(floor_err).p90 + 5e-3);
+  // The issue's bar, over the first 16 positions (before chaos): within twice the bf16 path's error.
+  EXPECT_LE(worst(fp8_head), 2.0 * worst(bf16_head)) << "the issue's bar (see the floor above)";
+  EXPECT_LE(median_of(fp8_head), 2.0 * median_of(bf16_head)) << "the issue's bar (see the floor above)";
 }
 
 // ---------------------------------------------------------------- the runtime and the engine

@@ -109,6 +109,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
         std::sscanf(rows, "%d", &gemv_max_rows_) == 1 && gemv_max_rows_ >= 0 && gemv_max_rows_ <= cuda::kGemvMaxRows,
         "OSSRT_CUDA_GEMV_MAX_ROWS must be 0..{}, not '{}'", cuda::kGemvMaxRows, rows);
   }
+  if (const char* mma = std::getenv("OSSRT_CUDA_FP8_GEMV_MMA")) fp8_gemv_mma_ = std::string(mma) != "0";
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,

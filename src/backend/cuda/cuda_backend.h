@@ -158,6 +158,9 @@ class CudaBackend final : public Backend {
   void* fp8_act_codes_ = nullptr;
   float* fp8_act_scales_ = nullptr;
   int fp8_act_k_pad_ = 0;  // the widest k_pad the workspace holds
+  // OSSRT_CUDA_FP8_GEMV_MMA=0 (developer switch, read at start): 2-8 token rows on the FMA GEMV
+  // instead of the tensor-core one, for A/B timing.
+  bool fp8_gemv_mma_ = true;
 
   // Workspaces planned in the constructor / at upload_experts.
   void* router_logits_ = nullptr;  // f32 [max_step_tokens, max experts]

@@ -215,7 +215,7 @@ void CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& 
     g.m = int(m - m4);
   }
   // Decode sizes (and the fallback): our GEMV, 8 token rows a CTA group.
-  cuda::launch_bf16_fp8w_gemv(g, stream_);
+  cuda::launch_bf16_fp8w_gemv(g, num_sms_, fp8_gemv_mma_, stream_);
 }
 
 cuda::RopeCacheWriteArgs CudaBackend::rope_cache_args(Tensor& qkv, const RopeParams& rope, const AttentionParams& p) {

@@ -12,7 +12,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kBatch = 4;   // 16-byte weight chunks in flight per lane
+// 16-byte weight chunks in flight per lane: 2 with one token row (the registers of 5 CTAs an SM;
+// the rest of the row is already on its way into L2), 4 with more.
+constexpr int batch_for_rows(int rows) { return rows == 1 ? 2 : 4; }
 constexpr int kChunk = 16;  // columns (bytes) a lane loads at once; 8 chunks a 128-column block
 constexpr size_t kMaxSmemBytes = size_t(200) << 10;
 // Exact powers of two that keep every product of the GEMV in float32's normal range: weights are
@@ -123,30 +125,40 @@ __device__ __forceinline__ void fp8_chunk(float (&acc)[kM], const uint4& wv, con
   }
 }
 
-// A CTA: 8 weight rows (a warp each) against kM token rows (token group blockIdx.y), which it
-// quantizes into shared memory first: codes as bf16 values (2^112 times; [kM][k_pad]) and scales
-// [kM][k_pad / 128]. Each lane takes 16-byte chunks lane, lane + 32, ... of its row (a chunk lies
-// in one 128-column block), kBatch of them in flight; the first ones are requested before the PDL
-// wait (weights are no kernel's output), the rest of the row is pulled into L2 there.
-// One row: at most 64 registers, 4 CTAs (32 warps) an SM.
+// A CTA quantizes its kM token rows (token group blockIdx.y) into shared memory once (codes as bf16
+// values, 2^112 times, [kM][k_pad]; scales [kM][k_pad / 128]), then its 8 warps take weight rows, a
+// warp a row: groups of 8 rows blockIdx.x, blockIdx.x + gridDim.x, ... (at most a resident wave of
+// CTAs, so the quantization is amortized over the rows of the 201,088-row unembedding). A lane takes
+// 16-byte chunks lane, lane + 32, ... of its row (a chunk lies in one 128-column block), kBatch of
+// them in flight. The first row's first chunks are requested before the PDL wait (weights are no
+// kernel's output) and the rest of it pulled into L2 there; each next row is pulled into L2 while
+// the current one is summed.
+// One row: at most 51 registers, 5 CTAs (40 warps) an SM, so QKV's 5,120 rows are one wave on 132
+// SMs (as bf16_gemv, gemv.cu).
 template <int kM>
-__global__ void __launch_bounds__(kThreads, kM == 1 ? 4 : 1) bf16_fp8w_gemv(Fp8GemvArgs a) {
+__global__ void __launch_bounds__(kThreads, kM == 1 ? 5 : 1) bf16_fp8w_gemv(Fp8GemvArgs a) {
+  constexpr int kBatch = batch_for_rows(kM);
   extern __shared__ __align__(16) unsigned char smem[];
   const int kb_pad = a.k_pad / kFp8Block;
   uint16_t* xs = reinterpret_cast<uint16_t*>(smem);
   float* ss = reinterpret_cast<float*>(smem + size_t(kM) * size_t(a.k_pad) * sizeof(uint16_t));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kWarps + warp;
-  const bool row_ok = row < a.n;
-  const uint8_t* wrow = a.w + int64_t(row_ok ? row : 0) * a.k_pad;
   const int chunks = (a.k + kChunk - 1) / kChunk;
+  const int lines = (a.k + 127) / 128;
+  const int row_groups = (a.n + kWarps - 1) / kWarps;
+  auto row_ptr = [&](int group, bool& ok) {
+    const int row = group * kWarps + warp;
+    ok = group < row_groups && row < a.n;
+    return a.w + int64_t(ok ? row : 0) * a.k_pad;
+  };
+  bool row_ok = false;
+  const uint8_t* wrow = row_ptr(blockIdx.x, row_ok);
   uint4 wv[kBatch];
 #pragma unroll
   for (int b = 0; b < kBatch; ++b) {
     const int cb = lane + b * 32;
     wv[b] = row_ok && cb < chunks ? ldg_stream(wrow + int64_t(cb) * kChunk) : make_uint4(0, 0, 0, 0);
   }
-  const int lines = (a.k + 127) / 128;
   for (int l = kBatch * 32 * kChunk / 128 + lane; row_ok && l < lines; l += 32) prefetch_l2(wrow + int64_t(l) * 128);
   pdl_wait();
   pdl_launch_dependents();
@@ -166,41 +178,185 @@ __global__ void __launch_bounds__(kThreads, kM == 1 ? 4 : 1) bf16_fp8w_gemv(Fp8G
   }
   __syncthreads();
 
-  float acc[kM];
+  for (int group = blockIdx.x; group < row_groups; group += gridDim.x) {
+    const int row = group * kWarps + warp;
+    if (group != int(blockIdx.x)) {
+      wrow = row_ptr(group, row_ok);
 #pragma unroll
-  for (int r = 0; r < kM; ++r) acc[r] = 0.0f;
-  const float* srow = a.w_scales + int64_t(fp8_scale_row(a.parts, row_ok ? row : 0)) * kb_pad;
-  for (int c = lane; row_ok && c < chunks; c += kBatch * 32) {
-    uint4 next[kBatch];
+      for (int b = 0; b < kBatch; ++b) {
+        const int cb = lane + b * 32;
+        wv[b] = row_ok && cb < chunks ? ldg_stream(wrow + int64_t(cb) * kChunk) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    {
+      bool next_ok = false;
+      const uint8_t* next_row = row_ptr(group + gridDim.x, next_ok);
+      for (int l = lane; next_ok && l < lines; l += 32) prefetch_l2(next_row + int64_t(l) * 128);
+    }
+    float acc[kM];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int cb = c + (kBatch + b) * 32;
-      next[b] = cb < chunks ? ldg_stream(wrow + int64_t(cb) * kChunk) : make_uint4(0, 0, 0, 0);
+    for (int r = 0; r < kM; ++r) acc[r] = 0.0f;
+    const float* srow = a.w_scales + int64_t(fp8_scale_row(a.parts, row_ok ? row : 0)) * kb_pad;
+    for (int c = lane; row_ok && c < chunks; c += kBatch * 32) {
+      uint4 next[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int cb = c + (kBatch + b) * 32;
+        next[b] = cb < chunks ? ldg_stream(wrow + int64_t(cb) * kChunk) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int cb = c + b * 32;
+        if (cb < chunks)
+          fp8_chunk<kM>(acc, wv[b], xs, ss, __ldg(srow + cb / (kFp8Block / kChunk)) * kProductUnbias, a.k_pad, kb_pad,
+                        cb);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) wv[b] = next[b];
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int cb = c + b * 32;
-      if (cb < chunks)
-        fp8_chunk<kM>(acc, wv[b], xs, ss, __ldg(srow + cb / (kFp8Block / kChunk)) * kProductUnbias, a.k_pad, kb_pad,
-                      cb);
+    for (int r = 0; r < kM; ++r) acc[r] = warp_sum(acc[r]);
+    if (lane != 0 || !row_ok) continue;
+    const float bias = a.bias ? bf16_bits_to_float(a.bias[row]) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kM; ++r) {
+      const int tok = m0 + r;
+      if (tok >= a.m) break;
+      const float y = acc[r] + bias;
+      if (a.out_f32)
+        static_cast<float*>(a.out)[int64_t(tok) * a.n + row] = y;
+      else
+        reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(tok) * a.n + row] = __float2bfloat16_rn(y);
+    }
+  }
+}
+
+// d += a * b for one m16n8k32 tile of e4m3 codes, fp32 accumulation (sm_89+). Fragments (g = lane / 4,
+// c = lane % 4), each register 4 consecutive k of one row or column:
+//   a[0] = A[g][4c..], a[1] = A[g + 8][4c..], a[2] = A[g][16 + 4c..], a[3] = A[g + 8][16 + 4c..]
+//   b[0] = B[4c..][g], b[1] = B[16 + 4c..][g]; d[0..1] = D[g][2c..2c+1], d[2..3] = D[g + 8][2c..2c+1]
+__device__ __forceinline__ void mma_e4m3_m16n8k32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+constexpr int kMmaRows = 16;   // weight rows a tile (the MMA's m)
+constexpr int kMmaTokens = 8;  // token rows a CTA (the MMA's n)
+// Bytes between token rows of the activation codes in shared memory: k_pad + 64, so the two token
+// rows a quarter-warp reads fall on disjoint banks.
+__host__ __device__ constexpr int mma_token_stride(int k_pad) { return k_pad + 64; }
+
+// 2 to 8 token rows (and the groups of 8 of larger M): the weights as the MMA's A operand (16 rows,
+// the wide side), the tokens as B (n = 8), e4m3 x e4m3 on tensor cores, so the code products cost
+// nothing beside the bytes (the FMA kernel above spends ~20 instructions a weight byte at 8 rows).
+// A CTA owns 16-row tiles (grid-stride, one resident wave) and its 8 warps split K by 128-column
+// blocks (block b to warp b % 8); warp w quantizes exactly the activation groups it reads (groups w,
+// w + 8, ... of the CTA's 8 token rows, as codes [8][stride] and scales [8][k_pad / 128]), so it needs
+// no CTA barrier before its MMAs. Per block: lane (g, c) loads 16 bytes of weight rows g and g + 8
+// at columns 16c .. 16c + 15 and 64 + 16c .., and token row g's codes at the same columns; the 4
+// MMAs of the block take words (0, 1), (2, 3) of each load: a permutation of the block's columns
+// that A and B share, which the dot product does not see. The block's sums (exact products, the
+// tensor core's fp32 accumulation) are then scaled by s_w * s_a and added in fp32; the warps' sums
+// meet in shared memory in warp order.
+__global__ void __launch_bounds__(kThreads) bf16_fp8w_gemv_mma(Fp8GemvArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float red[kWarps][4][32];
+  const int stride = mma_token_stride(a.k_pad), kb_pad = a.k_pad / kFp8Block;
+  uint8_t* xs = smem;
+  float* ss = reinterpret_cast<float*>(smem + size_t(kMmaTokens) * size_t(stride));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int blocks = fp8_blocks(a.k);
+  const int tiles = (a.n + kMmaRows - 1) / kMmaRows;
+  auto weights = [&](int tile, int b, uint4(&w)[4]) {
+    const int r_lo = tile * kMmaRows + g, r_hi = r_lo + 8;
+    const bool lo = r_lo < a.n, hi = r_hi < a.n;
+    const uint8_t* p_lo = a.w + int64_t(lo ? r_lo : 0) * a.k_pad + b * kFp8Block + 16 * c;
+    const uint8_t* p_hi = a.w + int64_t(hi ? r_hi : 0) * a.k_pad + b * kFp8Block + 16 * c;
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    w[0] = lo ? ldg_stream(p_lo) : z;
+    w[1] = lo ? ldg_stream(p_lo + 64) : z;
+    w[2] = hi ? ldg_stream(p_hi) : z;
+    w[3] = hi ? ldg_stream(p_hi + 64) : z;
+  };
+  // The first tile's first block into registers, its other blocks into L2, before the wait.
+  uint4 cur[4] = {};
+  if (int(blockIdx.x) < tiles && warp < blocks) {
+    weights(blockIdx.x, warp, cur);
+    const int r = int(blockIdx.x) * kMmaRows + (c < 2 ? g : g + 8);
+    if (r < a.n && (c % 2) == 0)
+      for (int b = warp + kWarps; b < blocks; b += kWarps) prefetch_l2(a.w + int64_t(r) * a.k_pad + b * kFp8Block);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+
+  const int m0 = blockIdx.y * kMmaTokens;
+  for (int gq = warp; gq < blocks; gq += kWarps)
+    for (int r = 0; r < kMmaTokens; ++r) {
+      float v[4];
+      load_group_lane(a.x, a.m, a.k, m0 + r, gq, v);
+      uint8_t code[4];
+      const float s = fp8_quantize_group(v, code);
+      *reinterpret_cast<uint32_t*>(xs + r * stride + gq * kFp8Block + 4 * lane) =
+          uint32_t(code[0]) | uint32_t(code[1]) << 8 | uint32_t(code[2]) << 16 | uint32_t(code[3]) << 24;
+      if (lane == 0) ss[r * kb_pad + gq] = s;
+    }
+  __syncwarp();
+
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int r_lo = tile * kMmaRows + g, r_hi = r_lo + 8;
+    const float* s_lo = a.w_scales + int64_t(fp8_scale_row(a.parts, r_lo < a.n ? r_lo : 0)) * kb_pad;
+    const float* s_hi = a.w_scales + int64_t(fp8_scale_row(a.parts, r_hi < a.n ? r_hi : 0)) * kb_pad;
+    if (tile != int(blockIdx.x) && warp < blocks) weights(tile, warp, cur);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int b = warp; b < blocks; b += kWarps) {
+      uint4 nxt[4] = {};
+      if (b + kWarps < blocks) weights(tile, b + kWarps, nxt);
+      const uint8_t* xp = xs + g * stride + b * kFp8Block + 16 * c;
+      const uint4 x0 = *reinterpret_cast<const uint4*>(xp), x1 = *reinterpret_cast<const uint4*>(xp + 64);
+      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_e4m3_m16n8k32(d, {cur[0].x, cur[2].x, cur[0].y, cur[2].y}, {x0.x, x0.y});
+      mma_e4m3_m16n8k32(d, {cur[0].z, cur[2].z, cur[0].w, cur[2].w}, {x0.z, x0.w});
+      mma_e4m3_m16n8k32(d, {cur[1].x, cur[3].x, cur[1].y, cur[3].y}, {x1.x, x1.y});
+      mma_e4m3_m16n8k32(d, {cur[1].z, cur[3].z, cur[1].w, cur[3].w}, {x1.z, x1.w});
+      const float t0 = ss[(2 * c) * kb_pad + b], t1 = ss[(2 * c + 1) * kb_pad + b];
+      const float w_lo = __ldg(s_lo + b), w_hi = __ldg(s_hi + b);
+      acc[0] = fmaf(d[0], w_lo * t0, acc[0]);
+      acc[1] = fmaf(d[1], w_lo * t1, acc[1]);
+      acc[2] = fmaf(d[2], w_hi * t0, acc[2]);
+      acc[3] = fmaf(d[3], w_hi * t1, acc[3]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cur[i] = nxt[i];
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) wv[b] = next[b];
-  }
+    for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
+    __syncthreads();
+    if (warp == 0) {
+      float sum[4];
 #pragma unroll
-  for (int r = 0; r < kM; ++r) acc[r] = warp_sum(acc[r]);
-  if (lane != 0 || !row_ok) return;
-  const float bias = a.bias ? bf16_bits_to_float(a.bias[row]) : 0.0f;
+      for (int i = 0; i < 4; ++i) {
+        sum[i] = red[0][i][lane];
+        for (int w = 1; w < kWarps; ++w) sum[i] += red[w][i][lane];
+      }
 #pragma unroll
-  for (int r = 0; r < kM; ++r) {
-    const int tok = m0 + r;
-    if (tok >= a.m) break;
-    const float y = acc[r] + bias;
-    if (a.out_f32)
-      static_cast<float*>(a.out)[int64_t(tok) * a.n + row] = y;
-    else
-      reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(tok) * a.n + row] = __float2bfloat16_rn(y);
+      for (int i = 0; i < 4; ++i) {
+        const int tok = m0 + 2 * c + (i & 1), row = i < 2 ? r_lo : r_hi;
+        if (tok >= a.m || row >= a.n) continue;
+        const float y = sum[i] + (a.bias ? bf16_bits_to_float(a.bias[row]) : 0.0f);
+        if (a.out_f32)
+          static_cast<float*>(a.out)[int64_t(tok) * a.n + row] = y;
+        else
+          reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(tok) * a.n + row] = __float2bfloat16_rn(y);
+      }
+    }
+    __syncthreads();  // red is reused by the next tile
   }
+}
+
+size_t mma_smem_bytes(int k_pad) {
+  return size_t(kMmaTokens) * size_t(mma_token_stride(k_pad)) + size_t(kMmaTokens) * size_t(k_pad / kFp8Block) * 4;
 }
 
 size_t gemv_smem_bytes(int rows, int k_pad) {
@@ -216,8 +372,12 @@ __global__ void __launch_bounds__(kThreads) bf16_add_bias_rows(Fp8BiasArgs a) {
   out[i] = __float2bfloat16_rn(__bfloat162float(out[i]) + bf16_bits_to_float(a.bias[i % a.n]));
 }
 
+// At most one resident wave of CTAs (the kernel loops over row groups), never more than the groups.
 template <typename Kernel>
-void launch_with_smem(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, const Fp8GemvArgs& a) {
+void launch_with_smem(Kernel kernel, dim3 grid, size_t smem, int sms, cudaStream_t stream, const Fp8GemvArgs& a) {
+  int per_sm = 0;
+  OSSRT_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  grid.x = std::min(grid.x, unsigned(std::max(1, per_sm) * std::max(1, sms)));
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
@@ -250,6 +410,8 @@ void fp8_gemv_prepare(int k_pad) {
   OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(mma_smem_bytes(k_pad))));
 }
 
 void launch_bf16_add_bias_rows(const Fp8BiasArgs& a, cudaStream_t stream) {
@@ -260,23 +422,30 @@ void launch_bf16_add_bias_rows(const Fp8BiasArgs& a, cudaStream_t stream) {
 }
 
 bool fp8_gemv_supported(const Fp8GemvArgs& a) {
-  return a.m >= 1 && a.n >= 1 && a.k >= 1 && a.k_pad >= a.k && a.k_pad % kFp8KAlign == 0 && a.parts.count >= 1 &&
-         a.parts.count <= kFp8MaxParts && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(a.x) % 8 == 0 && gemv_smem_bytes(gemv_group_rows(a.m), a.k_pad) <= kMaxSmemBytes;
+  return mma_smem_bytes(a.k_pad) <= kMaxSmemBytes && a.m >= 1 && a.n >= 1 && a.k >= 1 && a.k_pad >= a.k &&
+         a.k_pad % kFp8KAlign == 0 && a.parts.count >= 1 && a.parts.count <= kFp8MaxParts &&
+         reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && reinterpret_cast<uintptr_t>(a.x) % 8 == 0 &&
+         gemv_smem_bytes(gemv_group_rows(a.m), a.k_pad) <= kMaxSmemBytes;
 }
 
-void launch_bf16_fp8w_gemv(const Fp8GemvArgs& a, cudaStream_t stream) {
+void launch_bf16_fp8w_gemv(const Fp8GemvArgs& a, int sms, bool mma, cudaStream_t stream) {
   OSSRT_CU_CHECK(fp8_gemv_supported(a), "bf16_fp8w_gemv: m ", a.m, " n ", a.n, " k ", a.k, " k_pad ", a.k_pad,
                  " parts ", a.parts.count, " (k_pad a multiple of ", kFp8KAlign, ", 16-byte aligned weights)");
+  if (mma && a.m >= 2) {
+    const dim3 grid((a.n + kMmaRows - 1) / kMmaRows, (a.m + kMmaTokens - 1) / kMmaTokens);
+    OSSRT_CU_CHECK(grid.y <= 65535u, "bf16_fp8w_gemv_mma: ", a.m, " token rows");
+    launch_with_smem(bf16_fp8w_gemv_mma, grid, mma_smem_bytes(a.k_pad), sms, stream, a);
+    return;
+  }
   const int rows = gemv_group_rows(a.m);
   const dim3 grid((a.n + kWarps - 1) / kWarps, (a.m + rows - 1) / rows);
   OSSRT_CU_CHECK(grid.y <= 65535u, "bf16_fp8w_gemv: ", a.m, " token rows");
   const size_t smem = gemv_smem_bytes(rows, a.k_pad);
   switch (rows) {
-    case 1: launch_with_smem(bf16_fp8w_gemv<1>, grid, smem, stream, a); break;
-    case 2: launch_with_smem(bf16_fp8w_gemv<2>, grid, smem, stream, a); break;
-    case 4: launch_with_smem(bf16_fp8w_gemv<4>, grid, smem, stream, a); break;
-    default: launch_with_smem(bf16_fp8w_gemv<8>, grid, smem, stream, a); break;
+    case 1: launch_with_smem(bf16_fp8w_gemv<1>, grid, smem, sms, stream, a); break;
+    case 2: launch_with_smem(bf16_fp8w_gemv<2>, grid, smem, sms, stream, a); break;
+    case 4: launch_with_smem(bf16_fp8w_gemv<4>, grid, smem, sms, stream, a); break;
+    default: launch_with_smem(bf16_fp8w_gemv<8>, grid, smem, sms, stream, a); break;
   }
 }
 

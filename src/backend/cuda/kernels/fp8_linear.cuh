@@ -7,10 +7,11 @@
 //
 //   bf16_fp8_quantize_rows: activations bf16 [m, k] -> codes [m, k_pad] and scales (prefill, before
 //     cuBLASLt's block-scaled matmul; also what the tests compare bit for bit with core/fp8).
-//   bf16_fp8w_gemv: out[m, n] = x W^T (+ bias), 1 to 8 token rows per CTA (decode), x quantized by the
-//     CTA into shared memory with the same device function; a warp per weight row, 16-byte loads,
-//     per 128-column block an fp32 sum of code products times s_w * s_a, accumulated in fp32.
-//     More than 8 rows run as groups of 8 (grid.y): the fallback where cuBLASLt does not serve.
+//   bf16_fp8w_gemv: out[m, n] = x W^T (+ bias) for one token row (decode at batch 1), x quantized by
+//     the CTA into shared memory with the same device function; a warp per weight row, 16-byte loads,
+//     per 128-column block an fp32 sum of code products (FMA) times s_w * s_a, accumulated in fp32.
+//   bf16_fp8w_gemv_mma: the same for 2 to 8 token rows on tensor cores (m16n8k32 e4m3); more rows
+//     run as groups of 8 (grid.y): the fallback where cuBLASLt does not serve.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -64,7 +65,9 @@ bool fp8_gemv_supported(const Fp8GemvArgs& args);
 // 48 KB from k_pad 3,072 on). Called at weight upload, on the device that will run them: never
 // during a CUDA graph capture.
 void fp8_gemv_prepare(int k_pad);
-void launch_bf16_fp8w_gemv(const Fp8GemvArgs& args, cudaStream_t stream);
+// sms: the device's multiprocessor count (the grid is at most one resident wave). mma: 2 token rows
+// or more run on tensor cores (bf16_fp8w_gemv_mma); false keeps the FMA kernel for them (A/B timing).
+void launch_bf16_fp8w_gemv(const Fp8GemvArgs& args, int sms, bool mma, cudaStream_t stream);
 
 // out[r, j] += bias[j] on a bf16 [m, n] output (where cuBLASLt takes no bias epilogue).
 struct Fp8BiasArgs {
