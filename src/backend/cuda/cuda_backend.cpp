@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/device_buffers.h"
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/fp8_linear.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/router.cuh"
 #include "backend/cuda/kernels/sample.cuh"
@@ -109,7 +110,11 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
         std::sscanf(rows, "%d", &gemv_max_rows_) == 1 && gemv_max_rows_ >= 0 && gemv_max_rows_ <= cuda::kGemvMaxRows,
         "OSSRT_CUDA_GEMV_MAX_ROWS must be 0..{}, not '{}'", cuda::kGemvMaxRows, rows);
   }
-  if (const char* mma = std::getenv("OSSRT_CUDA_FP8_GEMV_MMA")) fp8_gemv_mma_ = std::string(mma) != "0";
+  if (const char* mma = std::getenv("OSSRT_CUDA_FP8_GEMV_MMA")) {
+    const std::string v = mma;
+    OSSRT_CHECK(v == "0" || v == "1" || v == "all", "OSSRT_CUDA_FP8_GEMV_MMA must be 0, 1 or all, not '{}'", v);
+    fp8_mma_from_rows_ = v == "0" ? cuda::kFp8GemvMaxRows + 1 : v == "all" ? 1 : 2;
+  }
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,

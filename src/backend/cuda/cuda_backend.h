@@ -158,9 +158,10 @@ class CudaBackend final : public Backend {
   void* fp8_act_codes_ = nullptr;
   float* fp8_act_scales_ = nullptr;
   int fp8_act_k_pad_ = 0;  // the widest k_pad the workspace holds
-  // OSSRT_CUDA_FP8_GEMV_MMA=0 (developer switch, read at start): 2-8 token rows on the FMA GEMV
-  // instead of the tensor-core one, for A/B timing.
-  bool fp8_gemv_mma_ = true;
+  // From this many token rows on, the FP8 GEMV runs on tensor cores (below: the FMA kernel).
+  // OSSRT_CUDA_FP8_GEMV_MMA (developer switch, read at start, for A/B timing): 0 = the FMA kernel up
+  // to 8 rows, all = tensor cores from one row; default 2.
+  int fp8_mma_from_rows_ = 2;
 
   // Workspaces planned in the constructor / at upload_experts.
   void* router_logits_ = nullptr;  // f32 [max_step_tokens, max experts]

@@ -22,10 +22,10 @@ struct CudaBackend::KvStorage {
 
 // An FP8 linear weight (upload_linear in Fp8 / Mxfp4Fp8): the Tensor's data are e4m3 codes [n, k_pad]
 // (zeros past k); scales [scale rows][k_pad / 128] row-major, each part on its own grid (parts);
-// scales_t the same transposed, [k_pad / 128][round_up(scale rows, 4)], for cuBLASLt's other layout.
+// blas_scales the same in the layout cuBLASLt takes (cublas_fp8.h; scales itself or a transposed copy).
 struct CudaBackend::Fp8Weight {
   const float* scales = nullptr;
-  const float* scales_t = nullptr;
+  const float* blas_scales = nullptr;
   int n = 0, k = 0, k_pad = 0;
   cuda::Fp8Parts parts;
   // Every part starts at a multiple of 128 rows, so the fused weight's grid is its parts' grids and

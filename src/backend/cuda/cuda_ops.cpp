@@ -190,7 +190,7 @@ void CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& 
   // the fused weight is each part's own (grid_aligned) and cuBLASLt has an algorithm for the shape.
   // Where cuBLASLt takes no bias epilogue with block scales, it runs without and a kernel adds it.
   const int64_t m4 = m / 4 * 4;
-  const bool blas = m > cuda::kFp8GemvMaxRows && f.grid_aligned && blas_fp8_;
+  const bool blas = m > cuda::kFp8GemvMaxRows && f.grid_aligned && blas_fp8_ && blas_fp8_->enabled();
   const bool blas_bias = blas && blas_fp8_->ready(m4, f.n, f.k_pad, out_f32, bias != nullptr, out.data);
   const bool blas_then_bias =
       blas && !blas_bias && bias && !out_f32 && blas_fp8_->ready(m4, f.n, f.k_pad, out_f32, false, out.data);
@@ -198,13 +198,17 @@ void CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& 
     OSSRT_CHECK(m4 <= options_.max_step_tokens && f.k_pad <= fp8_act_k_pad_,
                 "linear: {} rows x k_pad {} exceed the FP8 workspace ({} tokens x {})", m4, f.k_pad,
                 options_.max_step_tokens, fp8_act_k_pad_);
-    const bool token_major = blas_fp8_->activation_scales_token_major();
-    cuda::Fp8QuantizeArgs q{
-        g.x, static_cast<uint8_t*>(fp8_act_codes_), fp8_act_scales_, int(m4), f.k, f.k_pad, token_major, int(m4)};
+    cuda::Fp8QuantizeArgs q{g.x,
+                            static_cast<uint8_t*>(fp8_act_codes_),
+                            fp8_act_scales_,
+                            int(m4),
+                            f.k,
+                            f.k_pad,
+                            blas_fp8_->layout().act_token_major,
+                            int(blas_fp8_->chunk_rows(m4, f.n, out_f32))};
     cuda::launch_bf16_fp8_quantize_rows(q, stream_);
     const bool ran =
-        blas_fp8_->matmul(static_cast<const uint8_t*>(fp8_act_codes_), fp8_act_scales_, codes,
-                          blas_fp8_->weight_scales_transposed() ? f.scales_t : f.scales,
+        blas_fp8_->matmul(static_cast<const uint8_t*>(fp8_act_codes_), fp8_act_scales_, codes, f.blas_scales,
                           blas_bias && bias ? bias->data : nullptr, out.data, m4, f.n, f.k_pad, out_f32, stream_);
     OSSRT_CHECK(ran, "linear: cuBLASLt refused an FP8 shape it had an algorithm for");
     if (blas_then_bias)
@@ -214,8 +218,17 @@ void CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& 
     g.out = static_cast<char*>(out.data) + size_t(m4) * size_t(f.n) * (out_f32 ? 4 : 2);
     g.m = int(m - m4);
   }
-  // Decode sizes (and the fallback): our GEMV, 8 token rows a CTA group.
-  cuda::launch_bf16_fp8w_gemv(g, num_sms_, fp8_gemv_mma_, stream_);
+  // Where cuBLASLt does not serve more than 8 rows: quantized once here, then our tensor-core GEMV by
+  // groups of 8 rows (grid.y), each CTA copying its rows' codes.
+  if (m > cuda::kFp8GemvMaxRows && m <= options_.max_step_tokens && f.k_pad <= fp8_act_k_pad_) {
+    cuda::Fp8QuantizeArgs q{g.x,   static_cast<uint8_t*>(fp8_act_codes_), fp8_act_scales_, int(m), f.k, f.k_pad, false,
+                            int(m)};
+    cuda::launch_bf16_fp8_quantize_rows(q, stream_);
+    g.x_codes = static_cast<const uint8_t*>(fp8_act_codes_);
+    g.x_scales = fp8_act_scales_;
+  }
+  // Decode sizes: our GEMV (one launch, the activation quantized by each CTA).
+  cuda::launch_bf16_fp8w_gemv(g, num_sms_, fp8_mma_from_rows_, stream_);
 }
 
 cuda::RopeCacheWriteArgs CudaBackend::rope_cache_args(Tensor& qkv, const RopeParams& rope, const AttentionParams& p) {

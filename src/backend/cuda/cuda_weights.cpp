@@ -155,23 +155,26 @@ Tensor CudaBackend::upload_linear(std::span<const HostTensor* const> parts) {
       }
     });
   }
-  // The same scales transposed, [kb_pad][round_up(scale_rows, 4)], for cuBLASLt's other layout.
-  const int64_t ld_t = (scale_rows + 3) / 4 * 4;
-  std::vector<float> scales_t(size_t(kb_pad * ld_t), 0.0f);
-  for (int64_t r = 0; r < scale_rows; ++r)
-    for (int64_t c = 0; c < kb_pad; ++c) scales_t[size_t(c * ld_t + r)] = scales[size_t(r * kb_pad + c)];
-
   Tensor t(nullptr, DType::FP8_E4M3, {n, k}, Device::CUDA);
   t.data = buffers_->allocate(codes.size(), "weights (fp8 codes)", stream_, cuda::BufferKind::Weights);
   copy_to_device(t.data, codes.data(), codes.size());
   void* s =
       buffers_->allocate(scales.size() * sizeof(float), "weights (fp8 scales)", stream_, cuda::BufferKind::Weights);
   copy_to_device(s, scales.data(), scales.size() * sizeof(float));
-  void* st =
-      buffers_->allocate(scales_t.size() * sizeof(float), "weights (fp8 scales)", stream_, cuda::BufferKind::Weights);
-  copy_to_device(st, scales_t.data(), scales_t.size() * sizeof(float));
-  w->scales = static_cast<const float*>(s);
-  w->scales_t = static_cast<const float*>(st);
+  w->scales = w->blas_scales = static_cast<const float*>(s);
+
+  // cuBLASLt's block-scaled matmul (prefill), made at the first FP8 weight: it checks at start-up
+  // which scale layout it takes; where that is a transposed one, the weight gets that copy too.
+  if (!blas_fp8_) blas_fp8_ = std::make_unique<cuda::CublasFp8>(*buffers_, stream_);
+  if (const int64_t ld = blas_fp8_->enabled() ? blas_fp8_->weight_scale_ld(scale_rows) : 0; ld > 0) {
+    std::vector<float> scales_t(size_t(kb_pad * ld), 0.0f);
+    for (int64_t r = 0; r < scale_rows; ++r)
+      for (int64_t c = 0; c < kb_pad; ++c) scales_t[size_t(c * ld + r)] = scales[size_t(r * kb_pad + c)];
+    void* st =
+        buffers_->allocate(scales_t.size() * sizeof(float), "weights (fp8 scales)", stream_, cuda::BufferKind::Weights);
+    copy_to_device(st, scales_t.data(), scales_t.size() * sizeof(float));
+    w->blas_scales = static_cast<const float*>(st);
+  }
 
   // The prefill path's quantized activations: [max_step_tokens, k_pad] codes and their scales
   // (max_step_tokens rounded up to 4 rows per 128-column block); once per model (the widest k_pad).
@@ -184,7 +187,6 @@ Tensor CudaBackend::upload_linear(std::span<const HostTensor* const> parts) {
                                                        "FP8 activation scales workspace"));
     fp8_act_k_pad_ = k_pad_planned;
   }
-  if (!blas_fp8_) blas_fp8_ = std::make_unique<cuda::CublasFp8>(*buffers_);
   cuda::fp8_gemv_prepare(w->k_pad);
   fp8_weights_.emplace(t.data, std::move(w));
   return t;

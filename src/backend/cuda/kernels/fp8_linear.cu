@@ -23,19 +23,13 @@ constexpr size_t kMaxSmemBytes = size_t(200) << 10;
 constexpr float kActivationBias = 0x1p112f;
 constexpr float kProductUnbias = 0x1p8f;
 
-// One 128-channel group of one row, by one warp: lane l holds channels 4l .. 4l + 3 of the group in
-// v (zeros past the row's end). The rule of core/fp8.h exactly: scale = max|v| / 448 (fmaxf ignores a
-// NaN as std::max does there), code = e4m3(v / scale) rounded to nearest even and saturating to
-// +-448 (__NV_SATFINITE; NaN stays NaN), a zero group scale 0 and codes 0. Returns the scale.
-__device__ __forceinline__ float fp8_quantize_group(const float (&v)[4], uint8_t (&code)[4]) {
-  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-  amax = warp_max(amax);
-  const float scale = __fdiv_rn(amax, 448.0f);
+// The codes of one lane's 4 values of a group at the group's scale: e4m3(v / scale) rounded to
+// nearest even and saturating to +-448 (__NV_SATFINITE; NaN stays NaN), all 0 for a zero group.
+__device__ __forceinline__ void fp8_codes_at(const float (&v)[4], float scale, uint8_t (&code)[4]) {
 #pragma unroll
   for (int j = 0; j < 4; ++j)
     code[j] =
         scale == 0.0f ? uint8_t(0) : uint8_t(__nv_cvt_float_to_fp8(__fdiv_rn(v[j], scale), __NV_SATFINITE, __NV_E4M3));
-  return scale;
 }
 
 // Channels 4l .. 4l + 3 of group g of token row `tok` (zeros past k or past m).
@@ -52,23 +46,61 @@ __device__ __forceinline__ void load_group_lane(const uint16_t* x, int m, int k,
   for (int j = 0; j < 4; ++j) v[j] = tok < m && col + j < k ? bf16_bits_to_float(p[j]) : 0.0f;
 }
 
+// kQuantTasks 128-channel groups by one warp at once, lane l holding channels 4l .. 4l + 3 of each:
+// the rule of core/fp8.h exactly (scale = max|v| / 448 in fp32, fmaxf ignoring a NaN as std::max does
+// there; fp8_codes_at). The loads and the shuffle reductions of independent groups interleave (one at a time, a GEMV
+// CTA's quantization was a chain of dependent latencies longer than its weights' streaming). Task i: group g[i] of
+// token row tok[i]; a row at or past m loads nothing and gets scale 0.
+constexpr int kQuantTasks = 4;
+template <int kQuantTasks>
+__device__ __forceinline__ void fp8_quantize_groups(const uint16_t* x, int m, int k, const int (&tok)[kQuantTasks],
+                                                    const int (&g)[kQuantTasks], uint8_t (&code)[kQuantTasks][4],
+                                                    float (&scale)[kQuantTasks]) {
+  float v[kQuantTasks][4], amax[kQuantTasks];
+#pragma unroll
+  for (int i = 0; i < kQuantTasks; ++i) load_group_lane(x, m, k, tok[i], g[i], v[i]);
+#pragma unroll
+  for (int i = 0; i < kQuantTasks; ++i)
+    amax[i] = fmaxf(fmaxf(fabsf(v[i][0]), fabsf(v[i][1])), fmaxf(fabsf(v[i][2]), fabsf(v[i][3])));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < kQuantTasks; ++i) amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], o));
+#pragma unroll
+  for (int i = 0; i < kQuantTasks; ++i) {
+    scale[i] = __fdiv_rn(amax[i], 448.0f);
+    fp8_codes_at(v[i], scale[i], code[i]);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) bf16_fp8_quantize_rows(Fp8QuantizeArgs a) {
   const int tok = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int kb_pad = a.k_pad / kFp8Block;
-  for (int g = warp; g < kb_pad; g += kWarps) {
-    float v[4];
-    load_group_lane(a.x, a.m, a.k, tok, g, v);
-    uint8_t code[4];
-    const float s = fp8_quantize_group(v, code);
-    const uint32_t word =
-        uint32_t(code[0]) | uint32_t(code[1]) << 8 | uint32_t(code[2]) << 16 | uint32_t(code[3]) << 24;
-    *reinterpret_cast<uint32_t*>(a.codes + int64_t(tok) * a.k_pad + g * kFp8Block + 4 * lane) = word;
-    if (lane == 0) {
-      if (a.token_major)
-        a.scales[int64_t(g) * a.scale_ld + tok] = s;
-      else
-        a.scales[int64_t(tok) * kb_pad + g] = s;
+  for (int g0 = warp; g0 < kb_pad; g0 += kWarps * kQuantTasks) {
+    int toks[kQuantTasks], g[kQuantTasks];
+#pragma unroll
+    for (int i = 0; i < kQuantTasks; ++i) {
+      g[i] = g0 + i * kWarps;
+      toks[i] = g[i] < kb_pad ? tok : a.m;
+    }
+    uint8_t code[kQuantTasks][4];
+    float s[kQuantTasks];
+    fp8_quantize_groups<kQuantTasks>(a.x, a.m, a.k, toks, g, code, s);
+#pragma unroll
+    for (int i = 0; i < kQuantTasks; ++i) {
+      if (g[i] >= kb_pad) break;
+      const uint32_t word =
+          uint32_t(code[i][0]) | uint32_t(code[i][1]) << 8 | uint32_t(code[i][2]) << 16 | uint32_t(code[i][3]) << 24;
+      *reinterpret_cast<uint32_t*>(a.codes + int64_t(tok) * a.k_pad + g[i] * kFp8Block + 4 * lane) = word;
+      if (lane == 0) {
+        if (a.token_major) {
+          const int first = tok / a.chunk_rows * a.chunk_rows, rows = min(a.chunk_rows, a.m - first);
+          a.scales[int64_t(first) * kb_pad + int64_t(g[i]) * rows + (tok - first)] = s[i];
+        } else {
+          a.scales[int64_t(tok) * kb_pad + g[i]] = s[i];
+        }
+      }
     }
   }
 }
@@ -163,18 +195,32 @@ __global__ void __launch_bounds__(kThreads, kM == 1 ? 5 : 1) bf16_fp8w_gemv(Fp8G
   pdl_wait();
   pdl_launch_dependents();
 
+  // The CTA's token rows m0 .. m0 + rows - 1 (rows of the group past m are left unwritten: only their
+  // own sums, never stored, read them), task t = (row t / groups, group t % groups) to warp t % 8.
   const int m0 = blockIdx.y * kM;
-  const int groups = fp8_blocks(a.k);
-  for (int t = warp; t < kM * groups; t += kWarps) {
-    const int r = t / groups, g = t % groups;
-    float v[4];
-    load_group_lane(a.x, a.m, a.k, m0 + r, g, v);
-    uint8_t code[4];
-    const float s = fp8_quantize_group(v, code);
-    const uint2 packed = make_uint2(uint32_t(e4m3_biased_bf16(code[0])) | uint32_t(e4m3_biased_bf16(code[1])) << 16,
-                                    uint32_t(e4m3_biased_bf16(code[2])) | uint32_t(e4m3_biased_bf16(code[3])) << 16);
-    *reinterpret_cast<uint2*>(xs + r * a.k_pad + g * kFp8Block + 4 * lane) = packed;
-    if (lane == 0) ss[r * kb_pad + g] = s;
+  const int groups = fp8_blocks(a.k), rows = min(kM, a.m - m0), tasks = rows * groups;
+  constexpr int kTasks = kM == 1 ? 2 : kQuantTasks;  // one row: within the 51 registers
+  for (int t0 = warp; t0 < tasks; t0 += kWarps * kTasks) {
+    int tok[kTasks], g[kTasks];
+#pragma unroll
+    for (int i = 0; i < kTasks; ++i) {
+      const int t = t0 + i * kWarps;
+      tok[i] = t < tasks ? m0 + t / groups : a.m;
+      g[i] = t < tasks ? t % groups : 0;
+    }
+    uint8_t code[kTasks][4];
+    float s[kTasks];
+    fp8_quantize_groups<kTasks>(a.x, a.m, a.k, tok, g, code, s);
+#pragma unroll
+    for (int i = 0; i < kTasks; ++i) {
+      if (tok[i] >= a.m) break;
+      const int r = tok[i] - m0;
+      const uint2 packed =
+          make_uint2(uint32_t(e4m3_biased_bf16(code[i][0])) | uint32_t(e4m3_biased_bf16(code[i][1])) << 16,
+                     uint32_t(e4m3_biased_bf16(code[i][2])) | uint32_t(e4m3_biased_bf16(code[i][3])) << 16);
+      *reinterpret_cast<uint2*>(xs + r * a.k_pad + g[i] * kFp8Block + 4 * lane) = packed;
+      if (lane == 0) ss[r * kb_pad + g[i]] = s[i];
+    }
   }
   __syncthreads();
 
@@ -261,7 +307,8 @@ __host__ __device__ constexpr int mma_token_stride(int k_pad) { return k_pad + 6
 // that A and B share, which the dot product does not see. The block's sums (exact products, the
 // tensor core's fp32 accumulation) are then scaled by s_w * s_a and added in fp32; the warps' sums
 // meet in shared memory in warp order.
-__global__ void __launch_bounds__(kThreads) bf16_fp8w_gemv_mma(Fp8GemvArgs a) {
+// At most 85 registers: 3 CTAs an SM (QKV's 320 tiles in one wave on 132 SMs).
+__global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[kWarps][4][32];
   const int stride = mma_token_stride(a.k_pad), kb_pad = a.k_pad / kFp8Block;
@@ -292,17 +339,43 @@ __global__ void __launch_bounds__(kThreads) bf16_fp8w_gemv_mma(Fp8GemvArgs a) {
   pdl_wait();
   pdl_launch_dependents();
 
+  // Warp w's tasks: (token row t % rows, group w + 8 (t / rows)); rows past m are left unwritten (only
+  // the MMA columns of those tokens, never stored, read them). Pre-quantized activations (x_codes:
+  // the quantize kernel's output, for more than 8 rows) are copied instead.
   const int m0 = blockIdx.y * kMmaTokens;
-  for (int gq = warp; gq < blocks; gq += kWarps)
-    for (int r = 0; r < kMmaTokens; ++r) {
-      float v[4];
-      load_group_lane(a.x, a.m, a.k, m0 + r, gq, v);
-      uint8_t code[4];
-      const float s = fp8_quantize_group(v, code);
+  const int rows = min(kMmaTokens, a.m - m0);
+  const int tasks = warp < blocks ? rows * ((blocks - warp + kWarps - 1) / kWarps) : 0;
+  if (a.x_codes) {
+    for (int t = 0; t < tasks; ++t) {
+      const int r = t % rows, gq = warp + kWarps * (t / rows);
+      const int64_t at = int64_t(m0 + r) * a.k_pad + gq * kFp8Block + 4 * lane;
       *reinterpret_cast<uint32_t*>(xs + r * stride + gq * kFp8Block + 4 * lane) =
-          uint32_t(code[0]) | uint32_t(code[1]) << 8 | uint32_t(code[2]) << 16 | uint32_t(code[3]) << 24;
-      if (lane == 0) ss[r * kb_pad + gq] = s;
+          *reinterpret_cast<const uint32_t*>(a.x_codes + at);
+      if (lane == 0) ss[r * kb_pad + gq] = a.x_scales[int64_t(m0 + r) * kb_pad + gq];
     }
+  } else {
+    constexpr int kTasks = kQuantTasks;
+    for (int t0 = 0; t0 < tasks; t0 += kTasks) {
+      int tok[kTasks], g[kTasks];
+#pragma unroll
+      for (int i = 0; i < kTasks; ++i) {
+        const int t = t0 + i;
+        tok[i] = t < tasks ? m0 + t % rows : a.m;
+        g[i] = t < tasks ? warp + kWarps * (t / rows) : 0;
+      }
+      uint8_t code[kTasks][4];
+      float s[kTasks];
+      fp8_quantize_groups<kTasks>(a.x, a.m, a.k, tok, g, code, s);
+#pragma unroll
+      for (int i = 0; i < kTasks; ++i) {
+        if (t0 + i >= tasks) break;
+        const int r = tok[i] - m0;
+        *reinterpret_cast<uint32_t*>(xs + r * stride + g[i] * kFp8Block + 4 * lane) =
+            uint32_t(code[i][0]) | uint32_t(code[i][1]) << 8 | uint32_t(code[i][2]) << 16 | uint32_t(code[i][3]) << 24;
+        if (lane == 0) ss[r * kb_pad + g[i]] = s[i];
+      }
+    }
+  }
   __syncwarp();
 
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -373,6 +446,27 @@ __global__ void __launch_bounds__(kThreads) bf16_add_bias_rows(Fp8BiasArgs a) {
 }
 
 // At most one resident wave of CTAs (the kernel loops over row groups), never more than the groups.
+__global__ void __launch_bounds__(1024) fp8_transpose_rows(Fp8TransposeArgs a) {
+  __shared__ float tile[32][33];
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  // Read src down its columns (rows contiguous), write dst along its rows (columns contiguous).
+  const int r = r0 + int(threadIdx.x), c = c0 + int(threadIdx.y);
+  if (r < a.rows && c < a.cols) {
+    const int64_t at = int64_t(c) * a.rows + r;
+    tile[threadIdx.y][threadIdx.x] =
+        a.f32 ? static_cast<const float*>(a.src)[at] : bf16_bits_to_float(static_cast<const uint16_t*>(a.src)[at]);
+  }
+  __syncthreads();
+  const int wr = r0 + int(threadIdx.y), wc = c0 + int(threadIdx.x);
+  if (wr >= a.rows || wc >= a.cols) return;
+  const float y = tile[threadIdx.x][threadIdx.y] + (a.bias ? bf16_bits_to_float(a.bias[wc]) : 0.0f);
+  const int64_t at = int64_t(wr) * a.cols + wc;
+  if (a.f32)
+    static_cast<float*>(a.dst)[at] = y;
+  else
+    static_cast<__nv_bfloat16*>(a.dst)[at] = __float2bfloat16_rn(y);
+}
+
 template <typename Kernel>
 void launch_with_smem(Kernel kernel, dim3 grid, size_t smem, int sms, cudaStream_t stream, const Fp8GemvArgs& a) {
   int per_sm = 0;
@@ -396,7 +490,7 @@ void launch_with_smem(Kernel kernel, dim3 grid, size_t smem, int sms, cudaStream
 void launch_bf16_fp8_quantize_rows(const Fp8QuantizeArgs& a, cudaStream_t stream) {
   OSSRT_CU_CHECK(a.m >= 0 && a.k >= 1 && a.k_pad >= a.k && a.k_pad % kFp8KAlign == 0, "fp8 quantize: m ", a.m, " k ",
                  a.k, " k_pad ", a.k_pad);
-  OSSRT_CU_CHECK(!a.token_major || a.scale_ld >= a.m, "fp8 quantize: scale_ld ", a.scale_ld, " < m ", a.m);
+  OSSRT_CU_CHECK(!a.token_major || a.chunk_rows >= 1, "fp8 quantize: chunk_rows ", a.chunk_rows);
   if (a.m == 0) return;
   bf16_fp8_quantize_rows<<<a.m, kThreads, 0, stream>>>(a);
   OSSRT_CHECK_LAUNCH("bf16_fp8_quantize_rows");
@@ -414,6 +508,13 @@ void fp8_gemv_prepare(int k_pad) {
                                        int(mma_smem_bytes(k_pad))));
 }
 
+void launch_fp8_transpose_rows(const Fp8TransposeArgs& a, cudaStream_t stream) {
+  if (a.rows == 0 || a.cols == 0) return;
+  OSSRT_CU_CHECK((a.rows + 31) / 32 <= 65535, "fp8_transpose_rows: ", a.rows, " rows");
+  fp8_transpose_rows<<<dim3(unsigned((a.cols + 31) / 32), unsigned((a.rows + 31) / 32)), dim3(32, 32), 0, stream>>>(a);
+  OSSRT_CHECK_LAUNCH("fp8_transpose_rows");
+}
+
 void launch_bf16_add_bias_rows(const Fp8BiasArgs& a, cudaStream_t stream) {
   const int64_t n = int64_t(a.m) * a.n;
   if (n == 0) return;
@@ -428,10 +529,11 @@ bool fp8_gemv_supported(const Fp8GemvArgs& a) {
          gemv_smem_bytes(gemv_group_rows(a.m), a.k_pad) <= kMaxSmemBytes;
 }
 
-void launch_bf16_fp8w_gemv(const Fp8GemvArgs& a, int sms, bool mma, cudaStream_t stream) {
+void launch_bf16_fp8w_gemv(const Fp8GemvArgs& a, int sms, int mma_from_rows, cudaStream_t stream) {
   OSSRT_CU_CHECK(fp8_gemv_supported(a), "bf16_fp8w_gemv: m ", a.m, " n ", a.n, " k ", a.k, " k_pad ", a.k_pad,
                  " parts ", a.parts.count, " (k_pad a multiple of ", kFp8KAlign, ", 16-byte aligned weights)");
-  if (mma && a.m >= 2) {
+  OSSRT_CU_CHECK(!a.x_codes || a.x_scales, "bf16_fp8w_gemv: x_codes without x_scales");
+  if (a.m >= mma_from_rows || a.m > kFp8GemvMaxRows || a.x_codes) {
     const dim3 grid((a.n + kMmaRows - 1) / kMmaRows, (a.m + kMmaTokens - 1) / kMmaTokens);
     OSSRT_CU_CHECK(grid.y <= 65535u, "bf16_fp8w_gemv_mma: ", a.m, " token rows");
     launch_with_smem(bf16_fp8w_gemv_mma, grid, mma_smem_bytes(a.k_pad), sms, stream, a);

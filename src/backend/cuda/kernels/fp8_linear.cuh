@@ -38,15 +38,16 @@ struct Fp8Parts {
   int first_scale_row[kFp8MaxParts] = {0, 0, 0, 0};
 };
 
-// Where activation scales go: [m][kb_pad] (k-block fastest) or [kb_pad][ld] (token fastest, the
-// "outer-dim-major" layout cuBLASLt's VEC128 mode is documented by PyTorch to take).
+// Where activation scales go: [m][kb_pad] (k-block fastest), or token-major: chunks of chunk_rows
+// token rows, each [kb_pad][rows of the chunk] (token fastest, the "outer-dim-major" layout PyTorch
+// passes cuBLASLt's VEC128 mode), one chunk a GEMM (cublas_fp8.h).
 struct Fp8QuantizeArgs {
   const uint16_t* x;  // bf16 [m, k], row stride k
   uint8_t* codes;     // e4m3 [m, k_pad], zeros past k
   float* scales;      // see token_major
   int m, k, k_pad;
-  bool token_major;  // scales[kb * scale_ld + row] (else scales[row * kb_pad + kb])
-  int scale_ld;      // token_major: >= m
+  bool token_major;
+  int chunk_rows;  // token_major: rows per chunk (m: one chunk)
 };
 void launch_bf16_fp8_quantize_rows(const Fp8QuantizeArgs& args, cudaStream_t stream);
 
@@ -59,15 +60,32 @@ struct Fp8GemvArgs {
   bool out_f32;
   int m, n, k, k_pad;
   Fp8Parts parts;
+  // Optional, the tensor-core kernel only: x already quantized by launch_bf16_fp8_quantize_rows
+  // (codes [m, k_pad], scales [m][k_pad / 128]), copied instead of quantized per CTA (more than 8
+  // rows: every group of 8 would quantize its rows once per weight tile).
+  const uint8_t* x_codes = nullptr;
+  const float* x_scales = nullptr;
 };
 bool fp8_gemv_supported(const Fp8GemvArgs& args);
 // Lets the GEMV kernels take the shared memory of 8 token rows at this k_pad (more than the default
 // 48 KB from k_pad 3,072 on). Called at weight upload, on the device that will run them: never
 // during a CUDA graph capture.
 void fp8_gemv_prepare(int k_pad);
-// sms: the device's multiprocessor count (the grid is at most one resident wave). mma: 2 token rows
-// or more run on tensor cores (bf16_fp8w_gemv_mma); false keeps the FMA kernel for them (A/B timing).
-void launch_bf16_fp8w_gemv(const Fp8GemvArgs& args, int sms, bool mma, cudaStream_t stream);
+// sms: the device's multiprocessor count (the grid is at most one resident wave). From
+// mma_from_rows token rows on (and always above 8 rows, or with x_codes) the tensor-core kernel
+// runs, below it the FMA one: 2 by default (CudaBackend, OSSRT_CUDA_FP8_GEMV_MMA for A/B timing).
+void launch_bf16_fp8w_gemv(const Fp8GemvArgs& args, int sms, int mma_from_rows, cudaStream_t stream);
+
+// dst[r, c] = src[r + c * rows] (+ bias[c]): a column-major GEMM output (cuBLASLt's, swapped
+// orientation) into the row-major activation; bf16 or f32 both sides.
+struct Fp8TransposeArgs {
+  const void* src;
+  void* dst;
+  const uint16_t* bias;  // bf16 [cols] or null
+  int rows, cols;
+  bool f32;
+};
+void launch_fp8_transpose_rows(const Fp8TransposeArgs& args, cudaStream_t stream);
 
 // out[r, j] += bias[j] on a bf16 [m, n] output (where cuBLASLt takes no bias epilogue).
 struct Fp8BiasArgs {
