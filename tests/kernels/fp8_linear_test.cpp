@@ -149,9 +149,9 @@ std::unique_ptr<Backend> fp8_backend_with(const char* var, const char* value) {
   return b;
 }
 
-// Every path: the default (the FMA GEMV at one row, the tensor-core one at 2-8 rows, cuBLASLt above
-// where its start-up check passed), the tensor-core GEMV from one row, the FMA GEMV up to 8 rows, and
-// no cuBLASLt (our pre-quantized tensor-core fallback above 8 rows).
+// Every path: the default (the tensor-core GEMV up to 8 rows, cuBLASLt above where its start-up
+// check passed), the FMA GEMV at one row, the FMA GEMV up to 8 rows, and no cuBLASLt (our
+// pre-quantized tensor-core fallback above 8 rows).
 TEST(CudaFp8, LinearMatchesTheCpuBackend) {
   OSSRT_SKIP_WITHOUT_GPU();
   auto cpu = make_backend("cpu", BackendOptions{.weight_format = WeightFormat::Mxfp4Fp8});
@@ -160,7 +160,7 @@ TEST(CudaFp8, LinearMatchesTheCpuBackend) {
     std::unique_ptr<Backend> gpu;
   };
   Mode modes[] = {{"default", fp8_backend_with(nullptr, nullptr)},
-                  {"mma from 1 row", fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "all")},
+                  {"fma at 1 row", fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "1")},
                   {"fma to 8 rows", fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "0")},
                   {"no cuBLASLt", fp8_backend_with("OSSRT_CUDA_FP8_SCALE_LAYOUT", "-1")}};
   std::mt19937_64 rng(12);
@@ -284,10 +284,10 @@ double time_linear_us(Backend& b, const std::vector<Tensor>& ws, const Tensor* b
 
 TEST(CudaFp8, DecodeLinearBandwidthPrinted) {
   OSSRT_SKIP_WITHOUT_GPU();
-  // The default paths, and the alternatives of the developer switch: the tensor-core GEMV at one
-  // row, the FMA GEMV at 2-8 rows.
+  // The default paths, and the alternatives of the developer switch: the FMA GEMV at one row and at
+  // 2-8 rows.
   auto gpu = fp8_backend_with(nullptr, nullptr);
-  auto gpu_mma = fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "all");
+  auto gpu_mma = fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "1");
   auto gpu_fma = fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "0");
   struct Shape {
     const char* name;
@@ -296,6 +296,31 @@ TEST(CudaFp8, DecodeLinearBandwidthPrinted) {
     bool bias, f32_out;
     int copies;
   };
+  // The activation quantizer alone (what every GEMV CTA does before its sums), back to back.
+  {
+    auto& cuda_backend = dynamic_cast<CudaBackend&>(*gpu);
+    for (int m : {1, 64}) {
+      std::mt19937_64 rng(3);
+      Tensor x = test::put_act(*gpu, {m, 2880}, random_floats(rng, size_t(m) * 2880, 1.0f));
+      uint8_t* codes = nullptr;
+      float* scales = nullptr;
+      ASSERT_EQ(cudaMalloc(&codes, size_t(m) * 3072), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&scales, size_t(m) * 24 * 4), cudaSuccess);
+      const cuda::Fp8QuantizeArgs q{static_cast<const uint16_t*>(x.data), codes, scales, m, 2880, 3072, false, m};
+      for (int i = 0; i < 10; ++i) cuda::launch_bf16_fp8_quantize_rows(q, cuda_backend.stream());
+      cudaEvent_t start, stop;
+      cudaEventCreate(&start), cudaEventCreate(&stop);
+      cudaEventRecord(start, cuda_backend.stream());
+      for (int i = 0; i < 100; ++i) cuda::launch_bf16_fp8_quantize_rows(q, cuda_backend.stream());
+      cudaEventRecord(stop, cuda_backend.stream());
+      cudaEventSynchronize(stop);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start, stop);
+      std::printf("[metric] bf16_fp8_quantize_rows [%d, 2880]: %.2f us a launch\n", m, 1e3 * double(ms) / 100);
+      cudaEventDestroy(start), cudaEventDestroy(stop);
+      cudaFree(codes), cudaFree(scales);
+    }
+  }
   const Shape shapes[] = {{"qkv", {4096, 512, 512}, 2880, true, false, 8},
                           {"o_proj", {2880}, 4096, true, false, 8},
                           {"unembedding", {201088}, 2880, false, true, 1}};
@@ -329,8 +354,7 @@ TEST(CudaFp8, DecodeLinearBandwidthPrinted) {
           bf16_bytes / t16 * 1e-6);
       if (m == 1) {
         const double tm = time_linear_us(*gpu_mma, fp8_mma, sh.bias ? &bias_mma : nullptr, m, sh.in, n, sh.f32_out);
-        std::printf("[metric] %s M=1: fp8 on the tensor-core GEMV %.2f us (%.2f TB/s)\n", sh.name, tm,
-                    fp8_bytes / tm * 1e-6);
+        std::printf("[metric] %s M=1: fp8 on the FMA GEMV %.2f us (%.2f TB/s)\n", sh.name, tm, fp8_bytes / tm * 1e-6);
       }
       if (!fp8_fma.empty() && m >= 2 && m <= 8) {
         const double tf = time_linear_us(*gpu_fma, fp8_fma, sh.bias ? &bias_fma : nullptr, m, sh.in, n, sh.f32_out);

@@ -383,6 +383,11 @@ __global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a)
     const float* s_lo = a.w_scales + int64_t(fp8_scale_row(a.parts, r_lo < a.n ? r_lo : 0)) * kb_pad;
     const float* s_hi = a.w_scales + int64_t(fp8_scale_row(a.parts, r_hi < a.n ? r_hi : 0)) * kb_pad;
     if (tile != int(blockIdx.x) && warp < blocks) weights(tile, warp, cur);
+    {  // The next tile's blocks of this warp into L2 while this one is summed.
+      const int r = (tile + int(gridDim.x)) * kMmaRows + (c < 2 ? g : g + 8);
+      if (r < a.n && (c % 2) == 0)
+        for (int b = warp; b < blocks; b += kWarps) prefetch_l2(a.w + int64_t(r) * a.k_pad + b * kFp8Block);
+    }
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int b = warp; b < blocks; b += kWarps) {
       uint4 nxt[4] = {};

@@ -7,11 +7,14 @@
 //
 //   bf16_fp8_quantize_rows: activations bf16 [m, k] -> codes [m, k_pad] and scales (prefill, before
 //     cuBLASLt's block-scaled matmul; also what the tests compare bit for bit with core/fp8).
-//   bf16_fp8w_gemv: out[m, n] = x W^T (+ bias) for one token row (decode at batch 1), x quantized by
-//     the CTA into shared memory with the same device function; a warp per weight row, 16-byte loads,
-//     per 128-column block an fp32 sum of code products (FMA) times s_w * s_a, accumulated in fp32.
-//   bf16_fp8w_gemv_mma: the same for 2 to 8 token rows on tensor cores (m16n8k32 e4m3); more rows
-//     run as groups of 8 (grid.y): the fallback where cuBLASLt does not serve.
+//   bf16_fp8w_gemv_mma: out[m, n] = x W^T (+ bias) for 1 to 8 token rows (decode), x quantized by
+//     the CTA into shared memory with the same device function; e4m3 x e4m3 on tensor cores
+//     (m16n8k32, the weights on the wide side), per 128-column block the code products' sum times
+//     s_w * s_a, accumulated in fp32. More rows run as groups of 8 (grid.y): the fallback where
+//     cuBLASLt does not serve.
+//   bf16_fp8w_gemv: the same on FMA (a warp per weight row, fp32 sums of the code products), the
+//     alternative of the developer switch OSSRT_CUDA_FP8_GEMV_MMA (the tensor-core kernel streamed
+//     the unembedding at 3.25 TB/s against this one's 2.62 at one or two rows, H200, 97749b5).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -73,7 +76,7 @@ bool fp8_gemv_supported(const Fp8GemvArgs& args);
 void fp8_gemv_prepare(int k_pad);
 // sms: the device's multiprocessor count (the grid is at most one resident wave). From
 // mma_from_rows token rows on (and always above 8 rows, or with x_codes) the tensor-core kernel
-// runs, below it the FMA one: 2 by default (CudaBackend, OSSRT_CUDA_FP8_GEMV_MMA for A/B timing).
+// runs, below it the FMA one: 1 by default (CudaBackend, OSSRT_CUDA_FP8_GEMV_MMA for A/B timing).
 void launch_bf16_fp8w_gemv(const Fp8GemvArgs& args, int sms, int mma_from_rows, cudaStream_t stream);
 
 // dst[r, c] = src[r + c * rows] (+ bias[c]): a column-major GEMM output (cuBLASLt's, swapped
