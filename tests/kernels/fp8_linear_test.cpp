@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -485,16 +486,17 @@ TEST(CudaFp8, TinyModelThroughTheRuntimeAndEngineInMxfp4Fp8) {
   EXPECT_LT(median_of(e), 0.25);
   EXPECT_LT(median_of(e1), 0.25);
   // The engine (graphs on): four greedy requests batched.
+  testing_engine::EventLog log;  // outlives the engine, whose thread calls it
   auto gpu = ModelRuntime::build(options("cuda"), ModelRuntime::Parts::ModelAndEngine);
   EXPECT_EQ(gpu->quantization().name, "mxfp4-fp8");
   EXPECT_NE(gpu->describe().find("quantization mxfp4-fp8"), std::string::npos) << gpu->describe();
   std::printf("[fp8] %s\n", gpu->describe().c_str());
-  testing_engine::EventLog log;
   for (int i = 0; i < 4; ++i)
     EXPECT_TRUE(gpu->engine().submit(
         testing_engine::greedy_request("r" + std::to_string(i), testing_engine::random_prompt(5 + 7 * i, 40 + i), 8),
         log.callback("r" + std::to_string(i))));
-  gpu->engine().run_until_idle();
+  // The runtime's engine runs its own thread: wait for it (drain stops accepting, waits until idle).
+  gpu->engine().drain(std::chrono::milliseconds(60000));
   for (int i = 0; i < 4; ++i) {
     const auto s = log.get("r" + std::to_string(i));
     EXPECT_TRUE(s.finished) << i;
