@@ -150,9 +150,9 @@ std::unique_ptr<Backend> fp8_backend_with(const char* var, const char* value) {
   return b;
 }
 
-// Every path: the default (the tensor-core GEMV up to 8 rows, cuBLASLt above where its start-up
-// check passed), the FMA GEMV at one row, the FMA GEMV up to 8 rows, and no cuBLASLt (our
-// pre-quantized tensor-core fallback above 8 rows).
+// Every path: the default (the tensor-core GEMV up to 8 rows, quantizing per CTA below 4 rows and
+// in a kernel of its own from 4; cuBLASLt above 8 where its start-up check passed), the FMA GEMV at
+// one row, the FMA GEMV up to 3 rows, and no cuBLASLt (the pre-quantized tensor-core GEMV above 8).
 TEST(CudaFp8, LinearMatchesTheCpuBackend) {
   OSSRT_SKIP_WITHOUT_GPU();
   auto cpu = make_backend("cpu", BackendOptions{.weight_format = WeightFormat::Mxfp4Fp8});
@@ -162,7 +162,7 @@ TEST(CudaFp8, LinearMatchesTheCpuBackend) {
   };
   Mode modes[] = {{"default", fp8_backend_with(nullptr, nullptr)},
                   {"fma at 1 row", fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "1")},
-                  {"fma to 8 rows", fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "0")},
+                  {"fma to 3 rows", fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "0")},
                   {"no cuBLASLt", fp8_backend_with("OSSRT_CUDA_FP8_SCALE_LAYOUT", "-1")}};
   std::mt19937_64 rng(12);
   const std::vector<int64_t> all_m = {1, 2, 5, 8, 64, 300};

@@ -160,7 +160,8 @@ class CudaBackend final : public Backend {
   int fp8_act_k_pad_ = 0;  // the widest k_pad the workspace holds
   // From this many token rows on, the FP8 GEMV runs on tensor cores (below: the FMA kernel).
   // OSSRT_CUDA_FP8_GEMV_MMA (developer switch, read at start, for A/B timing): 0 = the FMA kernel up
-  // to 8 rows, 1 = the FMA kernel at one row, all (the default) = tensor cores from one row.
+  // to 3 rows (from 4 the pre-quantized activation always takes tensor cores), 1 = the FMA kernel at
+  // one row, all (the default) = tensor cores from one row.
   int fp8_mma_from_rows_ = 1;
 
   // Workspaces planned in the constructor / at upload_experts.

@@ -346,12 +346,27 @@ __global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a)
   const int rows = min(kMmaTokens, a.m - m0);
   const int tasks = warp < blocks ? rows * ((blocks - warp + kWarps - 1) / kWarps) : 0;
   if (a.x_codes) {
-    for (int t = 0; t < tasks; ++t) {
-      const int r = t % rows, gq = warp + kWarps * (t / rows);
-      const int64_t at = int64_t(m0 + r) * a.k_pad + gq * kFp8Block + 4 * lane;
-      *reinterpret_cast<uint32_t*>(xs + r * stride + gq * kFp8Block + 4 * lane) =
-          *reinterpret_cast<const uint32_t*>(a.x_codes + at);
-      if (lane == 0) ss[r * kb_pad + gq] = a.x_scales[int64_t(m0 + r) * kb_pad + gq];
+    // 8 tasks' loads in flight at once (one at a time, each waited for its load).
+    constexpr int kCopies = 8;
+    for (int t0 = 0; t0 < tasks; t0 += kCopies) {
+      uint32_t code[kCopies];
+      float scale[kCopies];
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int t = t0 + i, r = t % rows, gq = warp + kWarps * (t / rows);
+        code[i] =
+            t < tasks
+                ? *reinterpret_cast<const uint32_t*>(a.x_codes + int64_t(m0 + r) * a.k_pad + gq * kFp8Block + 4 * lane)
+                : 0u;
+        scale[i] = t < tasks && lane == 0 ? a.x_scales[int64_t(m0 + r) * kb_pad + gq] : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int t = t0 + i, r = t % rows, gq = warp + kWarps * (t / rows);
+        if (t >= tasks) break;
+        *reinterpret_cast<uint32_t*>(xs + r * stride + gq * kFp8Block + 4 * lane) = code[i];
+        if (lane == 0) ss[r * kb_pad + gq] = scale[i];
+      }
     }
   } else {
     constexpr int kTasks = kQuantTasks;
