@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/cuda/cublas_fp8.h"
 #include "backend/cuda/cublas_linear.h"
 #include "backend/cuda/cuda_backend_internal.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/device_buffers.h"
 #include "backend/cuda/kernels/attention.cuh"
+#include "backend/cuda/kernels/fp8_linear.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/router.cuh"
 #include "backend/cuda/kernels/sample.cuh"
@@ -52,11 +54,12 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   OSSRT_CHECK(device_available(), "--backend cuda: no CUDA device is visible");
   OSSRT_CHECK(options.max_step_tokens >= 1 && options.max_seqs >= 1, "CUDA backend: max_step_tokens {} / max_seqs {}",
               options.max_step_tokens, options.max_seqs);
-  // FP8 block-scaled weights exist on the CPU backend (the reference, docs/quantization.md); the
-  // CUDA kernels for them do not yet: refuse rather than silently run another format.
-  OSSRT_CHECK(options.weight_format == WeightFormat::Reference || options.weight_format == WeightFormat::Mxfp4,
-              "--backend cuda: --quantization fp8 and mxfp4-fp8 are not implemented on CUDA yet (use mxfp4 or bf16; "
-              "--backend cpu runs fp8)");
+  // mxfp4-fp8 runs here (FP8 block-scaled attention projections and unembedding, resident MXFP4
+  // experts). fp8 also needs FP8 experts (grouped FP8 MoE kernels), which the CUDA backend lacks:
+  // refuse rather than silently run another format.
+  OSSRT_CHECK(options.weight_format != WeightFormat::Fp8,
+              "--backend cuda: --quantization fp8 is not implemented on CUDA yet: its FP8 experts have no CUDA MoE "
+              "kernels (use mxfp4-fp8, mxfp4 or bf16; --backend cpu runs fp8)");
   OSSRT_CHECK(options.kv_cache_dtype == KvCacheDtype::Auto,
               "--backend cuda: --kv-cache-dtype fp8 is not implemented on CUDA yet (use auto or bf16; --backend cpu "
               "runs the fp8 KV cache)");
@@ -121,6 +124,11 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   }
   if (const char* fold = std::getenv("OSSRT_CUDA_MOE_FOLD")) moe_fold_combine_ = fold[0] != '0';
   if (const char* fold = std::getenv("OSSRT_CUDA_ATTN_FOLD")) attn_fold_merge_ = fold[0] != '0';
+  if (const char* mma = std::getenv("OSSRT_CUDA_FP8_GEMV_MMA")) {
+    const std::string v = mma;
+    OSSRT_CHECK(v == "0" || v == "1" || v == "all", "OSSRT_CUDA_FP8_GEMV_MMA must be 0, 1 or all, not '{}'", v);
+    fp8_mma_from_rows_ = v == "0" ? cuda::kFp8GemvMaxRows + 1 : v == "all" ? 1 : 2;
+  }
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,
@@ -135,6 +143,7 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);  // bind_device() may throw; a destructor must not
   if (stream_) cudaStreamSynchronize(stream_);
   graphs_.reset();
+  blas_fp8_.reset();
   blas_.reset();
   plan_.reset();
   buffers_.reset();

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -42,6 +43,7 @@ struct SamplingRowParams {
 namespace cuda {
 class DeviceBuffers;
 class CublasLinear;
+class CublasFp8;
 class StepPlanUploader;
 class DecodeGraphCache;
 struct RopeCacheWriteArgs;
@@ -68,6 +70,8 @@ class CudaBackend final : public Backend {
   Tensor upload(const HostTensor& src) override;
   Tensor upload_concat_rows(std::span<const HostTensor* const> parts) override;
   ExpertWeights upload_experts(const HostExperts& gate_up, const HostExperts& down) override;
+  // Fp8 / Mxfp4Fp8: e4m3 codes with 128x128 block scales per part (cuda_weights.cpp); else bf16.
+  Tensor upload_linear(std::span<const HostTensor* const> parts) override;
 
   void allocate_kv_cache(const KvCacheShape& shape) override;
   size_t kv_block_bytes(const KvCacheShape& shape) const override;
@@ -119,6 +123,7 @@ class CudaBackend final : public Backend {
  private:
   friend class cuda::DecodeGraphCache;
   struct KvStorage;
+  struct Fp8Weight;
   // Makes this backend's device current on the calling thread (cudaSetDevice when another is).
   // Every public entry point that touches the device calls it first: one backend is called from
   // the thread that made it, from its rank's thread, from the engine thread (sampling rank 0's
@@ -131,6 +136,9 @@ class CudaBackend final : public Backend {
   const KvStorage& kv_storage(KvGroup group) const;
   // rope_and_cache_write's checked arguments (the fused QKV op uses them too).
   cuda::RopeCacheWriteArgs rope_cache_args(Tensor& qkv, const RopeParams& rope, const AttentionParams& params);
+  // linear() with an FP8 weight (upload_linear in Fp8 / Mxfp4Fp8): decode sizes on our GEMV, larger
+  // ones on cuBLASLt's block-scaled matmul where it has an algorithm (cuda_ops.cpp).
+  void fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& f, const Tensor* bias, Tensor& out);
 
   BackendOptions options_;
   int device_ = 0;
@@ -142,6 +150,19 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::StepPlanUploader> plan_;
   std::unique_ptr<cuda::DecodeGraphCache> graphs_;
   std::unique_ptr<KvStorage> kv_;
+  // FP8 linear weights by data pointer (their block scales and part grids), the prefill path's
+  // cuBLASLt and its quantized-activation workspace (codes [max_step_tokens, k_pad], scales), all
+  // made at the first FP8 upload_linear.
+  std::unordered_map<const void*, std::unique_ptr<Fp8Weight>> fp8_weights_;
+  std::unique_ptr<cuda::CublasFp8> blas_fp8_;
+  void* fp8_act_codes_ = nullptr;
+  float* fp8_act_scales_ = nullptr;
+  int fp8_act_k_pad_ = 0;  // the widest k_pad the workspace holds
+  // From this many token rows on, the FP8 GEMV runs on tensor cores (below: the FMA kernel).
+  // OSSRT_CUDA_FP8_GEMV_MMA (developer switch, read at start, for A/B timing): 0 = the FMA kernel up
+  // to 3 rows (from 4 the pre-quantized activation always takes tensor cores), 1 = the FMA kernel at
+  // one row, all (the default) = tensor cores from one row.
+  int fp8_mma_from_rows_ = 1;
 
   // Workspaces planned in the constructor / at upload_experts.
   void* router_logits_ = nullptr;  // f32 [max_step_tokens, max experts]

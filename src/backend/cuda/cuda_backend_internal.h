@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels/fp8_linear.cuh"
 
 namespace ossrt {
 
@@ -17,6 +18,19 @@ struct CudaBackend::KvStorage {
   Group full, window;
   std::vector<void*> allocations;  // one per group, released when the storage is replaced
   const Group& group(KvGroup g) const { return g == KvGroup::Full ? full : window; }
+};
+
+// An FP8 linear weight (upload_linear in Fp8 / Mxfp4Fp8): the Tensor's data are e4m3 codes [n, k_pad]
+// (zeros past k); scales [scale rows][k_pad / 128] row-major, each part on its own grid (parts);
+// blas_scales the same in the layout cuBLASLt takes (cublas_fp8.h; scales itself or a transposed copy).
+struct CudaBackend::Fp8Weight {
+  const float* scales = nullptr;
+  const float* blas_scales = nullptr;
+  int n = 0, k = 0, k_pad = 0;
+  cuda::Fp8Parts parts;
+  // Every part starts at a multiple of 128 rows, so the fused weight's grid is its parts' grids and
+  // one block-scaled GEMM computes it (all gpt-oss weights); tiny models' parts need not.
+  bool grid_aligned = true;
 };
 
 }  // namespace ossrt

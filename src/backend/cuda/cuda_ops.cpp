@@ -4,12 +4,14 @@
 
 #include <algorithm>
 
+#include "backend/cuda/cublas_fp8.h"
 #include "backend/cuda/cublas_linear.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_internal.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/embedding.cuh"
+#include "backend/cuda/kernels/fp8_linear.cuh"
 #include "backend/cuda/kernels/gather.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/moe.cuh"
@@ -20,6 +22,9 @@
 
 namespace ossrt {
 namespace {
+
+// FP8 linears of at least this many token rows quantize their activation in a kernel of its own.
+constexpr int kFp8PrequantizeRows = 4;
 
 void check_on_device(const Tensor& t, const char* op, const char* what) {
   OSSRT_CHECK(t.device == Device::CUDA && t.data != nullptr, "{}: {} is not a CUDA tensor", op, what);
@@ -127,6 +132,12 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   check_on_device(x, "linear", "x");
   check_on_device(w, "linear", "w");
   check_float(out, "linear", "out");
+  if (w.dtype == DType::FP8_E4M3) {
+    const auto it = fp8_weights_.find(w.data);
+    OSSRT_CHECK(it != fp8_weights_.end(), "linear: an fp8 weight {} that upload_linear did not make", w.shape_str());
+    fp8_linear(x, w, *it->second, bias, out);
+    return;
+  }
   OSSRT_CHECK(x.dtype == DType::BF16 && w.dtype == DType::BF16, "linear: x and w must be bf16 (got {} / {})",
               dtype_name(x.dtype), dtype_name(w.dtype));
   OSSRT_CHECK(w.ndim == 2 && x.row_elems() == w.dim(1) && out.row_elems() == w.dim(0) && out.dim(0) >= x.dim(0),
@@ -151,6 +162,76 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   }
   blas_->matmul(x.data, w.data, bias ? bias->data : nullptr, out.data, x.dim(0), w.dim(0), w.dim(1),
                 out.dtype == DType::F32, stream_);
+}
+
+void CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& f, const Tensor* bias, Tensor& out) {
+  OSSRT_CHECK(x.dtype == DType::BF16, "linear: x must be bf16 (got {})", dtype_name(x.dtype));
+  OSSRT_CHECK(x.row_elems() == f.k && out.row_elems() == f.n && out.dim(0) >= x.dim(0),
+              "linear: x {} / fp8 w [{}, {}] / out {} disagree", x.shape_str(), f.n, f.k, out.shape_str());
+  if (bias) {
+    check_on_device(*bias, "linear", "bias");
+    OSSRT_CHECK(bias->dtype == DType::BF16 && bias->numel() == f.n, "linear: bias {} {} for fp8 w [{}, {}]",
+                dtype_name(bias->dtype), bias->shape_str(), f.n, f.k);
+  }
+  const int64_t m = x.dim(0);
+  if (m == 0) return;
+  const bool out_f32 = out.dtype == DType::F32;
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  cuda::Fp8GemvArgs g{static_cast<const uint16_t*>(x.data),
+                      codes,
+                      f.scales,
+                      bias ? static_cast<const uint16_t*>(bias->data) : nullptr,
+                      out.data,
+                      out_f32,
+                      int(m),
+                      f.n,
+                      f.k,
+                      f.k_pad,
+                      f.parts};
+  // Prefill sizes: cuBLASLt's block-scaled matmul on the first m - m % 4 rows (its activation scale
+  // tensor is then a whole multiple of 4 rows), our GEMV on the last 0-3. Only where one GEMM over
+  // the fused weight is each part's own (grid_aligned) and cuBLASLt has an algorithm for the shape.
+  // Where cuBLASLt takes no bias epilogue with block scales, it runs without and a kernel adds it.
+  const int64_t m4 = m / 4 * 4;
+  const bool blas = m > cuda::kFp8GemvMaxRows && f.grid_aligned && blas_fp8_ && blas_fp8_->enabled();
+  const bool blas_bias = blas && blas_fp8_->ready(m4, f.n, f.k_pad, out_f32, bias != nullptr, out.data);
+  const bool blas_then_bias =
+      blas && !blas_bias && bias && !out_f32 && blas_fp8_->ready(m4, f.n, f.k_pad, out_f32, false, out.data);
+  if (blas_bias || blas_then_bias) {
+    OSSRT_CHECK(m4 <= options_.max_step_tokens && f.k_pad <= fp8_act_k_pad_,
+                "linear: {} rows x k_pad {} exceed the FP8 workspace ({} tokens x {})", m4, f.k_pad,
+                options_.max_step_tokens, fp8_act_k_pad_);
+    cuda::Fp8QuantizeArgs q{g.x,
+                            static_cast<uint8_t*>(fp8_act_codes_),
+                            fp8_act_scales_,
+                            int(m4),
+                            f.k,
+                            f.k_pad,
+                            blas_fp8_->layout().act_token_major,
+                            int(blas_fp8_->chunk_rows(m4, f.n, out_f32))};
+    cuda::launch_bf16_fp8_quantize_rows(q, stream_);
+    const bool ran =
+        blas_fp8_->matmul(static_cast<const uint8_t*>(fp8_act_codes_), fp8_act_scales_, codes, f.blas_scales,
+                          blas_bias && bias ? bias->data : nullptr, out.data, m4, f.n, f.k_pad, out_f32, stream_);
+    OSSRT_CHECK(ran, "linear: cuBLASLt refused an FP8 shape it had an algorithm for");
+    if (blas_then_bias)
+      cuda::launch_bf16_add_bias_rows({out.data, static_cast<const uint16_t*>(bias->data), int(m4), f.n}, stream_);
+    if (m4 == m) return;
+    g.x += m4 * f.k;
+    g.out = static_cast<char*>(out.data) + size_t(m4) * size_t(f.n) * (out_f32 ? 4 : 2);
+    g.m = int(m - m4);
+  }
+  // From 4 rows on (and where cuBLASLt does not serve more than 8): quantized once here, then our
+  // tensor-core GEMV (by groups of 8 rows, grid.y) copies its rows' codes. Each CTA quantizing its
+  // own rows cost 17 / 28 us for QKV at 4 / 8 rows on the H200 (15a0c3b; 9 us at one row).
+  if (g.m >= kFp8PrequantizeRows && g.m <= options_.max_step_tokens && f.k_pad <= fp8_act_k_pad_) {
+    cuda::Fp8QuantizeArgs q{g.x, static_cast<uint8_t*>(fp8_act_codes_), fp8_act_scales_, g.m, f.k, f.k_pad, false, g.m};
+    cuda::launch_bf16_fp8_quantize_rows(q, stream_);
+    g.x_codes = static_cast<const uint8_t*>(fp8_act_codes_);
+    g.x_scales = fp8_act_scales_;
+  }
+  // Decode sizes: our GEMV (1-3 rows: one launch, the activation quantized by each CTA).
+  cuda::launch_bf16_fp8w_gemv(g, num_sms_, fp8_mma_from_rows_, stream_);
 }
 
 cuda::RopeCacheWriteArgs CudaBackend::rope_cache_args(Tensor& qkv, const RopeParams& rope, const AttentionParams& p) {

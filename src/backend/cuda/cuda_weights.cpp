@@ -2,17 +2,24 @@
 // bf16 already; f32/f16 sources are rounded), expert biases become f32 (the MoE kernels add them in
 // fp32). MXFP4 experts are expanded to bf16 on the device, once, at load time (WeightFormat::
 // Reference), or stay 4-bit, repacked on the device into the MoE kernels' layout (Mxfp4, Mxfp4Fp8).
+// The linear weights (upload_linear) of Fp8 / Mxfp4Fp8 become e4m3 codes with 128x128 block scales,
+// quantized on the host with core/fp8.h, each checkpoint part on its own grid.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
+#include "backend/cuda/cublas_fp8.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_backend_internal.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffers.h"
 #include "backend/cuda/kernels/moe.cuh"
 #include "backend/cuda/kernels/moe_mxfp4.cuh"
 #include "backend/cuda/mxfp4_dequant.h"
+#include "core/fp8.h"
+#include "core/threads.h"
 
 namespace ossrt {
 namespace {
@@ -21,6 +28,8 @@ namespace {
 constexpr int kPlannedTopK = 4;
 // Expert chunk dequantized per staging round: bounds the temporary device memory at load time.
 constexpr size_t kDequantStagingBytes = size_t(256) << 20;
+// gpt-oss's widest linear input (o_proj: 64 heads x 64), for the FP8 activation workspace.
+constexpr int kPlannedFp8KPad = 4096;
 
 void check_float_dtype(const HostTensor& t) {
   OSSRT_CHECK(t.dtype == DType::BF16 || t.dtype == DType::F32 || t.dtype == DType::F16,
@@ -85,6 +94,101 @@ Tensor CudaBackend::upload_concat_rows(std::span<const HostTensor* const> parts)
   Tensor t = make_tensor(nullptr, DType::BF16, shape);
   t.data = buffers_->allocate(t.bytes(), "weights (concatenated)", stream_, cuda::BufferKind::Weights);
   copy_to_device(t.data, host.data(), t.bytes());
+  return t;
+}
+
+Tensor CudaBackend::upload_linear(std::span<const HostTensor* const> parts) {
+  const WeightFormat format = options_.weight_format;
+  if (format != WeightFormat::Fp8 && format != WeightFormat::Mxfp4Fp8) return Backend::upload_linear(parts);
+  bind_device();
+  OSSRT_CHECK(!parts.empty() && parts.size() <= size_t(cuda::kFp8MaxParts), "upload_linear: {} parts (1 to {})",
+              parts.size(), cuda::kFp8MaxParts);
+  const int64_t k = parts[0]->shape.size() == 2 ? parts[0]->shape[1] : 0;
+  auto w = std::make_unique<Fp8Weight>();
+  int64_t n = 0, scale_rows = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const HostTensor& p = *parts[i];
+    check_float_dtype(p);
+    OSSRT_CHECK(p.shape.size() == 2 && p.shape[1] == k && k > 0,
+                "upload_linear: '{}' is {} dimensions of width {}, expected matrices [out, {}]", p.name, p.shape.size(),
+                p.shape.empty() ? 0 : p.shape.back(), k);
+    w->parts.first_row[i] = int(n);
+    w->parts.first_scale_row[i] = int(scale_rows);
+    if (n % cuda::kFp8Block != 0) w->grid_aligned = false;
+    n += p.shape[0];
+    scale_rows += cuda::fp8_blocks(int(p.shape[0]));
+  }
+  w->parts.count = int(parts.size());
+  w->n = int(n);
+  w->k = int(k);
+  w->k_pad = cuda::fp8_k_pad(int(k));
+  const int64_t k_pad = w->k_pad, kb_pad = k_pad / cuda::kFp8Block;
+  OSSRT_CHECK(n < (int64_t(1) << 31) && n * k_pad < (int64_t(1) << 40), "upload_linear: [{}, {}] is too large", n, k);
+
+  // Host quantization (core/fp8.h, the CPU backend's rule): bands of 128 rows of a part are
+  // independent blocks, one task each. The 120b unembedding is 580 M values.
+  std::vector<uint8_t> codes(size_t(n * k_pad), 0);
+  std::vector<float> scales(size_t(scale_rows * kb_pad), 0.0f);
+  ThreadPool pool;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const HostTensor& p = *parts[i];
+    const int64_t rows = p.shape[0], first_row = w->parts.first_row[i], first_scale_row = w->parts.first_scale_row[i];
+    pool.parallel_for(cuda::fp8_blocks(int(rows)), [&](int64_t b, int64_t e) {
+      std::vector<float> band;
+      for (int64_t blk_row = b; blk_row < e; ++blk_row) {
+        const int64_t r0 = blk_row * kFp8BlockSize, nr = std::min<int64_t>(kFp8BlockSize, rows - r0);
+        band.resize(size_t(nr * k));
+        p.to_f32(r0 * k, nr * k, band.data());
+        for (int64_t c0 = 0; c0 < k; c0 += kFp8BlockSize) {
+          const int64_t c1 = std::min(k, c0 + kFp8BlockSize);
+          float max_abs = 0.0f;
+          for (int64_t r = 0; r < nr; ++r)
+            for (int64_t c = c0; c < c1; ++c) max_abs = std::max(max_abs, std::fabs(band[size_t(r * k + c)]));
+          const float scale = fp8_block_scale(max_abs);
+          scales[size_t((first_scale_row + blk_row) * kb_pad + c0 / kFp8BlockSize)] = scale;
+          if (scale == 0.0f) continue;  // codes stay 0
+          for (int64_t r = 0; r < nr; ++r) {
+            uint8_t* dst = codes.data() + (first_row + r0 + r) * k_pad;
+            for (int64_t c = c0; c < c1; ++c) dst[c] = e4m3_from_f32(band[size_t(r * k + c)] / scale);
+          }
+        }
+      }
+    });
+  }
+  Tensor t(nullptr, DType::FP8_E4M3, {n, k}, Device::CUDA);
+  t.data = buffers_->allocate(codes.size(), "weights (fp8 codes)", stream_, cuda::BufferKind::Weights);
+  copy_to_device(t.data, codes.data(), codes.size());
+  void* s =
+      buffers_->allocate(scales.size() * sizeof(float), "weights (fp8 scales)", stream_, cuda::BufferKind::Weights);
+  copy_to_device(s, scales.data(), scales.size() * sizeof(float));
+  w->scales = w->blas_scales = static_cast<const float*>(s);
+
+  // cuBLASLt's block-scaled matmul (prefill), made at the first FP8 weight: it checks at start-up
+  // which scale layout it takes; where that is a transposed one, the weight gets that copy too.
+  if (!blas_fp8_) blas_fp8_ = std::make_unique<cuda::CublasFp8>(*buffers_, stream_);
+  if (const int64_t ld = blas_fp8_->enabled() ? blas_fp8_->weight_scale_ld(scale_rows) : 0; ld > 0) {
+    std::vector<float> scales_t(size_t(kb_pad * ld), 0.0f);
+    for (int64_t r = 0; r < scale_rows; ++r)
+      for (int64_t c = 0; c < kb_pad; ++c) scales_t[size_t(c * ld + r)] = scales[size_t(r * kb_pad + c)];
+    void* st =
+        buffers_->allocate(scales_t.size() * sizeof(float), "weights (fp8 scales)", stream_, cuda::BufferKind::Weights);
+    copy_to_device(st, scales_t.data(), scales_t.size() * sizeof(float));
+    w->blas_scales = static_cast<const float*>(st);
+  }
+
+  // The prefill path's quantized activations: [max_step_tokens, k_pad] codes and their scales
+  // (max_step_tokens rounded up to 4 rows per 128-column block); once per model (the widest k_pad).
+  // Sized for gpt-oss's widest input (o_proj's 4,096) at once, so the workspace is allocated once.
+  if (w->k_pad > fp8_act_k_pad_) {
+    const int k_pad_planned = std::max(w->k_pad, kPlannedFp8KPad);
+    const size_t tokens = size_t(options_.max_step_tokens + 3) / 4 * 4;
+    fp8_act_codes_ = device_alloc(tokens * size_t(k_pad_planned), "FP8 activation codes workspace");
+    fp8_act_scales_ = static_cast<float*>(device_alloc(tokens * size_t(k_pad_planned / cuda::kFp8Block) * sizeof(float),
+                                                       "FP8 activation scales workspace"));
+    fp8_act_k_pad_ = k_pad_planned;
+  }
+  cuda::fp8_gemv_prepare(w->k_pad);
+  fp8_weights_.emplace(t.data, std::move(w));
   return t;
 }
 

@@ -1,0 +1,574 @@
+// The FP8 block-scaled linears of fp8_linear.cuh: the activation quantizer and the small-M GEMV.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "backend/cuda/kernels/attention_moe_common.cuh"
+#include "backend/cuda/kernels/fp8_linear.cuh"
+
+namespace ossrt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// 16-byte weight chunks in flight per lane: 2 with one token row (the registers of 5 CTAs an SM;
+// the rest of the row is already on its way into L2), 4 with more.
+constexpr int batch_for_rows(int rows) { return rows == 1 ? 2 : 4; }
+constexpr int kChunk = 16;  // columns (bytes) a lane loads at once; 8 chunks a 128-column block
+constexpr size_t kMaxSmemBytes = size_t(200) << 10;
+// Exact powers of two that keep every product of the GEMV in float32's normal range: weights are
+// decoded to 2^-120 times their e4m3 value (a bit move, below), activations stored as 2^112 times
+// theirs, so a product is 2^-8 times the true one; the block sum is scaled back by 2^8.
+constexpr float kActivationBias = 0x1p112f;
+constexpr float kProductUnbias = 0x1p8f;
+
+// The codes of one lane's 4 values of a group at the group's scale: e4m3(v / scale) rounded to
+// nearest even and saturating to +-448 (__NV_SATFINITE; NaN stays NaN), all 0 for a zero group.
+__device__ __forceinline__ void fp8_codes_at(const float (&v)[4], float scale, uint8_t (&code)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    code[j] =
+        scale == 0.0f ? uint8_t(0) : uint8_t(__nv_cvt_float_to_fp8(__fdiv_rn(v[j], scale), __NV_SATFINITE, __NV_E4M3));
+}
+
+// Channels 4l .. 4l + 3 of group g of token row `tok` (zeros past k or past m).
+__device__ __forceinline__ void load_group_lane(const uint16_t* x, int m, int k, int tok, int g, float (&v)[4]) {
+  const int col = g * kFp8Block + 4 * int(threadIdx.x % 32);
+  const uint16_t* p = x + int64_t(tok) * k + col;
+  if (tok < m && k % 4 == 0 && col < k) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    const float2 a = unpack_bf16x2(u.x), b = unpack_bf16x2(u.y);
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v[j] = tok < m && col + j < k ? bf16_bits_to_float(p[j]) : 0.0f;
+}
+
+// kQuantTasks 128-channel groups by one warp at once, lane l holding channels 4l .. 4l + 3 of each:
+// the rule of core/fp8.h exactly (scale = max|v| / 448 in fp32, fmaxf ignoring a NaN as std::max does
+// there; fp8_codes_at). The loads and the shuffle reductions of independent groups interleave (one at a time, a GEMV
+// CTA's quantization was a chain of dependent latencies longer than its weights' streaming). Task i: group g[i] of
+// token row tok[i]; a row at or past m loads nothing and gets scale 0.
+constexpr int kQuantTasks = 4;
+template <int kQuantTasks>
+__device__ __forceinline__ void fp8_quantize_groups(const uint16_t* x, int m, int k, const int (&tok)[kQuantTasks],
+                                                    const int (&g)[kQuantTasks], uint8_t (&code)[kQuantTasks][4],
+                                                    float (&scale)[kQuantTasks]) {
+  float v[kQuantTasks][4], amax[kQuantTasks];
+#pragma unroll
+  for (int i = 0; i < kQuantTasks; ++i) load_group_lane(x, m, k, tok[i], g[i], v[i]);
+#pragma unroll
+  for (int i = 0; i < kQuantTasks; ++i)
+    amax[i] = fmaxf(fmaxf(fabsf(v[i][0]), fabsf(v[i][1])), fmaxf(fabsf(v[i][2]), fabsf(v[i][3])));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < kQuantTasks; ++i) amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], o));
+#pragma unroll
+  for (int i = 0; i < kQuantTasks; ++i) {
+    scale[i] = __fdiv_rn(amax[i], 448.0f);
+    fp8_codes_at(v[i], scale[i], code[i]);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) bf16_fp8_quantize_rows(Fp8QuantizeArgs a) {
+  const int tok = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kb_pad = a.k_pad / kFp8Block;
+  for (int g0 = warp; g0 < kb_pad; g0 += kWarps * kQuantTasks) {
+    int toks[kQuantTasks], g[kQuantTasks];
+#pragma unroll
+    for (int i = 0; i < kQuantTasks; ++i) {
+      g[i] = g0 + i * kWarps;
+      toks[i] = g[i] < kb_pad ? tok : a.m;
+    }
+    uint8_t code[kQuantTasks][4];
+    float s[kQuantTasks];
+    fp8_quantize_groups<kQuantTasks>(a.x, a.m, a.k, toks, g, code, s);
+#pragma unroll
+    for (int i = 0; i < kQuantTasks; ++i) {
+      if (g[i] >= kb_pad) break;
+      const uint32_t word =
+          uint32_t(code[i][0]) | uint32_t(code[i][1]) << 8 | uint32_t(code[i][2]) << 16 | uint32_t(code[i][3]) << 24;
+      *reinterpret_cast<uint32_t*>(a.codes + int64_t(tok) * a.k_pad + g[i] * kFp8Block + 4 * lane) = word;
+      if (lane == 0) {
+        if (a.token_major) {
+          const int first = tok / a.chunk_rows * a.chunk_rows, rows = min(a.chunk_rows, a.m - first);
+          a.scales[int64_t(first) * kb_pad + int64_t(g[i]) * rows + (tok - first)] = s[i];
+        } else {
+          a.scales[int64_t(tok) * kb_pad + g[i]] = s[i];
+        }
+      }
+    }
+  }
+}
+
+// The code's value times 2^112 as bf16 bits (exact: an e4m3 value has 4 significant bits).
+__device__ __forceinline__ uint16_t e4m3_biased_bf16(uint8_t code) {
+  const float v = __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
+  return uint16_t(__float_as_uint(v * kActivationBias) >> 16);
+}
+
+// 4 e4m3 codes (a little-endian word) as floats 2^-120 times their values: each code's sign, exponent
+// and mantissa bits moved into a float's (bias 127 against 7); e4m3 subnormals become float
+// subnormals, exact, as the FMA takes them (no flush to zero in this build). Code 0x7f (NaN) would
+// read as 480: weights are quantized from finite values, so no weight holds it.
+__device__ __forceinline__ void e4m3x4_to_f32_scaled(uint32_t u, float* f) {
+  f[0] = __uint_as_float(((u << 20) & 0x07f00000u) | ((u << 24) & 0x80000000u));
+  f[1] = __uint_as_float(((u << 12) & 0x07f00000u) | ((u << 16) & 0x80000000u));
+  f[2] = __uint_as_float(((u << 4) & 0x07f00000u) | ((u << 8) & 0x80000000u));
+  f[3] = __uint_as_float(((u >> 4) & 0x07f00000u) | (u & 0x80000000u));
+}
+
+// Constant indices only: a dynamically indexed kernel parameter would be copied to local memory.
+__device__ __forceinline__ int fp8_scale_row(const Fp8Parts& p, int r) {
+  int first_row = p.first_row[0], first_scale_row = p.first_scale_row[0];
+#pragma unroll
+  for (int q = 1; q < kFp8MaxParts; ++q)
+    if (q < p.count && r >= p.first_row[q]) first_row = p.first_row[q], first_scale_row = p.first_scale_row[q];
+  return first_scale_row + (r - first_row) / kFp8Block;
+}
+
+// acc[r] += (sum of the chunk's 16 code products, fp32) * s_w * s_a[r] for the kM token rows.
+template <int kM>
+__device__ __forceinline__ void fp8_chunk(float (&acc)[kM], const uint4& wv, const uint16_t* xs, const float* ss,
+                                          float sw, int k_pad, int kb_pad, int c) {
+  float w[16];
+  e4m3x4_to_f32_scaled(wv.x, w);
+  e4m3x4_to_f32_scaled(wv.y, w + 4);
+  e4m3x4_to_f32_scaled(wv.z, w + 8);
+  e4m3x4_to_f32_scaled(wv.w, w + 12);
+  const int blk = c / (kFp8Block / kChunk);
+#pragma unroll
+  for (int r = 0; r < kM; ++r) {
+    const uint4* xp = reinterpret_cast<const uint4*>(xs + r * k_pad + c * kChunk);
+    const uint4 x0 = xp[0], x1 = xp[1];
+    const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    float p = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 xv = unpack_bf16x2(xw[j]);
+      p = fmaf(w[2 * j], xv.x, p);
+      p = fmaf(w[2 * j + 1], xv.y, p);
+    }
+    acc[r] = fmaf(p, sw * ss[r * kb_pad + blk], acc[r]);
+  }
+}
+
+// A CTA quantizes its kM token rows (token group blockIdx.y) into shared memory once (codes as bf16
+// values, 2^112 times, [kM][k_pad]; scales [kM][k_pad / 128]), then its 8 warps take weight rows, a
+// warp a row: groups of 8 rows blockIdx.x, blockIdx.x + gridDim.x, ... (at most a resident wave of
+// CTAs, so the quantization is amortized over the rows of the 201,088-row unembedding). A lane takes
+// 16-byte chunks lane, lane + 32, ... of its row (a chunk lies in one 128-column block), kBatch of
+// them in flight. The first row's first chunks are requested before the PDL wait (weights are no
+// kernel's output) and the rest of it pulled into L2 there; each next row is pulled into L2 while
+// the current one is summed.
+// One row: at most 51 registers, 5 CTAs (40 warps) an SM, so QKV's 5,120 rows are one wave on 132
+// SMs (as bf16_gemv, gemv.cu).
+template <int kM>
+__global__ void __launch_bounds__(kThreads, kM == 1 ? 5 : 1) bf16_fp8w_gemv(Fp8GemvArgs a) {
+  constexpr int kBatch = batch_for_rows(kM);
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int kb_pad = a.k_pad / kFp8Block;
+  uint16_t* xs = reinterpret_cast<uint16_t*>(smem);
+  float* ss = reinterpret_cast<float*>(smem + size_t(kM) * size_t(a.k_pad) * sizeof(uint16_t));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int chunks = (a.k + kChunk - 1) / kChunk;
+  const int lines = (a.k + 127) / 128;
+  const int row_groups = (a.n + kWarps - 1) / kWarps;
+  auto row_ptr = [&](int group, bool& ok) {
+    const int row = group * kWarps + warp;
+    ok = group < row_groups && row < a.n;
+    return a.w + int64_t(ok ? row : 0) * a.k_pad;
+  };
+  bool row_ok = false;
+  const uint8_t* wrow = row_ptr(blockIdx.x, row_ok);
+  uint4 wv[kBatch];
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const int cb = lane + b * 32;
+    wv[b] = row_ok && cb < chunks ? ldg_stream(wrow + int64_t(cb) * kChunk) : make_uint4(0, 0, 0, 0);
+  }
+  for (int l = kBatch * 32 * kChunk / 128 + lane; row_ok && l < lines; l += 32) prefetch_l2(wrow + int64_t(l) * 128);
+  pdl_wait();
+  pdl_launch_dependents();
+
+  // The CTA's token rows m0 .. m0 + rows - 1 (rows of the group past m are left unwritten: only their
+  // own sums, never stored, read them), task t = (row t / groups, group t % groups) to warp t % 8.
+  const int m0 = blockIdx.y * kM;
+  const int groups = fp8_blocks(a.k), rows = min(kM, a.m - m0), tasks = rows * groups;
+  constexpr int kTasks = kM == 1 ? 2 : kQuantTasks;  // one row: within the 51 registers
+  for (int t0 = warp; t0 < tasks; t0 += kWarps * kTasks) {
+    int tok[kTasks], g[kTasks];
+#pragma unroll
+    for (int i = 0; i < kTasks; ++i) {
+      const int t = t0 + i * kWarps;
+      tok[i] = t < tasks ? m0 + t / groups : a.m;
+      g[i] = t < tasks ? t % groups : 0;
+    }
+    uint8_t code[kTasks][4];
+    float s[kTasks];
+    fp8_quantize_groups<kTasks>(a.x, a.m, a.k, tok, g, code, s);
+#pragma unroll
+    for (int i = 0; i < kTasks; ++i) {
+      if (tok[i] >= a.m) break;
+      const int r = tok[i] - m0;
+      const uint2 packed =
+          make_uint2(uint32_t(e4m3_biased_bf16(code[i][0])) | uint32_t(e4m3_biased_bf16(code[i][1])) << 16,
+                     uint32_t(e4m3_biased_bf16(code[i][2])) | uint32_t(e4m3_biased_bf16(code[i][3])) << 16);
+      *reinterpret_cast<uint2*>(xs + r * a.k_pad + g[i] * kFp8Block + 4 * lane) = packed;
+      if (lane == 0) ss[r * kb_pad + g[i]] = s[i];
+    }
+  }
+  __syncthreads();
+
+  for (int group = blockIdx.x; group < row_groups; group += gridDim.x) {
+    const int row = group * kWarps + warp;
+    if (group != int(blockIdx.x)) {
+      wrow = row_ptr(group, row_ok);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int cb = lane + b * 32;
+        wv[b] = row_ok && cb < chunks ? ldg_stream(wrow + int64_t(cb) * kChunk) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    {
+      bool next_ok = false;
+      const uint8_t* next_row = row_ptr(group + gridDim.x, next_ok);
+      for (int l = lane; next_ok && l < lines; l += 32) prefetch_l2(next_row + int64_t(l) * 128);
+    }
+    float acc[kM];
+#pragma unroll
+    for (int r = 0; r < kM; ++r) acc[r] = 0.0f;
+    const float* srow = a.w_scales + int64_t(fp8_scale_row(a.parts, row_ok ? row : 0)) * kb_pad;
+    for (int c = lane; row_ok && c < chunks; c += kBatch * 32) {
+      uint4 next[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int cb = c + (kBatch + b) * 32;
+        next[b] = cb < chunks ? ldg_stream(wrow + int64_t(cb) * kChunk) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int cb = c + b * 32;
+        if (cb < chunks)
+          fp8_chunk<kM>(acc, wv[b], xs, ss, __ldg(srow + cb / (kFp8Block / kChunk)) * kProductUnbias, a.k_pad, kb_pad,
+                        cb);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) wv[b] = next[b];
+    }
+#pragma unroll
+    for (int r = 0; r < kM; ++r) acc[r] = warp_sum(acc[r]);
+    if (lane != 0 || !row_ok) continue;
+    const float bias = a.bias ? bf16_bits_to_float(a.bias[row]) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kM; ++r) {
+      const int tok = m0 + r;
+      if (tok >= a.m) break;
+      const float y = acc[r] + bias;
+      if (a.out_f32)
+        static_cast<float*>(a.out)[int64_t(tok) * a.n + row] = y;
+      else
+        reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(tok) * a.n + row] = __float2bfloat16_rn(y);
+    }
+  }
+}
+
+// d += a * b for one m16n8k32 tile of e4m3 codes, fp32 accumulation (sm_89+). Fragments (g = lane / 4,
+// c = lane % 4), each register 4 consecutive k of one row or column:
+//   a[0] = A[g][4c..], a[1] = A[g + 8][4c..], a[2] = A[g][16 + 4c..], a[3] = A[g + 8][16 + 4c..]
+//   b[0] = B[4c..][g], b[1] = B[16 + 4c..][g]; d[0..1] = D[g][2c..2c+1], d[2..3] = D[g + 8][2c..2c+1]
+__device__ __forceinline__ void mma_e4m3_m16n8k32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+constexpr int kMmaRows = 16;   // weight rows a tile (the MMA's m)
+constexpr int kMmaTokens = 8;  // token rows a CTA (the MMA's n)
+// Bytes between token rows of the activation codes in shared memory: k_pad + 64, so the two token
+// rows a quarter-warp reads fall on disjoint banks.
+__host__ __device__ constexpr int mma_token_stride(int k_pad) { return k_pad + 64; }
+
+// 2 to 8 token rows (and the groups of 8 of larger M): the weights as the MMA's A operand (16 rows,
+// the wide side), the tokens as B (n = 8), e4m3 x e4m3 on tensor cores, so the code products cost
+// nothing beside the bytes (the FMA kernel above spends ~20 instructions a weight byte at 8 rows).
+// A CTA owns 16-row tiles (grid-stride, one resident wave) and its 8 warps split K by 128-column
+// blocks (block b to warp b % 8); warp w quantizes exactly the activation groups it reads (groups w,
+// w + 8, ... of the CTA's 8 token rows, as codes [8][stride] and scales [8][k_pad / 128]), so it needs
+// no CTA barrier before its MMAs. Per block: lane (g, c) loads 16 bytes of weight rows g and g + 8
+// at columns 16c .. 16c + 15 and 64 + 16c .., and token row g's codes at the same columns; the 4
+// MMAs of the block take words (0, 1), (2, 3) of each load: a permutation of the block's columns
+// that A and B share, which the dot product does not see. The block's sums (exact products, the
+// tensor core's fp32 accumulation) are then scaled by s_w * s_a and added in fp32; the warps' sums
+// meet in shared memory in warp order.
+// At most 85 registers: 3 CTAs an SM (QKV's 320 tiles in one wave on 132 SMs).
+__global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float red[kWarps][4][32];
+  const int stride = mma_token_stride(a.k_pad), kb_pad = a.k_pad / kFp8Block;
+  uint8_t* xs = smem;
+  float* ss = reinterpret_cast<float*>(smem + size_t(kMmaTokens) * size_t(stride));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int blocks = fp8_blocks(a.k);
+  const int tiles = (a.n + kMmaRows - 1) / kMmaRows;
+  auto weights = [&](int tile, int b, uint4(&w)[4]) {
+    const int r_lo = tile * kMmaRows + g, r_hi = r_lo + 8;
+    const bool lo = r_lo < a.n, hi = r_hi < a.n;
+    const uint8_t* p_lo = a.w + int64_t(lo ? r_lo : 0) * a.k_pad + b * kFp8Block + 16 * c;
+    const uint8_t* p_hi = a.w + int64_t(hi ? r_hi : 0) * a.k_pad + b * kFp8Block + 16 * c;
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    w[0] = lo ? ldg_stream(p_lo) : z;
+    w[1] = lo ? ldg_stream(p_lo + 64) : z;
+    w[2] = hi ? ldg_stream(p_hi) : z;
+    w[3] = hi ? ldg_stream(p_hi + 64) : z;
+  };
+  // The first tile's first block into registers, its other blocks into L2, before the wait.
+  uint4 cur[4] = {};
+  if (int(blockIdx.x) < tiles && warp < blocks) {
+    weights(blockIdx.x, warp, cur);
+    const int r = int(blockIdx.x) * kMmaRows + (c < 2 ? g : g + 8);
+    if (r < a.n && (c % 2) == 0)
+      for (int b = warp + kWarps; b < blocks; b += kWarps) prefetch_l2(a.w + int64_t(r) * a.k_pad + b * kFp8Block);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+
+  // Warp w's tasks: (token row t % rows, group w + 8 (t / rows)); rows past m are left unwritten (only
+  // the MMA columns of those tokens, never stored, read them). Pre-quantized activations (x_codes:
+  // the quantize kernel's output, for more than 8 rows) are copied instead.
+  const int m0 = blockIdx.y * kMmaTokens;
+  const int rows = min(kMmaTokens, a.m - m0);
+  const int tasks = warp < blocks ? rows * ((blocks - warp + kWarps - 1) / kWarps) : 0;
+  if (a.x_codes) {
+    // 8 tasks' loads in flight at once (one at a time, each waited for its load).
+    constexpr int kCopies = 8;
+    for (int t0 = 0; t0 < tasks; t0 += kCopies) {
+      uint32_t code[kCopies];
+      float scale[kCopies];
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int t = t0 + i, r = t % rows, gq = warp + kWarps * (t / rows);
+        code[i] =
+            t < tasks
+                ? *reinterpret_cast<const uint32_t*>(a.x_codes + int64_t(m0 + r) * a.k_pad + gq * kFp8Block + 4 * lane)
+                : 0u;
+        scale[i] = t < tasks && lane == 0 ? a.x_scales[int64_t(m0 + r) * kb_pad + gq] : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int t = t0 + i, r = t % rows, gq = warp + kWarps * (t / rows);
+        if (t >= tasks) break;
+        *reinterpret_cast<uint32_t*>(xs + r * stride + gq * kFp8Block + 4 * lane) = code[i];
+        if (lane == 0) ss[r * kb_pad + gq] = scale[i];
+      }
+    }
+  } else {
+    constexpr int kTasks = kQuantTasks;
+    for (int t0 = 0; t0 < tasks; t0 += kTasks) {
+      int tok[kTasks], g[kTasks];
+#pragma unroll
+      for (int i = 0; i < kTasks; ++i) {
+        const int t = t0 + i;
+        tok[i] = t < tasks ? m0 + t % rows : a.m;
+        g[i] = t < tasks ? warp + kWarps * (t / rows) : 0;
+      }
+      uint8_t code[kTasks][4];
+      float s[kTasks];
+      fp8_quantize_groups<kTasks>(a.x, a.m, a.k, tok, g, code, s);
+#pragma unroll
+      for (int i = 0; i < kTasks; ++i) {
+        if (t0 + i >= tasks) break;
+        const int r = tok[i] - m0;
+        *reinterpret_cast<uint32_t*>(xs + r * stride + g[i] * kFp8Block + 4 * lane) =
+            uint32_t(code[i][0]) | uint32_t(code[i][1]) << 8 | uint32_t(code[i][2]) << 16 | uint32_t(code[i][3]) << 24;
+        if (lane == 0) ss[r * kb_pad + g[i]] = s[i];
+      }
+    }
+  }
+  __syncwarp();
+
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int r_lo = tile * kMmaRows + g, r_hi = r_lo + 8;
+    const float* s_lo = a.w_scales + int64_t(fp8_scale_row(a.parts, r_lo < a.n ? r_lo : 0)) * kb_pad;
+    const float* s_hi = a.w_scales + int64_t(fp8_scale_row(a.parts, r_hi < a.n ? r_hi : 0)) * kb_pad;
+    if (tile != int(blockIdx.x) && warp < blocks) weights(tile, warp, cur);
+    {  // The next tile's blocks of this warp into L2 while this one is summed.
+      const int r = (tile + int(gridDim.x)) * kMmaRows + (c < 2 ? g : g + 8);
+      if (r < a.n && (c % 2) == 0)
+        for (int b = warp; b < blocks; b += kWarps) prefetch_l2(a.w + int64_t(r) * a.k_pad + b * kFp8Block);
+    }
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int b = warp; b < blocks; b += kWarps) {
+      uint4 nxt[4] = {};
+      if (b + kWarps < blocks) weights(tile, b + kWarps, nxt);
+      const uint8_t* xp = xs + g * stride + b * kFp8Block + 16 * c;
+      const uint4 x0 = *reinterpret_cast<const uint4*>(xp), x1 = *reinterpret_cast<const uint4*>(xp + 64);
+      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_e4m3_m16n8k32(d, {cur[0].x, cur[2].x, cur[0].y, cur[2].y}, {x0.x, x0.y});
+      mma_e4m3_m16n8k32(d, {cur[0].z, cur[2].z, cur[0].w, cur[2].w}, {x0.z, x0.w});
+      mma_e4m3_m16n8k32(d, {cur[1].x, cur[3].x, cur[1].y, cur[3].y}, {x1.x, x1.y});
+      mma_e4m3_m16n8k32(d, {cur[1].z, cur[3].z, cur[1].w, cur[3].w}, {x1.z, x1.w});
+      const float t0 = ss[(2 * c) * kb_pad + b], t1 = ss[(2 * c + 1) * kb_pad + b];
+      const float w_lo = __ldg(s_lo + b), w_hi = __ldg(s_hi + b);
+      acc[0] = fmaf(d[0], w_lo * t0, acc[0]);
+      acc[1] = fmaf(d[1], w_lo * t1, acc[1]);
+      acc[2] = fmaf(d[2], w_hi * t0, acc[2]);
+      acc[3] = fmaf(d[3], w_hi * t1, acc[3]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cur[i] = nxt[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
+    __syncthreads();
+    if (warp == 0) {
+      float sum[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sum[i] = red[0][i][lane];
+        for (int w = 1; w < kWarps; ++w) sum[i] += red[w][i][lane];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tok = m0 + 2 * c + (i & 1), row = i < 2 ? r_lo : r_hi;
+        if (tok >= a.m || row >= a.n) continue;
+        const float y = sum[i] + (a.bias ? bf16_bits_to_float(a.bias[row]) : 0.0f);
+        if (a.out_f32)
+          static_cast<float*>(a.out)[int64_t(tok) * a.n + row] = y;
+        else
+          reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(tok) * a.n + row] = __float2bfloat16_rn(y);
+      }
+    }
+    __syncthreads();  // red is reused by the next tile
+  }
+}
+
+size_t mma_smem_bytes(int k_pad) {
+  return size_t(kMmaTokens) * size_t(mma_token_stride(k_pad)) + size_t(kMmaTokens) * size_t(k_pad / kFp8Block) * 4;
+}
+
+size_t gemv_smem_bytes(int rows, int k_pad) {
+  return size_t(rows) * size_t(k_pad) * sizeof(uint16_t) + size_t(rows) * size_t(k_pad / kFp8Block) * sizeof(float);
+}
+
+int gemv_group_rows(int m) { return m == 1 ? 1 : m == 2 ? 2 : m <= 4 ? 4 : 8; }
+
+__global__ void __launch_bounds__(kThreads) bf16_add_bias_rows(Fp8BiasArgs a) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= int64_t(a.m) * a.n) return;
+  auto* out = reinterpret_cast<__nv_bfloat16*>(a.out);
+  out[i] = __float2bfloat16_rn(__bfloat162float(out[i]) + bf16_bits_to_float(a.bias[i % a.n]));
+}
+
+// At most one resident wave of CTAs (the kernel loops over row groups), never more than the groups.
+__global__ void __launch_bounds__(1024) fp8_transpose_rows(Fp8TransposeArgs a) {
+  __shared__ float tile[32][33];
+  const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+  // Read src down its columns (rows contiguous), write dst along its rows (columns contiguous).
+  const int r = r0 + int(threadIdx.x), c = c0 + int(threadIdx.y);
+  if (r < a.rows && c < a.cols) {
+    const int64_t at = int64_t(c) * a.rows + r;
+    tile[threadIdx.y][threadIdx.x] =
+        a.f32 ? static_cast<const float*>(a.src)[at] : bf16_bits_to_float(static_cast<const uint16_t*>(a.src)[at]);
+  }
+  __syncthreads();
+  const int wr = r0 + int(threadIdx.y), wc = c0 + int(threadIdx.x);
+  if (wr >= a.rows || wc >= a.cols) return;
+  const float y = tile[threadIdx.x][threadIdx.y] + (a.bias ? bf16_bits_to_float(a.bias[wc]) : 0.0f);
+  const int64_t at = int64_t(wr) * a.cols + wc;
+  if (a.f32)
+    static_cast<float*>(a.dst)[at] = y;
+  else
+    static_cast<__nv_bfloat16*>(a.dst)[at] = __float2bfloat16_rn(y);
+}
+
+template <typename Kernel>
+void launch_with_smem(Kernel kernel, dim3 grid, size_t smem, int sms, cudaStream_t stream, const Fp8GemvArgs& a) {
+  int per_sm = 0;
+  OSSRT_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  grid.x = std::min(grid.x, unsigned(std::max(1, per_sm) * std::max(1, sms)));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  OSSRT_CUDA_CALL(cudaLaunchKernelEx(&config, kernel, a));
+}
+
+}  // namespace
+
+void launch_bf16_fp8_quantize_rows(const Fp8QuantizeArgs& a, cudaStream_t stream) {
+  OSSRT_CU_CHECK(a.m >= 0 && a.k >= 1 && a.k_pad >= a.k && a.k_pad % kFp8KAlign == 0, "fp8 quantize: m ", a.m, " k ",
+                 a.k, " k_pad ", a.k_pad);
+  OSSRT_CU_CHECK(!a.token_major || a.chunk_rows >= 1, "fp8 quantize: chunk_rows ", a.chunk_rows);
+  if (a.m == 0) return;
+  bf16_fp8_quantize_rows<<<a.m, kThreads, 0, stream>>>(a);
+  OSSRT_CHECK_LAUNCH("bf16_fp8_quantize_rows");
+}
+
+void fp8_gemv_prepare(int k_pad) {
+  const int smem = int(gemv_smem_bytes(kFp8GemvMaxRows, k_pad));
+  OSSRT_CU_CHECK(size_t(smem) <= kMaxSmemBytes, "bf16_fp8w_gemv: k_pad ", k_pad, " needs ", smem,
+                 " bytes of shared memory");
+  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(mma_smem_bytes(k_pad))));
+}
+
+void launch_fp8_transpose_rows(const Fp8TransposeArgs& a, cudaStream_t stream) {
+  if (a.rows == 0 || a.cols == 0) return;
+  OSSRT_CU_CHECK((a.rows + 31) / 32 <= 65535, "fp8_transpose_rows: ", a.rows, " rows");
+  fp8_transpose_rows<<<dim3(unsigned((a.cols + 31) / 32), unsigned((a.rows + 31) / 32)), dim3(32, 32), 0, stream>>>(a);
+  OSSRT_CHECK_LAUNCH("fp8_transpose_rows");
+}
+
+void launch_bf16_add_bias_rows(const Fp8BiasArgs& a, cudaStream_t stream) {
+  const int64_t n = int64_t(a.m) * a.n;
+  if (n == 0) return;
+  bf16_add_bias_rows<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a);
+  OSSRT_CHECK_LAUNCH("bf16_add_bias_rows");
+}
+
+bool fp8_gemv_supported(const Fp8GemvArgs& a) {
+  return mma_smem_bytes(a.k_pad) <= kMaxSmemBytes && a.m >= 1 && a.n >= 1 && a.k >= 1 && a.k_pad >= a.k &&
+         a.k_pad % kFp8KAlign == 0 && a.parts.count >= 1 && a.parts.count <= kFp8MaxParts &&
+         reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && reinterpret_cast<uintptr_t>(a.x) % 8 == 0 &&
+         gemv_smem_bytes(gemv_group_rows(a.m), a.k_pad) <= kMaxSmemBytes;
+}
+
+void launch_bf16_fp8w_gemv(const Fp8GemvArgs& a, int sms, int mma_from_rows, cudaStream_t stream) {
+  OSSRT_CU_CHECK(fp8_gemv_supported(a), "bf16_fp8w_gemv: m ", a.m, " n ", a.n, " k ", a.k, " k_pad ", a.k_pad,
+                 " parts ", a.parts.count, " (k_pad a multiple of ", kFp8KAlign, ", 16-byte aligned weights)");
+  OSSRT_CU_CHECK(!a.x_codes || a.x_scales, "bf16_fp8w_gemv: x_codes without x_scales");
+  if (a.m >= mma_from_rows || a.m > kFp8GemvMaxRows || a.x_codes) {
+    const dim3 grid((a.n + kMmaRows - 1) / kMmaRows, (a.m + kMmaTokens - 1) / kMmaTokens);
+    OSSRT_CU_CHECK(grid.y <= 65535u, "bf16_fp8w_gemv_mma: ", a.m, " token rows");
+    launch_with_smem(bf16_fp8w_gemv_mma, grid, mma_smem_bytes(a.k_pad), sms, stream, a);
+    return;
+  }
+  const int rows = gemv_group_rows(a.m);
+  const dim3 grid((a.n + kWarps - 1) / kWarps, (a.m + rows - 1) / rows);
+  OSSRT_CU_CHECK(grid.y <= 65535u, "bf16_fp8w_gemv: ", a.m, " token rows");
+  const size_t smem = gemv_smem_bytes(rows, a.k_pad);
+  switch (rows) {
+    case 1: launch_with_smem(bf16_fp8w_gemv<1>, grid, smem, sms, stream, a); break;
+    case 2: launch_with_smem(bf16_fp8w_gemv<2>, grid, smem, sms, stream, a); break;
+    case 4: launch_with_smem(bf16_fp8w_gemv<4>, grid, smem, sms, stream, a); break;
+    default: launch_with_smem(bf16_fp8w_gemv<8>, grid, smem, sms, stream, a); break;
+  }
+}
+
+}  // namespace ossrt::cuda
