@@ -7,10 +7,12 @@
 //     fp32 summation order of the CPU's result; the bar is checked to reject an unquantized activation;
 //   - the golden fixture mxfp4_sharded: CUDA mxfp4-fp8 against CPU mxfp4-fp8, within twice what the
 //     bf16 path (CUDA mxfp4) shows against the fp32 path (CPU) on the same fixture;
+//   - the fused one-token QKV + RoPE + KV write kernel: the one-row GEMV then the RoPE kernel, bit for bit;
 //   - the tiny model through the runtime builder and the engine on CUDA in mxfp4-fp8.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -234,6 +236,189 @@ TEST(CudaFp8, LinearMatchesTheCpuBackend) {
         std::printf("[metric] fp8 linear %s M=%lld: an unquantized activation would be at worst |d| / bar %.3g\n",
                     c.name.c_str(), (long long)t, unq_worst);
         EXPECT_GT(unq_worst, 3.0) << c.name << " M=" << t << ": the bar cannot tell a missing activation quantization";
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- one-token QKV + RoPE + KV write
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<T>& host) : n_(host.size()) {
+    cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, n_) * sizeof(T)), "cudaMalloc");
+    if (n_) cuda_ok(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  ~DeviceArray() { cudaFree(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* get() const { return ptr_; }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    if (n_) cuda_ok(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    return host;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+// The fused FP8 kernel (launch_bf16_fp8w_gemv_qkv_rope_kv_write) against the two launches it replaces,
+// on raw device buffers so that both caches are read back whole: the one-row GEMV on tensor cores
+// (launch_bf16_fp8w_gemv with mma_from_rows 1, the linear's default path at one row) then
+// launch_bf16_rope_kv_cache_write. qkv, the K cache and the V cache must be the same bits. Shapes:
+// gpt-oss-20b and -120b (their attention shapes are the same: 64 q / 8 kv heads of 64, hidden 2,880),
+// tiny (hidden 128: one column block, so 7 of the 8 warps add zeros), and 3 q / 1 kv heads at hidden
+// 200 (parts off the 128-row grid: q's 192 rows end inside a scale block; a partial last column
+// block). Slots: a full-layer slot, a sliding-layer slot at the end of the YaRN context, slot 0, and
+// -1 (no cache write). The fused kernel also runs with the grid of one SM, so each CTA loops over many
+// units. The caches start as NaN bits, which no written value has: the test also checks that exactly
+// one slot was written (none for -1), and that q and k were rotated (the linear alone differs there)
+// while v was not, so equality is not of two untouched buffers.
+TEST(CudaFp8, FusedQkvRopeKvWriteKernelIsTheGemvThenRopeBitForBit) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  int sms = 0;
+  cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "multiprocessor count");
+  struct Shape {
+    std::string name;
+    int q_heads, kv_heads, hidden;
+    RopeParams rope;
+  };
+  std::vector<Shape> shapes;
+  for (const char* preset : {"gpt-oss-20b", "gpt-oss-120b", "tiny"}) {
+    const GptOssConfig cfg = preset_config(preset);
+    ASSERT_EQ(cfg.head_dim, cuda::kRopeHeadDim) << preset;
+    shapes.push_back(
+        {preset, cfg.num_attention_heads, cfg.num_key_value_heads, int(cfg.hidden_size), compute_rope_params(cfg)});
+  }
+  shapes.push_back({"3 q / 1 kv heads, hidden 200", 3, 1, 200, compute_rope_params(preset_config("gpt-oss-20b"))});
+  struct Slot {
+    const char* what;
+    int position, slot;
+  };
+  constexpr int kBlockSize = 16, kNumBlocks = 8;
+  const Slot slots[] = {{"full layer", 300, 37},
+                        {"sliding layer, position 131071", 131071, kNumBlocks * kBlockSize - 1},
+                        {"slot 0", 0, 0},
+                        {"slot -1", 5, -1}};
+  constexpr uint16_t kUnwritten = 0x7fc1;  // a bf16 NaN: no output of finite inputs has these bits
+  std::mt19937_64 rng(41);
+  for (const Shape& s : shapes) {
+    const int n = (s.q_heads + 2 * s.kv_heads) * cuda::kRopeHeadDim, k = s.hidden;
+    const int k_pad = cuda::fp8_k_pad(k), kb_pad = k_pad / cuda::kFp8Block;
+    const int part_rows[3] = {s.q_heads * cuda::kRopeHeadDim, s.kv_heads * cuda::kRopeHeadDim,
+                              s.kv_heads * cuda::kRopeHeadDim};
+    cuda::Fp8Parts parts;
+    parts.count = 3;
+    int scale_rows = 0;
+    for (int p = 0, row = 0; p < 3; row += part_rows[p], ++p) {
+      parts.first_row[p] = row;
+      parts.first_scale_row[p] = scale_rows;
+      scale_rows += cuda::fp8_blocks(part_rows[p]);
+    }
+    // Random e4m3 codes (never the NaN codes 0x7f / 0xff), zeros past k; block scales of several
+    // magnitudes (2^-9 .. 2^-13 times [1, 2)); the activation and the bias bf16 values.
+    std::vector<uint8_t> codes(size_t(n) * size_t(k_pad), 0);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c) {
+        uint8_t v = 0x7f;
+        while ((v & 0x7f) == 0x7f) v = uint8_t(rng());
+        codes[size_t(r) * size_t(k_pad) + size_t(c)] = v;
+      }
+    std::vector<float> scales(size_t(scale_rows) * size_t(kb_pad));
+    for (auto& v : scales) v = std::ldexp(1.0f + float(rng() % 1024) / 1024.0f, -9 - int(rng() % 5));
+    std::vector<uint16_t> x(static_cast<size_t>(k)), bias(static_cast<size_t>(n));
+    const auto xf = random_floats(rng, size_t(k), 1.0f), bf = random_floats(rng, size_t(n), 0.5f);
+    for (int i = 0; i < k; ++i) x[size_t(i)] = f32_to_bf16(xf[size_t(i)]);
+    for (int i = 0; i < n; ++i) bias[size_t(i)] = f32_to_bf16(bf[size_t(i)]);
+    DeviceArray<uint8_t> d_codes(codes);
+    DeviceArray<float> d_scales(scales);
+    DeviceArray<uint16_t> d_x(x), d_bias(bias);
+    cuda::fp8_gemv_prepare(k_pad);
+    const size_t cache_elems = size_t(kNumBlocks) * size_t(s.kv_heads) * kBlockSize * cuda::kRopeHeadDim;
+    const std::vector<uint16_t> fresh_qkv(size_t(n), kUnwritten), fresh_cache(cache_elems, kUnwritten);
+    for (const bool with_bias : {true, false}) {
+      for (const Slot& slot : slots) {
+        DeviceArray<int32_t> d_pos(std::vector<int32_t>{slot.position}), d_slot(std::vector<int32_t>{slot.slot});
+        // What a launch pair (or the fused launch) writes: qkv, k cache, v cache.
+        struct Out {
+          std::vector<uint16_t> qkv, k, v;
+        };
+        auto rope_args = [&](DeviceArray<uint16_t>& qkv, DeviceArray<uint16_t>& kc, DeviceArray<uint16_t>& vc) {
+          cuda::RopeCacheWriteArgs r{};
+          r.qkv = reinterpret_cast<__nv_bfloat16*>(qkv.get());
+          r.positions = d_pos.get();
+          r.slots = d_slot.get();
+          r.k_cache = reinterpret_cast<__nv_bfloat16*>(kc.get());
+          r.v_cache = reinterpret_cast<__nv_bfloat16*>(vc.get());
+          r.num_tokens = 1;
+          r.num_q_heads = s.q_heads;
+          r.num_kv_heads = s.kv_heads;
+          r.block_size = kBlockSize;
+          std::copy(s.rope.inv_freq.begin(), s.rope.inv_freq.end(), r.inv_freq);
+          r.concentration = s.rope.concentration;
+          return r;
+        };
+        auto gemv_args = [&](DeviceArray<uint16_t>& out) {
+          return cuda::Fp8GemvArgs{
+              d_x.get(), d_codes.get(), d_scales.get(), with_bias ? d_bias.get() : nullptr, out.get(), false, 1, n,
+              k,         k_pad,         parts};
+        };
+        // mode -1: the linear alone; 0: the linear then the RoPE kernel; sms > 0: the fused kernel on
+        // that many SMs' grid.
+        auto run = [&](int mode) {
+          DeviceArray<uint16_t> qkv(fresh_qkv), kc(fresh_cache), vc(fresh_cache);
+          const cuda::Fp8GemvArgs g = gemv_args(qkv);
+          if (mode <= 0) {
+            cuda::launch_bf16_fp8w_gemv(g, sms, /*mma_from_rows=*/1, nullptr);
+            if (mode == 0) cuda_ok(cuda::launch_bf16_rope_kv_cache_write(rope_args(qkv, kc, vc), nullptr), "rope");
+          } else {
+            const cuda::Fp8QkvRopeArgs f{g, rope_args(qkv, kc, vc)};
+            EXPECT_TRUE(cuda::fp8_qkv_rope_supported(f));
+            cuda::launch_bf16_fp8w_gemv_qkv_rope_kv_write(f, mode, nullptr);
+          }
+          cuda_ok(cudaDeviceSynchronize(), "kernels");
+          return Out{qkv.download(), kc.download(), vc.download()};
+        };
+        const Out linear = run(-1), want = run(0);
+        const std::string where = fmt::format("{}, {}, {}", s.name, slot.what, with_bias ? "bias" : "no bias");
+        // The reference itself: every qkv value written, q and k rotated (at position 0 too: the YaRN
+        // concentration scales cos), v as the linear wrote it; one slot of each cache written, or none.
+        const size_t qk = size_t(s.q_heads + s.kv_heads) * cuda::kRopeHeadDim;
+        size_t unwritten = 0, rotated = 0;
+        for (size_t i = 0; i < size_t(n); ++i) {
+          unwritten += want.qkv[i] == kUnwritten;
+          if (i < qk) rotated += want.qkv[i] != linear.qkv[i];
+        }
+        EXPECT_EQ(unwritten, 0u) << where;
+        EXPECT_GT(rotated, qk / 2) << where;
+        EXPECT_TRUE(
+            std::equal(want.qkv.begin() + std::ptrdiff_t(qk), want.qkv.end(), linear.qkv.begin() + std::ptrdiff_t(qk)))
+            << where;
+        const size_t slot_elems = slot.slot < 0 ? 0 : size_t(s.kv_heads) * cuda::kRopeHeadDim;
+        EXPECT_EQ(size_t(std::count_if(want.k.begin(), want.k.end(), [&](uint16_t v) { return v != kUnwritten; })),
+                  slot_elems)
+            << where;
+        EXPECT_EQ(size_t(std::count_if(want.v.begin(), want.v.end(), [&](uint16_t v) { return v != kUnwritten; })),
+                  slot_elems)
+            << where;
+        for (const int grid_sms : {sms, 1}) {
+          const Out got = run(grid_sms);
+          const std::string at = where + fmt::format(", grid of {} SMs", grid_sms);
+          size_t qkv_diffs = 0, k_diffs = 0, v_diffs = 0;
+          for (size_t i = 0; i < got.qkv.size(); ++i) qkv_diffs += got.qkv[i] != want.qkv[i];
+          for (size_t i = 0; i < got.k.size(); ++i) k_diffs += got.k[i] != want.k[i];
+          for (size_t i = 0; i < got.v.size(); ++i) v_diffs += got.v[i] != want.v[i];
+          EXPECT_EQ(qkv_diffs, 0u) << "qkv, " << at;
+          EXPECT_EQ(k_diffs, 0u) << "k cache, " << at;
+          EXPECT_EQ(v_diffs, 0u) << "v cache, " << at;
+        }
       }
     }
   }

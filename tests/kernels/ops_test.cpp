@@ -524,24 +524,47 @@ TEST(CudaOps, RopeMatchesCpuElementwiseAtLongPositions) {
 
 // The fused one-token QKV projection + RoPE + KV write (qkv_rope_cache_write) against the same
 // backend's linear then rope_and_cache_write: the qkv row and, through attention over a 300-token
-// history, the cached k and v must be bit-identical; and both against the CPU ops.
-TEST(CudaOps, FusedQkvRopeCacheWriteIsTheLinearThenRope) {
-  OSSRT_SKIP_WITHOUT_GPU();
-  Backends b;
-  std::unique_ptr<Backend> plain = make_backend("cuda");  // runs the two ops
-  std::mt19937_64 rng(31);
+// history, the cached k and v must be bit-identical; and both against the CPU ops. `format` is the
+// backends' weight format: with an FP8 one (mxfp4-fp8) q, k and v go up as upload_linear's three
+// parts, each on its own block grid as the model uploads them, and the fused op is the FP8 kernel.
+// (Slot -1, no cache write, is tested on the kernels: both backends refuse it in a plan.)
+void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t seed) {
+  const BackendOptions options{.weight_format = format};
+  std::unique_ptr<Backend> cpu = make_backend("cpu", options), gpu = make_backend("cuda", options);
+  std::unique_ptr<Backend> plain = make_backend("cuda", options);  // runs the two ops
+  std::mt19937_64 rng(seed);
   const KvCacheShape shape = one_layer_per_group(40);
-  Backend* all[] = {b.cpu.get(), b.gpu.get(), plain.get()};
+  Backend* all[] = {cpu.get(), gpu.get(), plain.get()};
   for (Backend* be : all) be->allocate_kv_cache(shape);
   auto w = test::host_bf16(random_floats(rng, size_t(kQkvDim * kHidden), 1.0f / std::sqrt(float(kHidden))),
                            {kQkvDim, kHidden}, "qkv.w");
   auto bias = test::host_bf16(random_floats(rng, size_t(kQkvDim), 0.5f), {kQkvDim}, "qkv.b");
   auto sinks = test::host_bf16(random_floats(rng, kQHeads, 1.0f), {kQHeads}, "sinks");
+  // bf16: the fused weight as one tensor; FP8: views of its q, k and v rows.
+  std::vector<HostTensor> part_views;
+  const bool fp8 = format == WeightFormat::Fp8 || format == WeightFormat::Mxfp4Fp8;
+  if (fp8) {
+    int64_t row = 0;
+    for (int64_t rows : {int64_t(kQHeads) * kHeadDim, int64_t(kKvHeads) * kHeadDim, int64_t(kKvHeads) * kHeadDim}) {
+      HostTensor v = w->view;
+      v.data = static_cast<const uint16_t*>(w->view.data) + row * kHidden;
+      v.shape = {rows, kHidden};
+      part_views.push_back(v);
+      row += rows;
+    }
+  } else {
+    part_views.push_back(w->view);
+  }
+  std::vector<const HostTensor*> parts;
+  for (const HostTensor& v : part_views) parts.push_back(&v);
   std::vector<Tensor> wt, bt, st;
   for (Backend* be : all) {
-    wt.push_back(be->upload(w->view));
+    wt.push_back(be->upload_linear(parts));
     bt.push_back(be->upload(bias->view));
     st.push_back(be->upload(sinks->view));
+    if (fp8 && be != cpu.get()) {
+      ASSERT_EQ(wt.back().dtype, DType::FP8_E4M3);
+    }
   }
   const RopeParams rope = compute_rope_params(preset_config("gpt-oss-20b"));
   PlanBuilder builder(shape.num_full_blocks, rng);
@@ -591,13 +614,33 @@ TEST(CudaOps, FusedQkvRopeCacheWriteIsTheLinearThenRope) {
         qkv_out.push_back(be.to_host_f32(qkv));
         attn_out.push_back(be.to_host_f32(out));
       }
-      const std::string what = fmt::format("step {} {}", step, g == KvGroup::Full ? "full" : "sliding");
+      const std::string what =
+          fmt::format("{}, step {} {}", fp8 ? "fp8" : "bf16", step, g == KvGroup::Full ? "full" : "sliding");
       EXPECT_EQ(qkv_out[1], qkv_out[2]) << "fused vs plain qkv, " << what;
       EXPECT_EQ(attn_out[1], attn_out[2]) << "fused vs plain attention (the cached k, v), " << what;
       OSSRT_EXPECT_CLOSE(qkv_out[1], qkv_out[0], 1e-2, "fused qkv vs CPU, " + what);
       OSSRT_EXPECT_CLOSE(attn_out[1], attn_out[0], 1e-2, "fused attention vs CPU, " + what);
     }
   }
+}
+
+TEST(CudaOps, FusedQkvRopeCacheWriteIsTheLinearThenRope) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  expect_fused_qkv_rope_is_linear_then_rope(WeightFormat::Reference, 31);
+}
+
+// The FP8 kernel (bf16_fp8w_gemv_mma_qkv_rope) through the backend, at the attention shapes of
+// gpt-oss-20b and -120b (the same: checked here); the kernel's own test
+// (CudaFp8.FusedQkvRopeKvWriteKernelIsTheGemvThenRopeBitForBit) compares the caches element by element.
+TEST(CudaOps, FusedFp8QkvRopeCacheWriteIsTheLinearThenRope) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  for (const char* preset : {"gpt-oss-20b", "gpt-oss-120b"}) {
+    const GptOssConfig cfg = preset_config(preset);
+    ASSERT_TRUE(cfg.hidden_size == kHidden && cfg.num_attention_heads == kQHeads &&
+                cfg.num_key_value_heads == kKvHeads && cfg.head_dim == kHeadDim)
+        << preset << ": the test's shapes are gpt-oss-20b's";
+  }
+  expect_fused_qkv_rope_is_linear_then_rope(WeightFormat::Mxfp4Fp8, 32);
 }
 
 TEST(CudaOps, AttentionOneToken) {

@@ -129,6 +129,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
     OSSRT_CHECK(v == "0" || v == "1" || v == "all", "OSSRT_CUDA_FP8_GEMV_MMA must be 0, 1 or all, not '{}'", v);
     fp8_mma_from_rows_ = v == "0" ? cuda::kFp8GemvMaxRows + 1 : v == "all" ? 1 : 2;
   }
+  if (const char* fused = std::getenv("OSSRT_CUDA_FP8_QKV_ROPE")) fp8_qkv_rope_ = fused[0] != '0';
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,

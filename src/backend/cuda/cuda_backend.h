@@ -163,6 +163,11 @@ class CudaBackend final : public Backend {
   // to 3 rows (from 4 the pre-quantized activation always takes tensor cores), 1 = the FMA kernel at
   // one row, all (the default) = tensor cores from one row.
   int fp8_mma_from_rows_ = 1;
+  // One-token steps with FP8 QKV weights run the projection, RoPE and the KV write as one kernel
+  // (qkv_rope_cache_write) where the one-row linear is the tensor-core GEMV it repeats (the default
+  // fp8_mma_from_rows_ 1). OSSRT_CUDA_FP8_QKV_ROPE=0 (developer switch, read at start, for A/B
+  // timing) runs the linear then rope_and_cache_write.
+  bool fp8_qkv_rope_ = true;
 
   // Workspaces planned in the constructor / at upload_experts.
   void* router_logits_ = nullptr;  // f32 [max_step_tokens, max experts]

@@ -278,9 +278,34 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
   bind_device();
   // One-token steps (batch-1 decode): the projection, rotation and cache write in one kernel, with
   // the arithmetic of the one-row GEMV and the RoPE kernel. Otherwise the two ops.
-  // (and only where the one-row GEMV takes a warp per row, the arithmetic the fused kernel repeats)
-  const bool one_token = plan_->host_plan().num_tokens() == 1 && x.dim(0) == 1 && gemv_max_rows_ >= 1 &&
-                         cuda::gemv_one_warp_per_row(int(w.dim(0)), num_sms_);
+  const bool one_token_step = plan_->host_plan().num_tokens() == 1 && x.dim(0) == 1;
+  if (w.dtype == DType::FP8_E4M3) {
+    // FP8 weights: only where the one-row linear is the tensor-core GEMV (fp8_mma_from_rows_ 1, the
+    // default), whose arithmetic the fused kernel repeats; OSSRT_CUDA_FP8_QKV_ROPE=0 turns it off.
+    const auto it = fp8_weights_.find(w.data);
+    OSSRT_CHECK(it != fp8_weights_.end(), "qkv_rope_cache_write: an fp8 weight {} that upload_linear did not make",
+                w.shape_str());
+    const Fp8Weight& f = *it->second;
+    const bool shapes = x.dtype == DType::BF16 && qkv.dtype == DType::BF16 && x.row_elems() == f.k &&
+                        qkv.row_elems() == f.n && (!bias || (bias->dtype == DType::BF16 && bias->numel() == f.n));
+    if (one_token_step && fp8_qkv_rope_ && fp8_mma_from_rows_ <= 1 && shapes) {
+      check_on_device(x, "qkv_rope_cache_write", "x");
+      if (bias) check_on_device(*bias, "qkv_rope_cache_write", "bias");
+      const cuda::Fp8QkvRopeArgs q{{static_cast<const uint16_t*>(x.data), static_cast<const uint8_t*>(w.data), f.scales,
+                                    bias ? static_cast<const uint16_t*>(bias->data) : nullptr, qkv.data,
+                                    /*out_f32=*/false, 1, f.n, f.k, f.k_pad, f.parts},
+                                   rope_cache_args(qkv, rope, p)};
+      if (cuda::fp8_qkv_rope_supported(q)) {
+        cuda::launch_bf16_fp8w_gemv_qkv_rope_kv_write(q, num_sms_, stream_);
+        return;
+      }
+    }
+    Backend::qkv_rope_cache_write(x, w, bias, rope, p, qkv);
+    return;
+  }
+  // bf16 weights: only where the one-row GEMV takes a warp per row, the arithmetic the fused kernel
+  // repeats.
+  const bool one_token = one_token_step && gemv_max_rows_ >= 1 && cuda::gemv_one_warp_per_row(int(w.dim(0)), num_sms_);
   const bool shapes = x.dtype == DType::BF16 && w.dtype == DType::BF16 && qkv.dtype == DType::BF16 && w.ndim == 2 &&
                       x.row_elems() == w.dim(1) && qkv.row_elems() == w.dim(0) &&
                       (!bias || (bias->dtype == DType::BF16 && bias->numel() == w.dim(0)));

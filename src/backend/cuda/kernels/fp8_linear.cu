@@ -6,6 +6,7 @@
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/fp8_linear.cuh"
+#include "backend/cuda/kernels/rope_common.cuh"
 
 namespace ossrt::cuda {
 namespace {
@@ -295,55 +296,35 @@ constexpr int kMmaTokens = 8;  // token rows a CTA (the MMA's n)
 // rows a quarter-warp reads fall on disjoint banks.
 __host__ __device__ constexpr int mma_token_stride(int k_pad) { return k_pad + 64; }
 
-// 2 to 8 token rows (and the groups of 8 of larger M): the weights as the MMA's A operand (16 rows,
-// the wide side), the tokens as B (n = 8), e4m3 x e4m3 on tensor cores, so the code products cost
-// nothing beside the bytes (the FMA kernel above spends ~20 instructions a weight byte at 8 rows).
-// A CTA owns 16-row tiles (grid-stride, one resident wave) and its 8 warps split K by 128-column
-// blocks (block b to warp b % 8); warp w quantizes exactly the activation groups it reads (groups w,
-// w + 8, ... of the CTA's 8 token rows, as codes [8][stride] and scales [8][k_pad / 128]), so it needs
-// no CTA barrier before its MMAs. Per block: lane (g, c) loads 16 bytes of weight rows g and g + 8
-// at columns 16c .. 16c + 15 and 64 + 16c .., and token row g's codes at the same columns; the 4
-// MMAs of the block take words (0, 1), (2, 3) of each load: a permutation of the block's columns
-// that A and B share, which the dot product does not see. The block's sums (exact products, the
-// tensor core's fp32 accumulation) are then scaled by s_w * s_a and added in fp32; the warps' sums
-// meet in shared memory in warp order.
-// At most 85 registers: 3 CTAs an SM (QKV's 320 tiles in one wave on 132 SMs).
-__global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ float red[kWarps][4][32];
-  const int stride = mma_token_stride(a.k_pad), kb_pad = a.k_pad / kFp8Block;
-  uint8_t* xs = smem;
-  float* ss = reinterpret_cast<float*>(smem + size_t(kMmaTokens) * size_t(stride));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const int blocks = fp8_blocks(a.k);
-  const int tiles = (a.n + kMmaRows - 1) / kMmaRows;
-  auto weights = [&](int tile, int b, uint4(&w)[4]) {
-    const int r_lo = tile * kMmaRows + g, r_hi = r_lo + 8;
-    const bool lo = r_lo < a.n, hi = r_hi < a.n;
-    const uint8_t* p_lo = a.w + int64_t(lo ? r_lo : 0) * a.k_pad + b * kFp8Block + 16 * c;
-    const uint8_t* p_hi = a.w + int64_t(hi ? r_hi : 0) * a.k_pad + b * kFp8Block + 16 * c;
-    const uint4 z = make_uint4(0, 0, 0, 0);
-    w[0] = lo ? ldg_stream(p_lo) : z;
-    w[1] = lo ? ldg_stream(p_lo + 64) : z;
-    w[2] = hi ? ldg_stream(p_hi) : z;
-    w[3] = hi ? ldg_stream(p_hi + 64) : z;
-  };
-  // The first tile's first block into registers, its other blocks into L2, before the wait.
-  uint4 cur[4] = {};
-  if (int(blockIdx.x) < tiles && warp < blocks) {
-    weights(blockIdx.x, warp, cur);
-    const int r = int(blockIdx.x) * kMmaRows + (c < 2 ? g : g + 8);
-    if (r < a.n && (c % 2) == 0)
-      for (int b = warp + kWarps; b < blocks; b += kWarps) prefetch_l2(a.w + int64_t(r) * a.k_pad + b * kFp8Block);
-  }
-  pdl_wait();
-  pdl_launch_dependents();
+// Lane (g, c)'s A operand of 16-row tile `tile` at 128-column block b: 16 bytes of weight rows g and
+// g + 8 at columns 16c .. 16c + 15 and 64 + 16c .. 64 + 16c + 15 (zeros for rows past n).
+__device__ __forceinline__ void mma_tile_weights(const Fp8GemvArgs& a, int tile, int b, int g, int c, uint4 (&w)[4]) {
+  const int r_lo = tile * kMmaRows + g, r_hi = r_lo + 8;
+  const bool lo = r_lo < a.n, hi = r_hi < a.n;
+  const uint8_t* p_lo = a.w + int64_t(lo ? r_lo : 0) * a.k_pad + b * kFp8Block + 16 * c;
+  const uint8_t* p_hi = a.w + int64_t(hi ? r_hi : 0) * a.k_pad + b * kFp8Block + 16 * c;
+  const uint4 z = make_uint4(0, 0, 0, 0);
+  w[0] = lo ? ldg_stream(p_lo) : z;
+  w[1] = lo ? ldg_stream(p_lo + 64) : z;
+  w[2] = hi ? ldg_stream(p_hi) : z;
+  w[3] = hi ? ldg_stream(p_hi + 64) : z;
+}
 
-  // Warp w's tasks: (token row t % rows, group w + 8 (t / rows)); rows past m are left unwritten (only
-  // the MMA columns of those tokens, never stored, read them). Pre-quantized activations (x_codes:
-  // the quantize kernel's output, for more than 8 rows) are copied instead.
-  const int m0 = blockIdx.y * kMmaTokens;
-  const int rows = min(kMmaTokens, a.m - m0);
+// Blocks first, first + 8, ... (below `blocks`) of tile `tile` into L2: lanes c = 0 and 2 take rows g
+// and g + 8, a block's row being one 128-byte line.
+__device__ __forceinline__ void mma_prefetch_tile(const Fp8GemvArgs& a, int tile, int first, int blocks, int g, int c) {
+  const int r = tile * kMmaRows + (c < 2 ? g : g + 8);
+  if (r < a.n && (c % 2) == 0)
+    for (int b = first; b < blocks; b += kWarps) prefetch_l2(a.w + int64_t(r) * a.k_pad + b * kFp8Block);
+}
+
+// Warp w's share of the CTA's token rows m0 .. m0 + rows - 1 into shared memory (codes [8][stride],
+// scales [8][k_pad / 128]): tasks (token row t % rows, group w + 8 (t / rows)), exactly the groups its
+// MMAs read, so it needs no CTA barrier before them. Rows past m are left unwritten (only the MMA
+// columns of those tokens, never stored, read them). Pre-quantized activations (x_codes: the
+// quantize kernel's output, for more than 8 rows) are copied instead.
+__device__ __forceinline__ void mma_stage_tokens(const Fp8GemvArgs& a, int m0, int rows, int blocks, int warp, int lane,
+                                                 uint8_t* xs, float* ss, int stride, int kb_pad) {
   const int tasks = warp < blocks ? rows * ((blocks - warp + kWarps - 1) / kWarps) : 0;
   if (a.x_codes) {
     // 8 tasks' loads in flight at once (one at a time, each waited for its load).
@@ -392,34 +373,81 @@ __global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a)
     }
   }
   __syncwarp();
+}
+
+// Block b of a tile into lane (g, c)'s accumulators (rows g, g + 8 x token rows 2c, 2c + 1): the 4
+// MMAs of the block on its weights w (mma_tile_weights) and the staged codes, words (0, 1), (2, 3) of
+// each 16-byte load (a permutation of the block's columns that A and B share); then the block's sums
+// (exact products, the tensor core's fp32 accumulation) times s_w * s_a, added in fp32.
+__device__ __forceinline__ void mma_block_accumulate(float (&acc)[4], const uint4 (&w)[4], const uint8_t* xs,
+                                                     const float* ss, int stride, int kb_pad, int b, int g, int c,
+                                                     float w_lo, float w_hi) {
+  const uint8_t* xp = xs + g * stride + b * kFp8Block + 16 * c;
+  const uint4 x0 = *reinterpret_cast<const uint4*>(xp), x1 = *reinterpret_cast<const uint4*>(xp + 64);
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  mma_e4m3_m16n8k32(d, {w[0].x, w[2].x, w[0].y, w[2].y}, {x0.x, x0.y});
+  mma_e4m3_m16n8k32(d, {w[0].z, w[2].z, w[0].w, w[2].w}, {x0.z, x0.w});
+  mma_e4m3_m16n8k32(d, {w[1].x, w[3].x, w[1].y, w[3].y}, {x1.x, x1.y});
+  mma_e4m3_m16n8k32(d, {w[1].z, w[3].z, w[1].w, w[3].w}, {x1.z, x1.w});
+  const float t0 = ss[(2 * c) * kb_pad + b], t1 = ss[(2 * c + 1) * kb_pad + b];
+  acc[0] = fmaf(d[0], w_lo * t0, acc[0]);
+  acc[1] = fmaf(d[1], w_lo * t1, acc[1]);
+  acc[2] = fmaf(d[2], w_hi * t0, acc[2]);
+  acc[3] = fmaf(d[3], w_hi * t1, acc[3]);
+}
+
+// One output's warp sums in warp order (red points at warp 0's, the next warps' follow every `stride`
+// floats), plus its bias, in fp32: the value the linear rounds to its output dtype.
+__device__ __forceinline__ float mma_output(const Fp8GemvArgs& a, const float* red, int stride, int row) {
+  float sum = red[0];
+  for (int w = 1; w < kWarps; ++w) sum += red[w * stride];
+  return sum + (a.bias ? bf16_bits_to_float(a.bias[row]) : 0.0f);
+}
+
+// 2 to 8 token rows (and the groups of 8 of larger M): the weights as the MMA's A operand (16 rows,
+// the wide side), the tokens as B (n = 8), e4m3 x e4m3 on tensor cores, so the code products cost
+// nothing beside the bytes (the FMA kernel above spends ~20 instructions a weight byte at 8 rows).
+// A CTA owns 16-row tiles (grid-stride, one resident wave) and its 8 warps split K by 128-column
+// blocks (block b to warp b % 8); warp w quantizes exactly the activation groups it reads
+// (mma_stage_tokens). Per block: lane (g, c) loads 16 bytes of weight rows g and g + 8 at columns
+// 16c .. 16c + 15 and 64 + 16c .., and token row g's codes at the same columns; the 4 MMAs of the
+// block and its scales: mma_block_accumulate. The warps' sums meet in shared memory in warp order.
+// The first tile's first block is requested before the PDL wait and its other blocks pulled into L2;
+// each next tile is pulled into L2 while one is summed.
+// The device functions above are shared with bf16_fp8w_gemv_mma_qkv_rope (below), whose qkv values
+// must be this kernel's bit for bit: change them there too.
+// At most 85 registers: 3 CTAs an SM (QKV's 320 tiles in one wave on 132 SMs).
+__global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float red[kWarps][4][32];
+  const int stride = mma_token_stride(a.k_pad), kb_pad = a.k_pad / kFp8Block;
+  uint8_t* xs = smem;
+  float* ss = reinterpret_cast<float*>(smem + size_t(kMmaTokens) * size_t(stride));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int blocks = fp8_blocks(a.k);
+  const int tiles = (a.n + kMmaRows - 1) / kMmaRows;
+  uint4 cur[4] = {};
+  if (int(blockIdx.x) < tiles && warp < blocks) {
+    mma_tile_weights(a, blockIdx.x, warp, g, c, cur);
+    mma_prefetch_tile(a, blockIdx.x, warp + kWarps, blocks, g, c);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+
+  const int m0 = blockIdx.y * kMmaTokens;
+  mma_stage_tokens(a, m0, min(kMmaTokens, a.m - m0), blocks, warp, lane, xs, ss, stride, kb_pad);
 
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int r_lo = tile * kMmaRows + g, r_hi = r_lo + 8;
     const float* s_lo = a.w_scales + int64_t(fp8_scale_row(a.parts, r_lo < a.n ? r_lo : 0)) * kb_pad;
     const float* s_hi = a.w_scales + int64_t(fp8_scale_row(a.parts, r_hi < a.n ? r_hi : 0)) * kb_pad;
-    if (tile != int(blockIdx.x) && warp < blocks) weights(tile, warp, cur);
-    {  // The next tile's blocks of this warp into L2 while this one is summed.
-      const int r = (tile + int(gridDim.x)) * kMmaRows + (c < 2 ? g : g + 8);
-      if (r < a.n && (c % 2) == 0)
-        for (int b = warp; b < blocks; b += kWarps) prefetch_l2(a.w + int64_t(r) * a.k_pad + b * kFp8Block);
-    }
+    if (tile != int(blockIdx.x) && warp < blocks) mma_tile_weights(a, tile, warp, g, c, cur);
+    mma_prefetch_tile(a, tile + int(gridDim.x), warp, blocks, g, c);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int b = warp; b < blocks; b += kWarps) {
       uint4 nxt[4] = {};
-      if (b + kWarps < blocks) weights(tile, b + kWarps, nxt);
-      const uint8_t* xp = xs + g * stride + b * kFp8Block + 16 * c;
-      const uint4 x0 = *reinterpret_cast<const uint4*>(xp), x1 = *reinterpret_cast<const uint4*>(xp + 64);
-      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma_e4m3_m16n8k32(d, {cur[0].x, cur[2].x, cur[0].y, cur[2].y}, {x0.x, x0.y});
-      mma_e4m3_m16n8k32(d, {cur[0].z, cur[2].z, cur[0].w, cur[2].w}, {x0.z, x0.w});
-      mma_e4m3_m16n8k32(d, {cur[1].x, cur[3].x, cur[1].y, cur[3].y}, {x1.x, x1.y});
-      mma_e4m3_m16n8k32(d, {cur[1].z, cur[3].z, cur[1].w, cur[3].w}, {x1.z, x1.w});
-      const float t0 = ss[(2 * c) * kb_pad + b], t1 = ss[(2 * c + 1) * kb_pad + b];
-      const float w_lo = __ldg(s_lo + b), w_hi = __ldg(s_hi + b);
-      acc[0] = fmaf(d[0], w_lo * t0, acc[0]);
-      acc[1] = fmaf(d[1], w_lo * t1, acc[1]);
-      acc[2] = fmaf(d[2], w_hi * t0, acc[2]);
-      acc[3] = fmaf(d[3], w_hi * t1, acc[3]);
+      if (b + kWarps < blocks) mma_tile_weights(a, tile, b + kWarps, g, c, nxt);
+      mma_block_accumulate(acc, cur, xs, ss, stride, kb_pad, b, g, c, __ldg(s_lo + b), __ldg(s_hi + b));
 #pragma unroll
       for (int i = 0; i < 4; ++i) cur[i] = nxt[i];
     }
@@ -427,17 +455,11 @@ __global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a)
     for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[i];
     __syncthreads();
     if (warp == 0) {
-      float sum[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        sum[i] = red[0][i][lane];
-        for (int w = 1; w < kWarps; ++w) sum[i] += red[w][i][lane];
-      }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int tok = m0 + 2 * c + (i & 1), row = i < 2 ? r_lo : r_hi;
         if (tok >= a.m || row >= a.n) continue;
-        const float y = sum[i] + (a.bias ? bf16_bits_to_float(a.bias[row]) : 0.0f);
+        const float y = mma_output(a, &red[0][i][lane], 4 * 32, row);
         if (a.out_f32)
           static_cast<float*>(a.out)[int64_t(tok) * a.n + row] = y;
         else
@@ -445,6 +467,109 @@ __global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a)
       }
     }
     __syncthreads();  // red is reused by the next tile
+  }
+}
+
+// One token's QKV projection with RoPE and the KV cache write in its epilogue (Fp8QkvRopeArgs). A
+// rotation pairs rows i and i + 32 of a head, which lie in 16-row tiles j and j + 2 of the head's 4:
+// a unit (head h, j = 0 or 1) is that pair of tiles, so one CTA finishes both rows of each pair it
+// rotates, without an exchange between CTAs. The CTA is bf16_fp8w_gemv_mma's at one token row with
+// the same device functions (staging, weight fragments, blocks split over the warps as b % 8, block
+// sums and scale products, warp-order sums, bias): its pre-rotation values are that kernel's bit for
+// bit. It runs the unit's two tiles together (both tiles' loads of a block in flight at once, half as
+// many CTAs). Lane (g, c < 2) of warp 0 then takes pair i = 16 j + g + 8 c of the head: rounds rows i
+// and i + 32 to bf16 as the linear's output is, rotates them (q and k heads) with the RoPE kernel's
+// rope_rotate and cos / sin, and writes qkv and, unless the slot is < 0, the k / v cache as
+// bf16_rope_kv_cache_write does. cos / sin are computed once a CTA by the last warp (the one with
+// fewest blocks when 8 does not divide them: 23 at hidden 2,880).
+// At most 128 registers, 2 CTAs an SM: gpt-oss's 160 units in one wave on 132 SMs.
+constexpr int kTilesPerHead = kRopeHeadDim / kMmaRows;  // 4
+constexpr int kPairTiles = kRopeHalf / kMmaRows;        // tile j + 2 holds the partners of tile j's rows
+static_assert(kRopeHalf % kMmaRows == 0 && kRopeHalf == 32, "a unit's tile pair and one cos / sin per lane");
+
+__global__ void __launch_bounds__(kThreads, 2) bf16_fp8w_gemv_mma_qkv_rope(Fp8QkvRopeArgs q) {
+  const Fp8GemvArgs& a = q.linear;
+  const RopeCacheWriteArgs& r = q.rope;
+  extern __shared__ __align__(16) unsigned char smem[];
+  // [warp][tile j's rows g, g + 8; tile j + 2's rows g, g + 8][lane]: token 0's accumulators 0 and 2.
+  __shared__ float red[kWarps][4][32];
+  __shared__ float cos_s[kRopeHalf], sin_s[kRopeHalf];
+  const int stride = mma_token_stride(a.k_pad), kb_pad = a.k_pad / kFp8Block;
+  uint8_t* xs = smem;
+  float* ss = reinterpret_cast<float*>(smem + size_t(kMmaTokens) * size_t(stride));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int blocks = fp8_blocks(a.k);
+  const int units = a.n / kRopeHalf;  // 2 a head
+  auto first_tile = [](int u) { return u / 2 * kTilesPerHead + u % 2; };
+  uint4 cur[2][4] = {};
+  if (int(blockIdx.x) < units && warp < blocks) {
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const int tile = first_tile(blockIdx.x) + t * kPairTiles;
+      mma_tile_weights(a, tile, warp, g, c, cur[t]);
+      mma_prefetch_tile(a, tile, warp + kWarps, blocks, g, c);
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+
+  mma_stage_tokens(a, 0, 1, blocks, warp, lane, xs, ss, stride, kb_pad);
+  if (warp == kWarps - 1) rope_cos_sin(r, r.positions[0], lane, cos_s[lane], sin_s[lane]);
+
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const int tile0 = first_tile(unit);
+    int s_lo[2], s_hi[2];  // offsets of the rows' block scales in a.w_scales (32-bit: fewer registers)
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const int r_lo = (tile0 + t * kPairTiles) * kMmaRows + g;
+      s_lo[t] = fp8_scale_row(a.parts, r_lo) * kb_pad;
+      s_hi[t] = fp8_scale_row(a.parts, r_lo + 8) * kb_pad;
+      if (unit != int(blockIdx.x) && warp < blocks) mma_tile_weights(a, tile0 + t * kPairTiles, warp, g, c, cur[t]);
+      if (unit + int(gridDim.x) < units)
+        mma_prefetch_tile(a, first_tile(unit + int(gridDim.x)) + t * kPairTiles, warp, blocks, g, c);
+    }
+    float acc[2][4] = {};
+    for (int b = warp; b < blocks; b += kWarps) {
+      uint4 nxt[2][4] = {};
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+        if (b + kWarps < blocks) mma_tile_weights(a, tile0 + t * kPairTiles, b + kWarps, g, c, nxt[t]);
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+        mma_block_accumulate(acc[t], cur[t], xs, ss, stride, kb_pad, b, g, c, __ldg(a.w_scales + s_lo[t] + b),
+                             __ldg(a.w_scales + s_hi[t] + b));
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) cur[t][i] = nxt[t][i];
+    }
+    // Accumulators 1 and 3 are token 1's (none here): never stored, so never computed.
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      red[warp][2 * t][lane] = acc[t][0];
+      red[warp][2 * t + 1][lane] = acc[t][2];
+    }
+    __syncthreads();  // also publishes cos_s / sin_s (the first unit)
+    if (warp == 0 && c < 2) {
+      const int src = 4 * g;  // lane (g, 0), which holds token 0's accumulators of rows g and g + 8
+      const int row0 = tile0 * kMmaRows + g + 8 * c, row1 = row0 + kRopeHalf;
+      __nv_bfloat16 y0 = __float2bfloat16_rn(mma_output(a, &red[0][c][src], 4 * 32, row0));
+      __nv_bfloat16 y1 = __float2bfloat16_rn(mma_output(a, &red[0][2 + c][src], 4 * 32, row1));
+      const int head = row0 / kRopeHeadDim, i = row0 % kRopeHeadDim;
+      const int hq = r.num_q_heads, hkv = r.num_kv_heads;
+      if (head < hq + hkv) rope_rotate(__bfloat162float(y0), __bfloat162float(y1), cos_s[i], sin_s[i], y0, y1);
+      r.qkv[row0] = y0;
+      r.qkv[row1] = y1;
+      const int slot = r.slots[0];
+      if (slot >= 0 && head >= hq) {
+        const bool is_k = head < hq + hkv;
+        __nv_bfloat16* cache = is_k ? r.k_cache : r.v_cache;
+        const int kv_head = is_k ? head - hq : head - hq - hkv;
+        cache[cache_index(r, slot, kv_head, i)] = y0;
+        cache[cache_index(r, slot, kv_head, i + kRopeHalf)] = y1;
+      }
+    }
+    __syncthreads();  // red is reused by the next unit
   }
 }
 
@@ -487,8 +612,8 @@ __global__ void __launch_bounds__(1024) fp8_transpose_rows(Fp8TransposeArgs a) {
     static_cast<__nv_bfloat16*>(a.dst)[at] = __float2bfloat16_rn(y);
 }
 
-template <typename Kernel>
-void launch_with_smem(Kernel kernel, dim3 grid, size_t smem, int sms, cudaStream_t stream, const Fp8GemvArgs& a) {
+template <typename Kernel, typename Args>
+void launch_with_smem(Kernel kernel, dim3 grid, size_t smem, int sms, cudaStream_t stream, const Args& a) {
   int per_sm = 0;
   OSSRT_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   grid.x = std::min(grid.x, unsigned(std::max(1, per_sm) * std::max(1, sms)));
@@ -525,6 +650,8 @@ void fp8_gemv_prepare(int k_pad) {
   OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(mma_smem_bytes(k_pad))));
+  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv_mma_qkv_rope, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(mma_smem_bytes(k_pad))));
 }
 
@@ -569,6 +696,22 @@ void launch_bf16_fp8w_gemv(const Fp8GemvArgs& a, int sms, int mma_from_rows, cud
     case 4: launch_with_smem(bf16_fp8w_gemv<4>, grid, smem, sms, stream, a); break;
     default: launch_with_smem(bf16_fp8w_gemv<8>, grid, smem, sms, stream, a); break;
   }
+}
+
+bool fp8_qkv_rope_supported(const Fp8QkvRopeArgs& q) {
+  const Fp8GemvArgs& a = q.linear;
+  const RopeCacheWriteArgs& r = q.rope;
+  return fp8_gemv_supported(a) && a.m == 1 && r.num_tokens == 1 && !a.out_f32 && a.out == r.qkv && !a.x_codes &&
+         r.num_q_heads > 0 && r.num_kv_heads > 0 && r.block_size > 0 &&
+         a.n == (r.num_q_heads + 2 * r.num_kv_heads) * kRopeHeadDim;
+}
+
+void launch_bf16_fp8w_gemv_qkv_rope_kv_write(const Fp8QkvRopeArgs& q, int sms, cudaStream_t stream) {
+  OSSRT_CU_CHECK(fp8_qkv_rope_supported(q), "bf16_fp8w_gemv_mma_qkv_rope: m ", q.linear.m, " n ", q.linear.n, " k ",
+                 q.linear.k, " for ", q.rope.num_q_heads, " q + ", q.rope.num_kv_heads,
+                 " kv heads (one token, bf16 out into rope.qkv, (Hq + 2 Hkv) x 64 rows)");
+  launch_with_smem(bf16_fp8w_gemv_mma_qkv_rope, dim3(unsigned(q.linear.n / kRopeHalf)), mma_smem_bytes(q.linear.k_pad),
+                   sms, stream, q);
 }
 
 }  // namespace ossrt::cuda

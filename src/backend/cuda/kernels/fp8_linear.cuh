@@ -12,12 +12,16 @@
 //     (m16n8k32, the weights on the wide side), per 128-column block the code products' sum times
 //     s_w * s_a, accumulated in fp32. More rows run as groups of 8 (grid.y): the fallback where
 //     cuBLASLt does not serve.
+//   bf16_fp8w_gemv_mma_qkv_rope: one token's QKV projection as bf16_fp8w_gemv_mma computes it, then
+//     RoPE and the KV cache write (rope_cache.cuh) in its epilogue.
 //   bf16_fp8w_gemv: the same on FMA (a warp per weight row, fp32 sums of the code products), the
 //     alternative of the developer switch OSSRT_CUDA_FP8_GEMV_MMA (at one row on the H200, 15a0c3b:
 //     QKV 9.0 / 12.1 us, O 8.4 / 13.3 us, the unembedding 163 / 225 us, tensor-core / FMA).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "backend/cuda/kernels/rope_cache.cuh"
 
 namespace ossrt::cuda {
 
@@ -78,6 +82,18 @@ void fp8_gemv_prepare(int k_pad);
 // mma_from_rows token rows on (and always above 8 rows, or with x_codes) the tensor-core kernel
 // runs, below it the FMA one: 1 by default (CudaBackend, OSSRT_CUDA_FP8_GEMV_MMA for A/B timing).
 void launch_bf16_fp8w_gemv(const Fp8GemvArgs& args, int sms, int mma_from_rows, cudaStream_t stream);
+
+// One-token steps with FP8 QKV weights: the projection with RoPE and the KV write in its epilogue
+// (the FP8 counterpart of launch_bf16_gemv_qkv_rope_kv_write). linear is the one-row GEMV's arguments
+// (m 1, bf16 out, out == rope.qkv, the fused weight's rows (Hq + 2 Hkv) heads x 64); qkv and the
+// cache get bit for bit what launch_bf16_fp8w_gemv on tensor cores (mma_from_rows 1, the default)
+// followed by launch_bf16_rope_kv_cache_write writes.
+struct Fp8QkvRopeArgs {
+  Fp8GemvArgs linear;
+  RopeCacheWriteArgs rope;  // num_tokens 1
+};
+bool fp8_qkv_rope_supported(const Fp8QkvRopeArgs& args);
+void launch_bf16_fp8w_gemv_qkv_rope_kv_write(const Fp8QkvRopeArgs& args, int sms, cudaStream_t stream);
 
 // dst[r, c] = src[r + c * rows] (+ bias[c]): a column-major GEMM output (cuBLASLt's, swapped
 // orientation) into the row-major activation; bf16 or f32 both sides.
