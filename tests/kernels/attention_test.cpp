@@ -291,11 +291,14 @@ AttentionArgs make_args(const Problem& p, const DeviceProblem& dev, const Device
 // fold_merge is false (the separate merge kernel); either way every ticket must come back to zero.
 std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, const DevicePlan& plan, Kernel kernel,
                                  int num_splits = 0, int prefill_variant = kPrefillDefaultVariant,
-                                 bool fold_merge = true) {
+                                 bool fold_merge = true, int min_keys_per_split = kAttnDefaultMinKeysPerSplit) {
   const size_t out_elems = size_t(plan.num_tokens) * p.hq() * kD;
   DeviceArray<uint16_t> out(std::vector<uint16_t>(out_elems, kBf16NaN));
   AttentionArgs a = make_args(p, dev, plan, out.get());
-  a.num_splits = num_splits > 0 ? num_splits : attention_decode_splits(plan.num_seqs, p.hkv(), plan.max_context);
+  a.min_keys_per_split = min_keys_per_split;
+  a.num_splits = num_splits > 0
+                     ? num_splits
+                     : attention_decode_splits(plan.num_seqs, p.hkv(), plan.max_context, 132, min_keys_per_split);
   const size_t ws_bytes = attention_decode_workspace_bytes(plan.num_seqs, p.hq(), a.num_splits);
   DeviceArray<char> workspace(ws_bytes);
   a.workspace = workspace.get();
@@ -557,6 +560,27 @@ TEST(AttentionKernels, DecodeAtEverySplitCount) {
     expect_matches_reference(full, run_attention(full, full_dev, full_dev.plan.view, Kernel::Decode, splits));
     expect_matches_reference(window, run_attention(window, window_dev, window_dev.plan.view, Kernel::Decode, splits));
   }
+}
+
+// Smaller splits (OSSRT_CUDA_ATTN_SPLIT_KEYS): more CTAs at short contexts; the same reference,
+// full and window layers, contexts around the split sizes, merged folded and by the merge kernel.
+TEST(AttentionKernels, DecodeWithSmallerSplitsMatchesReference) {
+  REQUIRE_GPU();
+  const Problem full = make_problem(full_causal({{1023, 1}, {64, 1}, {65, 1}, {200, 1}, {4999, 1}}, 57));
+  const DeviceProblem full_dev(full);
+  const Problem window = make_problem(sliding({{1023, 1}, {127, 1}, {129, 1}}, 58));
+  const DeviceProblem window_dev(window);
+  for (int keys : {64, 128}) {
+    for (bool fold : {true, false}) {
+      SCOPED_TRACE("min keys per split " + std::to_string(keys) + (fold ? ", folded merge" : ", merge kernel"));
+      expect_matches_reference(
+          full, run_attention(full, full_dev, full_dev.plan.view, Kernel::Decode, 0, kPrefillDefaultVariant, fold, keys));
+      expect_matches_reference(window, run_attention(window, window_dev, window_dev.plan.view, Kernel::Decode, 0,
+                                                     kPrefillDefaultVariant, fold, keys));
+    }
+  }
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 1024, 132, 64), 16);
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 1024, 132, 128), 8);
 }
 
 TEST(AttentionKernels, DecodeAtTheLongestContext) {

@@ -124,6 +124,11 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   }
   if (const char* fold = std::getenv("OSSRT_CUDA_MOE_FOLD")) moe_fold_combine_ = fold[0] != '0';
   if (const char* fold = std::getenv("OSSRT_CUDA_ATTN_FOLD")) attn_fold_merge_ = fold[0] != '0';
+  if (const char* keys = std::getenv("OSSRT_CUDA_ATTN_SPLIT_KEYS")) {
+    OSSRT_CHECK(std::sscanf(keys, "%d", &attn_min_split_keys_) == 1 && attn_min_split_keys_ >= 64 &&
+                    attn_min_split_keys_ % 64 == 0,
+                "OSSRT_CUDA_ATTN_SPLIT_KEYS must be a positive multiple of 64, not '{}'", keys);
+  }
   if (const char* mma = std::getenv("OSSRT_CUDA_FP8_GEMV_MMA")) {
     const std::string v = mma;
     OSSRT_CHECK(v == "0" || v == "1" || v == "all", "OSSRT_CUDA_FP8_GEMV_MMA must be 0, 1 or all, not '{}'", v);

@@ -178,6 +178,9 @@ class CudaBackend final : public Backend {
   static constexpr int64_t kMoeTickets = 8 * 8192 / 16;
   int32_t* moe_tickets_ = nullptr;
   bool moe_fold_combine_ = true;
+  // Decode attention: the fewest keys a split takes (AttentionArgs::min_keys_per_split); developer
+  // switch OSSRT_CUDA_ATTN_SPLIT_KEYS (a multiple of 64) for A/B timing.
+  int attn_min_split_keys_ = 256;
   int gemv_max_rows_ = 8;          // linears and the router of at most this many rows use our GEMV kernels
   int moe_direct_max_pairs_ = -1;  // -1: MoeArgs' default; OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS (A/B switch)
   // The decode attention's folded split-merge tickets (0 between launches); OSSRT_CUDA_ATTN_FOLD=0

@@ -361,7 +361,9 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
     // the result is batch-invariant. A captured decode graph sees max_context = its context bucket
     // (cuda_graphs.cpp), an upper bound of every context it replays with, so its grid stays valid;
     // short contexts do not launch the 32 x Hkv x seqs CTAs of the longest one.
-    a.num_splits = cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, dp.max_context);
+    a.min_keys_per_split = attn_min_split_keys_;
+    a.num_splits = cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, dp.max_context, num_sms_,
+                                                 attn_min_split_keys_);
     OSSRT_CHECK(
         cuda::attention_decode_workspace_bytes(dp.num_seqs, p.num_q_heads, a.num_splits) <= attn_workspace_bytes_,
         "attention: decode workspace too small for {} sequences x {} heads", dp.num_seqs, p.num_q_heads);

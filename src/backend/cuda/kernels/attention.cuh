@@ -26,6 +26,8 @@ inline constexpr int kAttnHeadDim = 64;
 inline constexpr int kAttnQHeadsPerKvHead = 8;
 // Upper bound on decode splits per (sequence, KV head); sizes the decode workspace.
 inline constexpr int kAttnMaxDecodeSplits = 32;
+// The fewest keys a decode split takes unless AttentionArgs::min_keys_per_split says otherwise.
+inline constexpr int kAttnDefaultMinKeysPerSplit = 256;
 
 struct AttentionArgs {
   DevicePlan plan;
@@ -52,6 +54,9 @@ struct AttentionArgs {
   // own visible range among the splits on the device, so a graph captured with a fixed count stays
   // correct as contexts grow; choose it with attention_decode_splits().
   int num_splits = 1;
+  // Decode only: the fewest keys a split takes (a multiple of 64, pass the same to
+  // attention_decode_splits). Fewer keys a split: more CTAs at short contexts and small batches.
+  int min_keys_per_split = kAttnDefaultMinKeysPerSplit;
   // Decode only, optional: int32 tickets, zeroed once by the owner and left zeroed by every launch,
   // at least num_seqs * num_kv_heads of them (tickets_capacity). With them the split merge runs in
   // the last split CTA of each (sequence, KV head) instead of a second kernel (one launch fewer).
@@ -60,11 +65,12 @@ struct AttentionArgs {
 };
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys
-// by its own length, at least 256 keys a split, up to 32 splits, so results do not depend on the batch).
+// by its own length, at least min_keys_per_split keys a split, up to 32 splits, so results do not depend on the batch).
 // For CUDA graphs pass the largest context the graph may ever replay with (or simply
 // kAttnMaxDecodeSplits): a smaller count stays correct but loses batch invariance. The other
 // arguments do not change the result (kept so callers need not change if occupancy enters later).
-int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms = 132);
+int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms = 132,
+                            int min_keys_per_split = kAttnDefaultMinKeysPerSplit);
 // Workspace the decode kernel needs for num_seqs sequences at num_splits.
 size_t attention_decode_workspace_bytes(int num_seqs, int num_q_heads, int num_splits);
 

@@ -32,8 +32,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileKeys = 64;                  // keys per shared-memory tile, 16 per warp
 constexpr int kWarpKeys = kTileKeys / kWarps;  // 16: one MMA k-step of P.V
-// A split never takes fewer keys than this, so short contexts use few splits (the rest exit).
-constexpr int kMinKeysPerSplit = 256;
 // Shared rows padded to 72 bf16 (144 bytes): the 8 rows an ldmatrix phase or a fragment load
 // touches start 16 bytes apart modulo 128, so they hit distinct banks; 144 keeps 16-byte alignment.
 constexpr int kPitch = kD + 8;
@@ -56,9 +54,10 @@ __host__ __device__ inline DecodePartials decode_partials(void* ws, int num_seqs
 // (attention_decode_splits(max_context) guarantees that). With a smaller grid the slices grow to
 // cover the range anyway: never wrong, only not batch-invariant. Whole tiles, so the tile grid of a
 // split starts at its first key.
-__host__ __device__ inline int keys_per_split(int n, int splits) {
+// A split never takes fewer than min_keys keys, so short contexts use few splits (the rest exit).
+__host__ __device__ inline int keys_per_split(int n, int splits, int min_keys) {
   const int spread = (n + kAttnMaxDecodeSplits - 1) / kAttnMaxDecodeSplits;
-  const int own = spread > kMinKeysPerSplit ? spread : kMinKeysPerSplit;
+  const int own = spread > min_keys ? spread : min_keys;
   const int cover = (n + splits - 1) / splits;
   return ((own > cover ? own : cover) + kTileKeys - 1) / kTileKeys * kTileKeys;
 }
@@ -74,8 +73,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
 }
 
 // The splits a sequence of visible length n uses on a grid of `splits` (the others exit unwritten).
-__device__ __forceinline__ int used_splits(int n, int splits) {
-  const int per = keys_per_split(n, splits);
+__device__ __forceinline__ int used_splits(int n, int splits, int min_keys) {
+  const int per = keys_per_split(n, splits, min_keys);
   return min(splits, (n + per - 1) / per);
 }
 
@@ -110,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   if (seq.num_tokens != 1) return;  // padding (0 tokens); the launcher rejects > 1
   const int pos = seq.context_begin;
   const int lo = first_visible_key(pos, a.window);
-  const int per = keys_per_split(pos - lo + 1, a.num_splits);
+  const int per = keys_per_split(pos - lo + 1, a.num_splits, a.min_keys_per_split);
   const int begin = lo + split * per;
   const int end = min(begin + per, pos + 1);
   if (begin >= end) return;  // a split this sequence does not use: pass 2 does not read it
@@ -251,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   __shared__ bool last_s;
   __threadfence();  // this split's partials, device-wide, before its ticket
   __syncthreads();
-  const int used = used_splits(pos - lo + 1, a.num_splits);
+  const int used = used_splits(pos - lo + 1, a.num_splits, a.min_keys_per_split);
   int32_t* ticket = a.tickets + int64_t(seq_index) * a.num_kv_heads + kv_head;
   if (tid == 0) last_s = atomicAdd(ticket, 1) == used - 1;
   __syncthreads();
@@ -270,7 +269,7 @@ __global__ void __launch_bounds__(kGroup * 32) bf16_sdpa_sinks_d64_decode_combin
   if (seq.num_tokens != 1) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = seq.context_begin - first_visible_key(seq.context_begin, a.window) + 1;
-  merge_head_splits(a, seq, seq_index, blockIdx.y * kGroup + warp, used_splits(n, a.num_splits), lane);
+  merge_head_splits(a, seq, seq_index, blockIdx.y * kGroup + warp, used_splits(n, a.num_splits, a.min_keys_per_split), lane);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -298,12 +297,12 @@ void validate_attention_args(const AttentionArgs& a) {
   OSSRT_CU_CHECK(a.num_blocks > 0, "attention: the KV pool has no blocks");
 }
 
-int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms) {
+int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms, int min_keys_per_split) {
   // Only the context decides: each sequence slices its keys by its own length (split_range), so
   // the grid needs as many splits as the longest context uses. Batch size and SM count do not
   // enter, which keeps results independent of the batch.
   (void)num_seqs, (void)num_kv_heads, (void)num_sms;
-  const int needed = (std::max(max_context, 1) + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+  const int needed = (std::max(max_context, 1) + min_keys_per_split - 1) / min_keys_per_split;
   return std::clamp(needed, 1, kAttnMaxDecodeSplits);
 }
 
@@ -318,6 +317,9 @@ void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& a, cudaStream_t stre
                  " tokens (decode takes 1)");
   OSSRT_CU_CHECK(a.num_splits >= 1 && a.num_splits <= kAttnMaxDecodeSplits, "attention decode: num_splits ",
                  a.num_splits, " not in [1, ", kAttnMaxDecodeSplits, "]");
+  OSSRT_CU_CHECK(a.min_keys_per_split >= kTileKeys && a.min_keys_per_split % kTileKeys == 0,
+                 "attention decode: min_keys_per_split ", a.min_keys_per_split, " must be a positive multiple of ",
+                 kTileKeys);
   const size_t need = attention_decode_workspace_bytes(a.plan.num_seqs, a.num_q_heads, a.num_splits);
   OSSRT_CU_CHECK(a.workspace && a.workspace_bytes >= need && aligned16(a.workspace), "attention decode: workspace of ",
                  need, " bytes (16-byte aligned) needed, ", a.workspace_bytes, " given");
