@@ -106,11 +106,11 @@ inline void add_runtime_flags(CLI::App* cmd, RuntimeOptions& o, RuntimeFlagGroup
       ->group("Scheduler");
   cmd->add_option("--seed", o.seed, "Sampling seed of requests that bring none (reproducible sampling)")
       ->group("Scheduler");
-  cmd->add_option(
-         "--speculative-config", o.speculative_config,
-         "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}' "
-         "(methods ngram, suffix, draft_model with \"model\" (cpu only), replay (benchmarks); docs/engine.md); "
-         "greedy output unchanged, sampled output distributed as without it")
+  cmd->add_option("--speculative-config", o.speculative_config,
+                  "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}' "
+                  "(methods ngram, suffix, draft_model with \"model\" (cpu only), eagle3 with \"model\" (an EAGLE-3 "
+                  "head directory; cpu only), replay (benchmarks); docs/engine.md); "
+                  "greedy output unchanged, sampled output distributed as without it")
       ->group("Scheduler");
 }
 

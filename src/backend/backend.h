@@ -202,6 +202,16 @@ class Backend {
   virtual void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) = 0;
   // residual += delta
   virtual void add(Tensor& residual, const Tensor& delta) = 0;
+  // dst = src (same dtype and element count). The default goes through host memory, which is
+  // exact on any backend but synchronous: a device backend should override it with a copy on its
+  // queue before a step that copies (GptOssModel's hidden-state capture) runs inside a CUDA graph.
+  virtual void copy(const Tensor& src, Tensor& dst) {
+    OSSRT_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy: src {} and dst {} differ", src.shape_str(),
+                dst.shape_str());
+    std::vector<uint8_t> host(src.bytes());
+    to_host(src, host.data());
+    from_host(dst, host.data());
+  }
   // out = x w^T (+ bias). With a quantized weight (upload_linear in Fp8 / Mxfp4Fp8), x is quantized
   // the same way first, per row and per 128 channels.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;

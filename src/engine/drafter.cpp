@@ -17,16 +17,19 @@ constexpr int kMaxSpeculativeTokens = 16;
 
 void SpeculativeConfig::validate() const {
   if (method.empty()) return;
-  OSSRT_CHECK(method == "ngram" || method == "suffix" || method == "draft_model" || method == "replay",
-              "--speculative-config: method \"{}\" is not supported (\"ngram\", \"suffix\", \"draft_model\"; "
-              "\"replay\" for benchmarks)",
-              method);
+  OSSRT_CHECK(
+      method == "ngram" || method == "suffix" || method == "draft_model" || method == "eagle3" || method == "replay",
+      "--speculative-config: method \"{}\" is not supported (\"ngram\", \"suffix\", \"draft_model\", "
+      "\"eagle3\"; \"replay\" for benchmarks)",
+      method);
   OSSRT_CHECK(replay_acceptance_rate >= 0 && replay_acceptance_rate <= 1,
               "--speculative-config: replay_acceptance_rate must be in [0, 1], got {}", replay_acceptance_rate);
   OSSRT_CHECK(method != "draft_model" || !draft_model.empty(),
               "--speculative-config: draft_model needs \"model\" (the draft checkpoint)");
-  OSSRT_CHECK(method == "draft_model" || draft_model.empty(),
-              "--speculative-config: \"model\" is for method draft_model");
+  OSSRT_CHECK(method != "eagle3" || !draft_model.empty(),
+              "--speculative-config: eagle3 needs \"model\" (the EAGLE-3 head's directory)");
+  OSSRT_CHECK(method == "draft_model" || method == "eagle3" || draft_model.empty(),
+              "--speculative-config: \"model\" is for methods draft_model and eagle3");
   OSSRT_CHECK(num_speculative_tokens >= 1 && num_speculative_tokens <= kMaxSpeculativeTokens,
               "--speculative-config: num_speculative_tokens must be in [1, {}], got {}", kMaxSpeculativeTokens,
               num_speculative_tokens);
@@ -134,9 +137,10 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config) {
   config.validate();
   if (config.method == "suffix") return std::make_unique<SuffixDrafter>(config);
   if (config.method == "replay") return std::make_unique<ReplayDrafter>(config.replay_acceptance_rate);
-  OSSRT_CHECK(config.method != "draft_model",
-              "speculative method draft_model: the draft model is loaded by the model runtime, which passes the "
-              "drafter in EngineConfig::drafter");
+  OSSRT_CHECK(config.method != "draft_model" && config.method != "eagle3",
+              "speculative method {}: its weights are loaded by the model runtime, which passes the drafter in "
+              "EngineConfig::drafter",
+              config.method);
   return std::make_unique<NgramDrafter>(config.prompt_lookup_min, config.prompt_lookup_max);
 }
 

@@ -8,8 +8,8 @@
 //
 // Configured as vLLM's --speculative-config is: {"method": "ngram", "num_speculative_tokens": k,
 // "prompt_lookup_min": 1, "prompt_lookup_max": 4}, {"method": "suffix", ...} with vLLM's
-// suffix_decoding_* fields (engine/suffix_drafter.h), or {"method": "draft_model", "model": ...}
-// (engine/draft_model_drafter.h).
+// suffix_decoding_* fields (engine/suffix_drafter.h), {"method": "draft_model", "model": ...}
+// (engine/draft_model_drafter.h) or {"method": "eagle3", "model": <head dir>} (engine/eagle3_drafter.h).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -21,7 +21,7 @@
 namespace ossrt {
 
 struct SpeculativeConfig {
-  std::string method;              // "" = off; "ngram", "suffix", "draft_model" or "replay" (benchmarks)
+  std::string method;              // "" = off; "ngram", "suffix", "draft_model", "eagle3" or "replay" (benchmarks)
   int num_speculative_tokens = 0;  // k: tokens drafted per step at most
   int prompt_lookup_min = 1;       // ngram: shortest suffix matched
   int prompt_lookup_max = 4;       // ngram: longest suffix matched (tried first)
@@ -35,7 +35,8 @@ struct SpeculativeConfig {
   double suffix_max_spec_factor = 1.0;
   double suffix_min_token_prob = 0.1;
   // draft_model: the draft checkpoint (a directory or a preset name, as --model takes), loaded by
-  // the model runtime with the target's load format (engine/draft_model_drafter.h).
+  // the model runtime with the target's load format (engine/draft_model_drafter.h). eagle3: the
+  // head's directory (config.json + safetensors, model/eagle3_checkpoint.h).
   std::string draft_model;
   // replay (a benchmark drafter, engine/replay_drafter.h): each guess right with this probability.
   double replay_acceptance_rate = 1.0;
@@ -71,6 +72,17 @@ struct Draft {
   std::vector<std::vector<float>> probs;
 };
 
+// One sequence's rows of a target step that has just been verified (Drafter::observe_step).
+struct StepRows {
+  uint64_t sequence = 0;
+  int first_row = 0;       // the step's row (StepPlan token index) of the sequence's first token
+  int first_position = 0;  // that token's position: how many tokens the cache held before the step
+  // Rows [first_row, first_row + valid) computed accepted tokens: all of the sequence's rows, or for
+  // a verify step the newest real token and the guesses accepted after it.
+  int valid = 0;
+  std::span<const int32_t> tokens;  // the sequence's tokens after the step, no guesses (valid until the next step)
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -82,6 +94,11 @@ class Drafter {
   virtual void finished(uint64_t sequence, std::span<const int32_t> tokens, int prompt_len) {
     (void)sequence, (void)tokens, (void)prompt_len;
   }
+  // After every step of the target, before the next propose(): each running sequence's rows of the
+  // step and how many of them hold accepted tokens (sequences that finished in the step are left
+  // out). A drafter that reads the target's activations of those rows (EAGLE-3) takes them now:
+  // the next step overwrites them.
+  virtual void observe_step(std::span<const StepRows> rows) { (void)rows; }
 };
 
 // Prompt lookup (vLLM's "ngram"): the longest suffix of the sequence, from prompt_lookup_max tokens
@@ -98,8 +115,9 @@ class NgramDrafter : public Drafter {
   int min_n_, max_n_;
 };
 
-// The drafter a configuration names (nullptr when speculation is off). "draft_model" needs a loaded
-// model: the model runtime makes that drafter (EngineConfig::drafter); here it is an error.
+// The drafter a configuration names (nullptr when speculation is off). "draft_model" and "eagle3"
+// need loaded weights: the model runtime makes those drafters (EngineConfig::drafter); here they are
+// an error.
 std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig& config);
 
 }  // namespace ossrt

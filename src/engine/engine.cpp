@@ -472,6 +472,32 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   const Tensor logits = model_.run_step(plan);
   masker_.wait();
 
+  // What the drafter sees of the step once it is verified (Drafter::observe_step): each sequence's
+  // rows, cut to the accepted ones below; a sequence that finishes in the step is dropped (valid < 0).
+  std::vector<StepRows> observed;
+  std::vector<Sequence*> observed_seqs;
+  if (drafter_)
+    for (size_t i = 0; i < scheduled.size(); ++i) {
+      observed.push_back(StepRows{
+          scheduled[i].seq->id, plan.seqs[i].token_begin, scheduled[i].seq->num_computed, scheduled[i].num_tokens, {}});
+      observed_seqs.push_back(scheduled[i].seq);
+    }
+  // By pointer value only: a sequence that just finished is already freed.
+  auto observe = [&](const Sequence* seq, int valid) {
+    for (size_t i = 0; i < observed.size(); ++i)
+      if (observed_seqs[i] == seq) observed[i].valid = valid;
+  };
+  auto notify_drafter = [&] {
+    if (!drafter_) return;
+    std::vector<StepRows> live;
+    for (size_t i = 0; i < observed.size(); ++i)
+      if (observed[i].valid >= 0) {
+        live.push_back(observed[i]);
+        live.back().tokens = observed_seqs[i]->tokens;
+      }
+    drafter_->observe_step(live);
+  };
+
   std::vector<Sequence*> sampling_seqs;
   std::vector<SamplingRow> rows;
   for (const ScheduledSequence& s : scheduled) {
@@ -493,7 +519,7 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
       rows.push_back(row);
     }
   }
-  if (rows.empty()) return;
+  if (rows.empty()) return notify_drafter();
   const int64_t vocab = model_.config().vocab_size;
   std::vector<SampledToken> sampled = step_sampler_.sample(model_.sampling_backend(), logits, vocab, rows);
 
@@ -502,7 +528,7 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   for (Sequence* seq_ptr : sampling_seqs) {
     Sequence& seq = *seq_ptr;
     if (seq.num_draft == 0) {
-      emit_token(seq, sampled[row].id, std::move(sampled[row].logprob), now);
+      if (!emit_token(seq, sampled[row].id, std::move(sampled[row].logprob), now)) observe(seq_ptr, -1);
       ++row;
       continue;
     }
@@ -541,7 +567,9 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
       alive = emit_token(seq, draft[size_t(i)], std::move(logprobs[size_t(i)]), now);
     if (alive) alive = emit_token(seq, next, std::move(logprobs[size_t(accepted)]), now);
     if (alive) kv_.commit(seq.id, seq.tokens, seq.num_computed);
+    observe(seq_ptr, alive ? accepted + 1 : -1);  // the newest real token's row and the accepted guesses'
   }
+  notify_drafter();
 }
 
 SpeculativeVerdict Engine::verify(const Sequence& seq, const Tensor& logits, std::span<const SamplingRow> rows,

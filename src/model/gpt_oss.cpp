@@ -188,6 +188,36 @@ void GptOssModel::upload_layer(const HostLayerWeights& h, const std::string& at,
   weights_.layers.push_back(std::move(w));
 }
 
+void GptOssModel::set_capture_layers(std::vector<int> layers) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    OSSRT_CHECK(layers[i] >= 0 && layers[i] < config_.num_layers,
+                "hidden-state capture: layer {} outside the model's {} layers [0, {})", layers[i], config_.num_layers,
+                config_.num_layers);
+    OSSRT_CHECK(std::find(layers.begin(), layers.begin() + ptrdiff_t(i), layers[i]) == layers.begin() + ptrdiff_t(i),
+                "hidden-state capture: layer {} listed twice", layers[i]);
+  }
+  // Buffers are planned once here, like the workspaces: a step never allocates.
+  while (captures_.size() < layers.size())
+    captures_.push_back(backend_.alloc(backend_.residual_dtype(), {limits_.max_step_tokens, config_.hidden_size}));
+  capture_layers_ = std::move(layers);
+  captured_rows_ = 0;
+}
+
+Tensor GptOssModel::captured(size_t i) const {
+  OSSRT_CHECK(i < capture_layers_.size(), "hidden-state capture: no capture {} ({} layers captured)", i,
+              capture_layers_.size());
+  return captures_[i].rows(0, captured_rows_);
+}
+
+void GptOssModel::capture_layer_output(int layer, const Tensor& x) {
+  for (size_t i = 0; i < capture_layers_.size(); ++i) {
+    if (capture_layers_[i] != layer) continue;
+    Tensor dst = captures_[i].rows(0, x.dim(0));
+    backend_.copy(x, dst);
+    captured_rows_ = x.dim(0);
+  }
+}
+
 Tensor GptOssModel::forward(const StepPlan& plan) {
   const GptOssConfig& c = config_;
   const int64_t T = plan.num_tokens(), R = int64_t(plan.logit_rows.size());
@@ -231,6 +261,7 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
       backend_.rmsnorm(x, w.attn_norm, eps, normed);
     else
       backend_.add_rmsnorm(x, moe_out, w.attn_norm, eps, normed);
+    capture_layer_output(l - 1, x);  // x is now layer l - 1's output
     observe(name + ".attn_in", normed);
     if (observer_) {  // the projection on its own, to observe it before the rotation
       backend_.linear(normed, w.qkv_w, &w.qkv_b, qkv);
@@ -254,6 +285,7 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
     observe(name + ".moe_out", moe_out);
   }
   backend_.add(x, moe_out);
+  capture_layer_output(c.num_layers - 1, x);
   observe("residual", x);
 
   Tensor logit_in = ws.logit_in.rows(0, R), final_norm = ws.final_norm.rows(0, R), logits = ws.logits.rows(0, R);

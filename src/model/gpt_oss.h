@@ -91,6 +91,16 @@ class GptOssModel {
 
   void set_observer(ActivationObserver observer) { observer_ = std::move(observer); }
 
+  // Hidden-state capture for EAGLE-3 drafting (engine/eagle3_drafter.h): from the next forward on,
+  // the residual stream after each listed decoder layer (the layer's output, HF's
+  // hidden_states[layer + 1]) is copied, every token row of the step, into a buffer of its own.
+  // Layers are 0-based in [0, num_layers); an empty list turns capture off.
+  void set_capture_layers(std::vector<int> layers);
+  const std::vector<int>& capture_layers() const { return capture_layers_; }
+  // Layer capture_layers()[i]'s output of the last forward: [T, hidden] in residual_dtype(), its
+  // rows in the plan's token order; valid until the next forward.
+  Tensor captured(size_t i) const;
+
  private:
   // This rank's slice of every sharded dimension (all of it when the shard is whole).
   struct LocalDims {
@@ -110,6 +120,11 @@ class GptOssModel {
   ModelWeights weights_;
   RopeParams rope_;
   ActivationObserver observer_;
+  // Copies x (the layer's output, `rows` tokens) into its capture buffer when `layer` is captured.
+  void capture_layer_output(int layer, const Tensor& x);
+  std::vector<int> capture_layers_;
+  std::vector<Tensor> captures_;  // [max_step_tokens, H] per captured layer
+  int64_t captured_rows_ = 0;
   struct Workspace;
   std::shared_ptr<Workspace> ws_;
   std::shared_ptr<MoeBlock> moe_;  // ReplicatedMoe, or MoeDispatcher for MoeDispatch::AllToAll

@@ -10,6 +10,9 @@
 #include "backend/registry/registry.h"
 #include "core/error.h"
 #include "engine/draft_model_drafter.h"
+#include "engine/eagle3_drafter.h"
+#include "model/eagle3_checkpoint.h"
+#include "model/eagle3_head.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"
@@ -32,6 +35,10 @@ struct ModelRuntime::Owned {
   HostModelWeights draft_weights;
   std::unique_ptr<Backend> draft_backend;
   std::unique_ptr<GptOssModel> draft_model;
+  // Speculative decoding with an EAGLE-3 head: its weights and the backend holding it and its cache.
+  Eagle3HostWeights eagle3_weights;
+  std::unique_ptr<Backend> eagle3_backend;
+  std::unique_ptr<Eagle3Head> eagle3_head;
 };
 
 std::string resolve_tokenizer_path(const RuntimeOptions& options) {
@@ -99,6 +106,8 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
         std::make_unique<ParallelModel>(o.weights, options.parallel, options.backend, backend_options, limits);
   }
 
+  // The longest sequence the engine may run: room a drafter's own cache needs.
+  const int max_len = options.max_model_len > 0 ? options.max_model_len : int(o.weights.config.max_position_embeddings);
   // The draft model of --speculative-config {"method": "draft_model", "model": ...}: loaded as the
   // target is (same load format and quantization rule), on a backend of its own, with logits for
   // one row a step (it drafts one sequence, token by token; engine/draft_model_drafter.h).
@@ -122,9 +131,23 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
     o.draft_model = std::make_unique<GptOssModel>(*o.draft_backend, o.draft_weights,
                                                   ModelLimits{options.max_num_batched_tokens, 1});
     // Room for the longest sequence the engine may run (its cache holds one sequence).
-    const int max_len =
-        options.max_model_len > 0 ? options.max_model_len : int(o.weights.config.max_position_embeddings);
     return std::make_shared<DraftModelDrafter>(*o.draft_model, max_len, options.block_size);
+  };
+  // The EAGLE-3 head of --speculative-config {"method": "eagle3", "model": <dir>}: on a backend of its
+  // own (its cache is its one attention layer), reading the target's captured hidden states
+  // (engine/eagle3_drafter.h).
+  auto load_eagle3 = [&]() -> std::shared_ptr<Drafter> {
+    // RuntimeOptions::validate refused --backend cuda and more than one rank.
+    o.eagle3_weights = load_eagle3_head(speculative.draft_model, o.weights);
+    BackendOptions b;
+    b.threads = options.threads;
+    b.max_step_tokens = options.max_num_batched_tokens;
+    b.max_seqs = options.max_num_seqs;
+    o.eagle3_backend = make_backend(options.backend, b);
+    o.eagle3_head = std::make_unique<Eagle3Head>(*o.eagle3_backend, o.eagle3_weights, options.max_num_batched_tokens,
+                                                 options.max_num_seqs);
+    return std::make_shared<Eagle3Drafter>(*o.model, *o.eagle3_head, speculative.num_speculative_tokens, max_len,
+                                           options.max_num_seqs);
   };
   if (parts == Parts::ModelAndEngine) {
     EngineConfig engine;
@@ -139,6 +162,14 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
     engine.seed = options.seed;
     engine.speculative = speculative;
     if (speculative.enabled() && speculative.method == "draft_model") engine.drafter = load_draft_model();
+    if (speculative.enabled() && speculative.method == "eagle3") {
+      engine.drafter = load_eagle3();
+      // The head follows a sequence from its first computed row; a prefix-cache hit skips the rows
+      // before it, so such a sequence would never draft.
+      if (engine.enable_prefix_caching)
+        spdlog::info("--speculative-config eagle3: prefix caching off (the head needs every prompt row)");
+      engine.enable_prefix_caching = false;
+    }
     if (auto tok = rt->tokenizer_) engine.token_bytes = [tok](int32_t id) { return tok->token_bytes(id); };
     rt->engine_ =
         o.model ? std::make_shared<Engine>(*o.model, engine) : std::make_shared<Engine>(*o.parallel_model, engine);
