@@ -8,6 +8,8 @@
 //   - the golden fixture mxfp4_sharded: CUDA mxfp4-fp8 against CPU mxfp4-fp8, within twice what the
 //     bf16 path (CUDA mxfp4) shows against the fp32 path (CPU) on the same fixture;
 //   - the fused one-token QKV + RoPE + KV write kernel: the one-row GEMV then the RoPE kernel, bit for bit;
+//   - the one-row GEMVs with K split over CTAs (a ticket per tile): the one-CTA-a-tile kernels bit for bit,
+//     tickets back at 0 after each launch and across CUDA graph replays;
 //   - the tiny model through the runtime builder and the engine on CUDA in mxfp4-fp8.
 #include <gtest/gtest.h>
 
@@ -152,9 +154,10 @@ std::unique_ptr<Backend> fp8_backend_with(const char* var, const char* value) {
   return b;
 }
 
-// Every path: the default (the tensor-core GEMV up to 8 rows, quantizing per CTA below 4 rows and
-// in a kernel of its own from 4; cuBLASLt above 8 where its start-up check passed), the FMA GEMV at
-// one row, the FMA GEMV up to 3 rows, and no cuBLASLt (the pre-quantized tensor-core GEMV above 8).
+// Every path: the default (the tensor-core GEMV up to 8 rows, K split over 2 CTAs at one row where the
+// tiles are few, quantizing per CTA below 4 rows and in a kernel of its own from 4; cuBLASLt above 8
+// where its start-up check passed), the one-CTA-a-tile GEMV at one row, the FMA GEMV at one row, the
+// FMA GEMV up to 3 rows, and no cuBLASLt (the pre-quantized tensor-core GEMV above 8).
 TEST(CudaFp8, LinearMatchesTheCpuBackend) {
   OSSRT_SKIP_WITHOUT_GPU();
   auto cpu = make_backend("cpu", BackendOptions{.weight_format = WeightFormat::Mxfp4Fp8});
@@ -163,6 +166,7 @@ TEST(CudaFp8, LinearMatchesTheCpuBackend) {
     std::unique_ptr<Backend> gpu;
   };
   Mode modes[] = {{"default", fp8_backend_with(nullptr, nullptr)},
+                  {"no split", fp8_backend_with("OSSRT_CUDA_FP8_GEMV_SPLIT", "0")},
                   {"fma at 1 row", fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "1")},
                   {"fma to 3 rows", fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "0")},
                   {"no cuBLASLt", fp8_backend_with("OSSRT_CUDA_FP8_SCALE_LAYOUT", "-1")}};
@@ -269,6 +273,18 @@ class DeviceArray {
   size_t n_ = 0;
 };
 
+// The split kernels' workspace (Fp8GemvArgs::split_partials / split_tickets), tickets zeroed.
+struct SplitWorkspace {
+  DeviceArray<float> partials{std::vector<float>(size_t(cuda::kFp8SplitPartialFloats), 0.0f)};
+  DeviceArray<int32_t> tickets{std::vector<int32_t>(size_t(cuda::kFp8SplitMaxTiles), 0)};
+  void attach(cuda::Fp8GemvArgs& g) const { g.split_partials = partials.get(), g.split_tickets = tickets.get(); }
+  // Tickets that are not 0 (each launch must leave them all 0).
+  size_t nonzero_tickets() const {
+    const auto t = tickets.download();
+    return size_t(std::count_if(t.begin(), t.end(), [](int32_t v) { return v != 0; }));
+  }
+};
+
 // The fused FP8 kernel (launch_bf16_fp8w_gemv_qkv_rope_kv_write) against the two launches it replaces,
 // on raw device buffers so that both caches are read back whole: the one-row GEMV on tensor cores
 // (launch_bf16_fp8w_gemv with mma_from_rows 1, the linear's default path at one row) then
@@ -309,6 +325,7 @@ TEST(CudaFp8, FusedQkvRopeKvWriteKernelIsTheGemvThenRopeBitForBit) {
                         {"slot -1", 5, -1}};
   constexpr uint16_t kUnwritten = 0x7fc1;  // a bf16 NaN: no output of finite inputs has these bits
   std::mt19937_64 rng(41);
+  const SplitWorkspace ws;
   for (const Shape& s : shapes) {
     const int n = (s.q_heads + 2 * s.kv_heads) * cuda::kRopeHeadDim, k = s.hidden;
     const int k_pad = cuda::fp8_k_pad(k), kb_pad = k_pad / cuda::kFp8Block;
@@ -371,10 +388,12 @@ TEST(CudaFp8, FusedQkvRopeKvWriteKernelIsTheGemvThenRopeBitForBit) {
               k,         k_pad,         parts};
         };
         // mode -1: the linear alone; 0: the linear then the RoPE kernel; sms > 0: the fused kernel on
-        // that many SMs' grid.
-        auto run = [&](int mode) {
+        // that many SMs' grid. split: with the split workspace (the K-split kernels; the grid is then
+        // one CTA per unit and K half, whatever sms says).
+        auto run = [&](int mode, bool split = false) {
           DeviceArray<uint16_t> qkv(fresh_qkv), kc(fresh_cache), vc(fresh_cache);
-          const cuda::Fp8GemvArgs g = gemv_args(qkv);
+          cuda::Fp8GemvArgs g = gemv_args(qkv);
+          if (split) ws.attach(g);
           if (mode <= 0) {
             cuda::launch_bf16_fp8w_gemv(g, sms, /*mma_from_rows=*/1, nullptr);
             if (mode == 0) cuda_ok(cuda::launch_bf16_rope_kv_cache_write(rope_args(qkv, kc, vc), nullptr), "rope");
@@ -419,9 +438,188 @@ TEST(CudaFp8, FusedQkvRopeKvWriteKernelIsTheGemvThenRopeBitForBit) {
           EXPECT_EQ(k_diffs, 0u) << "k cache, " << at;
           EXPECT_EQ(v_diffs, 0u) << "v cache, " << at;
         }
+        // The split kernels: the split GEMV then the RoPE kernel, and the split fused kernel.
+        for (const int mode : {0, sms}) {
+          const Out got = run(mode, /*split=*/true);
+          const std::string at = where + (mode == 0 ? ", split GEMV then RoPE" : ", split fused kernel");
+          EXPECT_TRUE(got.qkv == want.qkv) << "qkv, " << at;
+          EXPECT_TRUE(got.k == want.k) << "k cache, " << at;
+          EXPECT_TRUE(got.v == want.v) << "v cache, " << at;
+          EXPECT_EQ(ws.nonzero_tickets(), 0u) << at;
+        }
       }
     }
   }
+}
+
+// ---------------------------------------------------------------- one row, K split over CTAs
+
+// Random e4m3 codes [n, k_pad] (never the NaN codes 0x7f / 0xff; zeros past k) and block scales of
+// several magnitudes (2^-9 .. 2^-13 times [1, 2)) on each part's own 128 x 128 grid.
+struct RandomFp8Weight {
+  int n = 0, k = 0, k_pad = 0;
+  cuda::Fp8Parts parts;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+RandomFp8Weight random_fp8_weight(std::mt19937_64& rng, const std::vector<int>& part_rows, int k) {
+  RandomFp8Weight w;
+  w.k = k;
+  w.k_pad = cuda::fp8_k_pad(k);
+  const int kb_pad = w.k_pad / cuda::kFp8Block;
+  w.parts.count = int(part_rows.size());
+  int scale_rows = 0;
+  for (size_t p = 0; p < part_rows.size(); ++p) {
+    w.parts.first_row[p] = w.n;
+    w.parts.first_scale_row[p] = scale_rows;
+    w.n += part_rows[p];
+    scale_rows += cuda::fp8_blocks(part_rows[p]);
+  }
+  w.codes.assign(size_t(w.n) * size_t(w.k_pad), 0);
+  for (int r = 0; r < w.n; ++r)
+    for (int c = 0; c < k; ++c) {
+      uint8_t v = 0x7f;
+      while ((v & 0x7f) == 0x7f) v = uint8_t(rng());
+      w.codes[size_t(r) * size_t(w.k_pad) + size_t(c)] = v;
+    }
+  w.scales.resize(size_t(scale_rows) * size_t(kb_pad));
+  for (auto& v : w.scales) v = std::ldexp(1.0f + float(rng() % 1024) / 1024.0f, -9 - int(rng() % 5));
+  return w;
+}
+
+// The split one-row GEMV (bf16_fp8w_gemv_mma_split: K of each 16-row tile over 2 CTAs, the last by a
+// ticket sums) against the one-CTA-a-tile kernel it replaces (the same launch without the workspace),
+// bit for bit: gpt-oss's QKV (three parts on their own block grids) and O, an unembedding slice of
+// 8,192 rows, the largest split (1,024 tiles), tiny shapes (one column block, so 7 of the 8 virtual
+// warps add zeros and a CTA of 4 warps has no blocks at all; rows off the 16-row tiles; K 299: every
+// activation group loaded element by element), with and without bias, bf16 and f32 out. Every ticket
+// must be 0 after each launch. Outputs start as NaN bits that no finite sum has, so both kernels must
+// write every row. Then a CUDA graph of two launches (O and QKV, sharing the tickets) replayed twice,
+// the outputs reset to NaN bits between: a ticket left above 0 would make no CTA the last one and
+// leave rows unwritten in the second replay.
+TEST(CudaFp8, SplitGemvIsTheOneRowGemvBitForBit) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  int sms = 0;
+  cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "multiprocessor count");
+  struct Shape {
+    const char* name;
+    std::vector<int> part_rows;
+    int k;
+  };
+  const Shape shapes[] = {
+      {"qkv 5,120 x 2,880", {4096, 512, 512}, 2880},     {"o 2,880 x 4,096", {2880}, 4096},
+      {"unembedding slice 8,192 x 2,880", {8192}, 2880}, {"1,024 tiles", {cuda::kFp8SplitMaxTiles * 16}, 512},
+      {"tiny 3 parts, K 90", {200, 72, 72}, 90},         {"3 parts, K 299", {130, 7, 9}, 299}};
+  constexpr uint32_t kUnwrittenF32 = 0x7fc00001u;
+  constexpr uint16_t kUnwrittenBf16 = 0x7fc1;
+  std::mt19937_64 rng(43);
+  SplitWorkspace ws;
+  for (const Shape& s : shapes) {
+    const RandomFp8Weight w = random_fp8_weight(rng, s.part_rows, s.k);
+    std::vector<uint16_t> x(size_t(s.k)), bias(size_t(w.n));
+    const auto xf = random_floats(rng, size_t(s.k), 1.0f), bf = random_floats(rng, size_t(w.n), 0.5f);
+    for (int i = 0; i < s.k; ++i) x[size_t(i)] = f32_to_bf16(xf[size_t(i)]);
+    for (int i = 0; i < w.n; ++i) bias[size_t(i)] = f32_to_bf16(bf[size_t(i)]);
+    DeviceArray<uint8_t> d_codes(w.codes);
+    DeviceArray<float> d_scales(w.scales);
+    DeviceArray<uint16_t> d_x(x), d_bias(bias);
+    cuda::fp8_gemv_prepare(w.k_pad);
+    for (const bool with_bias : {true, false})
+      for (const bool f32_out : {false, true}) {
+        const std::string where =
+            fmt::format("{}, {}, {} out", s.name, with_bias ? "bias" : "no bias", f32_out ? "f32" : "bf16");
+        // The output as 32-bit words (f32) or 16-bit ones (bf16), from a NaN-filled buffer.
+        auto run = [&](bool split) {
+          const size_t bytes = size_t(w.n) * (f32_out ? 4 : 2);
+          std::vector<uint8_t> fresh(bytes);
+          for (size_t i = 0; i < size_t(w.n); ++i) {
+            if (f32_out)
+              std::memcpy(&fresh[4 * i], &kUnwrittenF32, 4);
+            else
+              std::memcpy(&fresh[2 * i], &kUnwrittenBf16, 2);
+          }
+          DeviceArray<uint8_t> out(fresh);
+          cuda::Fp8GemvArgs g{
+              d_x.get(), d_codes.get(), d_scales.get(), with_bias ? d_bias.get() : nullptr, out.get(), f32_out, 1, w.n,
+              s.k,       w.k_pad,       w.parts};
+          if (split) ws.attach(g);
+          cuda::launch_bf16_fp8w_gemv(g, sms, /*mma_from_rows=*/1, nullptr);
+          cuda_ok(cudaDeviceSynchronize(), "gemv");
+          return out.download();
+        };
+        const auto want = run(false), got = run(true);
+        EXPECT_EQ(ws.nonzero_tickets(), 0u) << where;
+        ASSERT_EQ(got.size(), want.size()) << where;
+        const size_t elem = f32_out ? 4 : 2;
+        size_t unwritten = 0, zeros = 0, diffs = 0;
+        for (size_t i = 0; i < size_t(w.n); ++i) {
+          uint32_t v = 0;
+          std::memcpy(&v, &want[elem * i], elem);
+          unwritten += f32_out ? v == kUnwrittenF32 : v == kUnwrittenBf16;
+          zeros += (v & (f32_out ? 0x7fffffffu : 0x7fffu)) == 0;
+          diffs += std::memcmp(&want[elem * i], &got[elem * i], elem) != 0;
+        }
+        EXPECT_EQ(unwritten, 0u) << "the one-CTA-a-tile kernel, " << where;
+        EXPECT_LT(zeros, size_t(w.n) / 8) << where;
+        EXPECT_EQ(diffs, 0u) << where;
+      }
+  }
+
+  // A CUDA graph: O then QKV (one token row each, bias, bf16 out) on the same workspace, replayed twice.
+  const RandomFp8Weight wo = random_fp8_weight(rng, {2880}, 4096), wq = random_fp8_weight(rng, {4096, 512, 512}, 2880);
+  std::vector<uint16_t> xo(4096), xq(2880), bo(2880), bq(5120);
+  for (auto* v : {&xo, &xq, &bo, &bq})
+    for (auto& e : *v) e = f32_to_bf16(random_floats(rng, 1, 1.0f)[0]);
+  DeviceArray<uint8_t> d_wo(wo.codes), d_wq(wq.codes);
+  DeviceArray<float> d_so(wo.scales), d_sq(wq.scales);
+  DeviceArray<uint16_t> d_xo(xo), d_xq(xq), d_bo(bo), d_bq(bq);
+  const std::vector<uint16_t> fresh_o(2880, kUnwrittenBf16), fresh_q(5120, kUnwrittenBf16);
+  DeviceArray<uint16_t> want_o(fresh_o), want_q(fresh_q), out_o(fresh_o), out_q(fresh_q);
+  cuda::fp8_gemv_prepare(wo.k_pad);
+  cuda::fp8_gemv_prepare(wq.k_pad);
+  auto args = [&](bool o, uint16_t* out) {
+    const RandomFp8Weight& w = o ? wo : wq;
+    return cuda::Fp8GemvArgs{o ? d_xo.get() : d_xq.get(),
+                             o ? d_wo.get() : d_wq.get(),
+                             o ? d_so.get() : d_sq.get(),
+                             o ? d_bo.get() : d_bq.get(),
+                             out,
+                             false,
+                             1,
+                             w.n,
+                             w.k,
+                             w.k_pad,
+                             w.parts};
+  };
+  cuda::launch_bf16_fp8w_gemv(args(true, want_o.get()), sms, 1, nullptr);
+  cuda::launch_bf16_fp8w_gemv(args(false, want_q.get()), sms, 1, nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "reference");
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  cuda::Fp8GemvArgs go = args(true, out_o.get()), gq = args(false, out_q.get());
+  ws.attach(go);
+  ws.attach(gq);
+  cuda::launch_bf16_fp8w_gemv(go, sms, 1, stream);
+  cuda::launch_bf16_fp8w_gemv(gq, sms, 1, stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  for (int replay = 0; replay < 2; ++replay) {
+    cuda_ok(cudaMemcpy(out_o.get(), fresh_o.data(), fresh_o.size() * 2, cudaMemcpyHostToDevice), "reset o");
+    cuda_ok(cudaMemcpy(out_q.get(), fresh_q.data(), fresh_q.size() * 2, cudaMemcpyHostToDevice), "reset q");
+    cuda_ok(cudaGraphLaunch(exec, stream), "graph launch");
+    cuda_ok(cudaStreamSynchronize(stream), "graph");
+    EXPECT_EQ(out_o.download(), want_o.download()) << "o, replay " << replay;
+    EXPECT_EQ(out_q.download(), want_q.download()) << "qkv, replay " << replay;
+    EXPECT_EQ(ws.nonzero_tickets(), 0u) << "replay " << replay;
+  }
+  const auto o = want_o.download();
+  EXPECT_EQ(std::count(o.begin(), o.end(), kUnwrittenBf16), 0) << "the reference o";
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
 }
 
 // ---------------------------------------------------------------- decode bandwidth (printed, not asserted)
@@ -475,6 +673,7 @@ TEST(CudaFp8, DecodeLinearBandwidthPrinted) {
   auto gpu = fp8_backend_with(nullptr, nullptr);
   auto gpu_mma = fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "1");
   auto gpu_fma = fp8_backend_with("OSSRT_CUDA_FP8_GEMV_MMA", "0");
+  auto gpu_whole = fp8_backend_with("OSSRT_CUDA_FP8_GEMV_SPLIT", "0");  // one CTA a tile at one row
   struct Shape {
     const char* name;
     std::vector<int64_t> part_rows;
@@ -513,7 +712,7 @@ TEST(CudaFp8, DecodeLinearBandwidthPrinted) {
   for (const Shape& sh : shapes) {
     int64_t n = 0;
     for (int64_t r : sh.part_rows) n += r;
-    std::vector<Tensor> fp8, fp8_mma, fp8_fma, bf16;
+    std::vector<Tensor> fp8, fp8_mma, fp8_fma, fp8_whole, bf16;
     for (int c = 0; c < sh.copies; ++c) {
       std::vector<std::shared_ptr<test::OwnedHost>> parts;
       std::vector<const HostTensor*> views;
@@ -523,13 +722,14 @@ TEST(CudaFp8, DecodeLinearBandwidthPrinted) {
       }
       fp8.push_back(gpu->upload_linear(views));
       fp8_mma.push_back(gpu_mma->upload_linear(views));
+      fp8_whole.push_back(gpu_whole->upload_linear(views));
       if (sh.copies > 1) fp8_fma.push_back(gpu_fma->upload_linear(views));
       auto whole = fast_host_bf16(n, sh.in, 0.05f, uint32_t(7 + c), "w_bf16");
       bf16.push_back(gpu->upload(whole->view));
     }
     auto bias_h = test::host_bf16(std::vector<float>(size_t(n), 0.25f), {n}, "b");
     Tensor bias = gpu->upload(bias_h->view), bias_mma = gpu_mma->upload(bias_h->view);
-    Tensor bias_fma = gpu_fma->upload(bias_h->view);
+    Tensor bias_fma = gpu_fma->upload(bias_h->view), bias_whole = gpu_whole->upload(bias_h->view);
     for (int64_t m : {1, 2, 4, 8, 64}) {
       const double t8 = time_linear_us(*gpu, fp8, sh.bias ? &bias : nullptr, m, sh.in, n, sh.f32_out);
       const double t16 = time_linear_us(*gpu, bf16, sh.bias ? &bias : nullptr, m, sh.in, n, sh.f32_out);
@@ -541,6 +741,10 @@ TEST(CudaFp8, DecodeLinearBandwidthPrinted) {
       if (m == 1) {
         const double tm = time_linear_us(*gpu_mma, fp8_mma, sh.bias ? &bias_mma : nullptr, m, sh.in, n, sh.f32_out);
         std::printf("[metric] %s M=1: fp8 on the FMA GEMV %.2f us (%.2f TB/s)\n", sh.name, tm, fp8_bytes / tm * 1e-6);
+        const double tw =
+            time_linear_us(*gpu_whole, fp8_whole, sh.bias ? &bias_whole : nullptr, m, sh.in, n, sh.f32_out);
+        std::printf("[metric] %s M=1: fp8, one CTA a tile (OSSRT_CUDA_FP8_GEMV_SPLIT=0) %.2f us (%.2f TB/s)\n", sh.name,
+                    tw, fp8_bytes / tw * 1e-6);
       }
       if (!fp8_fma.empty() && m >= 2 && m <= 8) {
         const double tf = time_linear_us(*gpu_fma, fp8_fma, sh.bias ? &bias_fma : nullptr, m, sh.in, n, sh.f32_out);

@@ -94,6 +94,11 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   attn_tickets_capacity_ = int64_t(cap.max_seqs) * kPlannedQueryHeads;
   attn_tickets_ = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * attn_tickets_capacity_, "attention tickets"));
   OSSRT_CUDA_CHECK(cudaMemsetAsync(attn_tickets_, 0, sizeof(int32_t) * attn_tickets_capacity_, stream_));
+  fp8_split_partials_ = static_cast<float*>(
+      device_alloc(sizeof(float) * size_t(cuda::kFp8SplitPartialFloats), "FP8 GEMV split partials"));
+  fp8_split_tickets_ =
+      static_cast<int32_t*>(device_alloc(sizeof(int32_t) * size_t(cuda::kFp8SplitMaxTiles), "FP8 GEMV split tickets"));
+  OSSRT_CUDA_CHECK(cudaMemsetAsync(fp8_split_tickets_, 0, sizeof(int32_t) * size_t(cuda::kFp8SplitMaxTiles), stream_));
   OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   attn_workspace_bytes_ =
       cuda::attention_decode_workspace_bytes(cap.max_seqs, kPlannedQueryHeads, cuda::kAttnMaxDecodeSplits);
@@ -135,6 +140,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
     fp8_mma_from_rows_ = v == "0" ? cuda::kFp8GemvMaxRows + 1 : v == "all" ? 1 : 2;
   }
   if (const char* fused = std::getenv("OSSRT_CUDA_FP8_QKV_ROPE")) fp8_qkv_rope_ = fused[0] != '0';
+  if (const char* split = std::getenv("OSSRT_CUDA_FP8_GEMV_SPLIT")) fp8_gemv_split_ = split[0] != '0';
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,

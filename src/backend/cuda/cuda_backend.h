@@ -168,6 +168,13 @@ class CudaBackend final : public Backend {
   // fp8_mma_from_rows_ 1). OSSRT_CUDA_FP8_QKV_ROPE=0 (developer switch, read at start, for A/B
   // timing) runs the linear then rope_and_cache_write.
   bool fp8_qkv_rope_ = true;
+  // The one-token-row FP8 GEMVs (the linear and the fused QKV + RoPE) split K of each 16-row tile over
+  // 2 CTAs, summed by the last by a ticket (docs/kernels.md, "FP8 linears"): the workspace, planned in
+  // the constructor (partials; tickets 0 between launches). OSSRT_CUDA_FP8_GEMV_SPLIT=0 (developer
+  // switch, read at start, for A/B timing) runs the one-CTA-a-tile kernels; the bits are the same.
+  bool fp8_gemv_split_ = true;
+  float* fp8_split_partials_ = nullptr;
+  int32_t* fp8_split_tickets_ = nullptr;
 
   // Workspaces planned in the constructor / at upload_experts.
   void* router_logits_ = nullptr;  // f32 [max_step_tokens, max experts]

@@ -188,6 +188,7 @@ void CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& 
                       f.k,
                       f.k_pad,
                       f.parts};
+  if (fp8_gemv_split_) g.split_partials = fp8_split_partials_, g.split_tickets = fp8_split_tickets_;
   // Prefill sizes: cuBLASLt's block-scaled matmul on the first m - m % 4 rows (its activation scale
   // tensor is then a whole multiple of 4 rows), our GEMV on the last 0-3. Only where one GEMM over
   // the fused weight is each part's own (grid_aligned) and cuBLASLt has an algorithm for the shape.
@@ -291,10 +292,11 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
     if (one_token_step && fp8_qkv_rope_ && fp8_mma_from_rows_ <= 1 && shapes) {
       check_on_device(x, "qkv_rope_cache_write", "x");
       if (bias) check_on_device(*bias, "qkv_rope_cache_write", "bias");
-      const cuda::Fp8QkvRopeArgs q{{static_cast<const uint16_t*>(x.data), static_cast<const uint8_t*>(w.data), f.scales,
-                                    bias ? static_cast<const uint16_t*>(bias->data) : nullptr, qkv.data,
-                                    /*out_f32=*/false, 1, f.n, f.k, f.k_pad, f.parts},
-                                   rope_cache_args(qkv, rope, p)};
+      cuda::Fp8QkvRopeArgs q{{static_cast<const uint16_t*>(x.data), static_cast<const uint8_t*>(w.data), f.scales,
+                              bias ? static_cast<const uint16_t*>(bias->data) : nullptr, qkv.data,
+                              /*out_f32=*/false, 1, f.n, f.k, f.k_pad, f.parts},
+                             rope_cache_args(qkv, rope, p)};
+      if (fp8_gemv_split_) q.linear.split_partials = fp8_split_partials_, q.linear.split_tickets = fp8_split_tickets_;
       if (cuda::fp8_qkv_rope_supported(q)) {
         cuda::launch_bf16_fp8w_gemv_qkv_rope_kv_write(q, num_sms_, stream_);
         return;
@@ -362,8 +364,8 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
     // (cuda_graphs.cpp), an upper bound of every context it replays with, so its grid stays valid;
     // short contexts do not launch the 32 x Hkv x seqs CTAs of the longest one.
     a.min_keys_per_split = attn_min_split_keys_;
-    a.num_splits = cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, dp.max_context, num_sms_,
-                                                 attn_min_split_keys_);
+    a.num_splits =
+        cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, dp.max_context, num_sms_, attn_min_split_keys_);
     OSSRT_CHECK(
         cuda::attention_decode_workspace_bytes(dp.num_seqs, p.num_q_heads, a.num_splits) <= attn_workspace_bytes_,
         "attention: decode workspace too small for {} sequences x {} heads", dp.num_seqs, p.num_q_heads);

@@ -487,6 +487,29 @@ constexpr int kTilesPerHead = kRopeHeadDim / kMmaRows;  // 4
 constexpr int kPairTiles = kRopeHalf / kMmaRows;        // tile j + 2 holds the partners of tile j's rows
 static_assert(kRopeHalf % kMmaRows == 0 && kRopeHalf == 32, "a unit's tile pair and one cos / sin per lane");
 
+// Rows row0 and row0 + 32 of a head (a rotation pair; row0 % 64 < 32) from their fp32 sums: rounded to
+// bf16 as the linear's output is, rotated (q and k heads) with the RoPE kernel's rope_rotate, written
+// to qkv and, unless the slot is < 0, to the k / v cache as bf16_rope_kv_cache_write does. Shared by
+// both fused kernels, so their epilogues cannot drift apart.
+__device__ __forceinline__ void qkv_rope_write_pair(const RopeCacheWriteArgs& r, int row0, float sum0, float sum1,
+                                                    const float* cos_s, const float* sin_s) {
+  const int row1 = row0 + kRopeHalf;
+  __nv_bfloat16 y0 = __float2bfloat16_rn(sum0), y1 = __float2bfloat16_rn(sum1);
+  const int head = row0 / kRopeHeadDim, i = row0 % kRopeHeadDim;
+  const int hq = r.num_q_heads, hkv = r.num_kv_heads;
+  if (head < hq + hkv) rope_rotate(__bfloat162float(y0), __bfloat162float(y1), cos_s[i], sin_s[i], y0, y1);
+  r.qkv[row0] = y0;
+  r.qkv[row1] = y1;
+  const int slot = r.slots[0];
+  if (slot >= 0 && head >= hq) {
+    const bool is_k = head < hq + hkv;
+    __nv_bfloat16* cache = is_k ? r.k_cache : r.v_cache;
+    const int kv_head = is_k ? head - hq : head - hq - hkv;
+    cache[cache_index(r, slot, kv_head, i)] = y0;
+    cache[cache_index(r, slot, kv_head, i + kRopeHalf)] = y1;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 2) bf16_fp8w_gemv_mma_qkv_rope(Fp8QkvRopeArgs q) {
   const Fp8GemvArgs& a = q.linear;
   const RopeCacheWriteArgs& r = q.rope;
@@ -553,24 +576,263 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_fp8w_gemv_mma_qkv_rope(Fp8Qk
     if (warp == 0 && c < 2) {
       const int src = 4 * g;  // lane (g, 0), which holds token 0's accumulators of rows g and g + 8
       const int row0 = tile0 * kMmaRows + g + 8 * c, row1 = row0 + kRopeHalf;
-      __nv_bfloat16 y0 = __float2bfloat16_rn(mma_output(a, &red[0][c][src], 4 * 32, row0));
-      __nv_bfloat16 y1 = __float2bfloat16_rn(mma_output(a, &red[0][2 + c][src], 4 * 32, row1));
-      const int head = row0 / kRopeHeadDim, i = row0 % kRopeHeadDim;
-      const int hq = r.num_q_heads, hkv = r.num_kv_heads;
-      if (head < hq + hkv) rope_rotate(__bfloat162float(y0), __bfloat162float(y1), cos_s[i], sin_s[i], y0, y1);
-      r.qkv[row0] = y0;
-      r.qkv[row1] = y1;
-      const int slot = r.slots[0];
-      if (slot >= 0 && head >= hq) {
-        const bool is_k = head < hq + hkv;
-        __nv_bfloat16* cache = is_k ? r.k_cache : r.v_cache;
-        const int kv_head = is_k ? head - hq : head - hq - hkv;
-        cache[cache_index(r, slot, kv_head, i)] = y0;
-        cache[cache_index(r, slot, kv_head, i + kRopeHalf)] = y1;
-      }
+      qkv_rope_write_pair(r, row0, mma_output(a, &red[0][c][src], 4 * 32, row0),
+                          mma_output(a, &red[0][2 + c][src], 4 * 32, row1), cos_s, sin_s);
     }
     __syncthreads();  // red is reused by the next unit
   }
+}
+
+// ---------------------------------------------------------------- one token row, K split over CTAs
+//
+// At one token row the kernels above are far from the H200's 4.27 TB/s (997f033, ncu: O 2,880 x 4,096
+// in 10.3 us = 1.15 TB/s, QKV 5,120 x 2,880 + RoPE in 11.8 us = 1.25 TB/s). Two reasons, both of
+// work granularity rather than arithmetic:
+//  - the work units are few and large: O has 180 tiles of 64 KB on 132 SMs (48 SMs stream 128 KB,
+//    84 stream 64 KB; the mean is 89 KB), the fused QKV 160 units of 92 KB (28 SMs get two);
+//  - each warp keeps one 128-column block (2 KB) in flight beside the one it sums, so a warp's 4 blocks
+//    (O) are ~4 dependent memory round trips after the PDL wait.
+// The kernels below keep every product and every sum of the kernels above, in the same order, and
+// only move them: the 8 warps' K slices (block b to "virtual warp" b % 8) of a 16-row tile go to
+// kSplitCtas CTAs of kSplitWarps warps (O: 360 CTAs of 32 KB, at most 3 an SM; QKV: 640 CTAs, one
+// tile each, of 4 virtual warps, at most 5 an SM); a warp requests all its blocks of the tile (up to
+// kDepth, 8 KB for O) before the PDL wait, with their weight scales; the activation row is staged
+// (quantized) by each warp for exactly its own blocks as before. Each CTA writes its virtual warps'
+// 16 row sums to a workspace; the last CTA of the tile (of the unit, for QKV) by a ticket sums the 8
+// partials in virtual-warp order plus the bias (mma_output's order) and writes the output, then
+// resets the ticket for the next launch. Outputs are the kernels above's bit for bit
+// (CudaFp8.SplitGemvIsTheOneRowGemvBitForBit, CudaFp8.FusedQkvRopeKvWriteKernelIsTheGemvThenRopeBitForBit).
+constexpr int kSplitWarps = 4;
+constexpr int kSplitThreads = kSplitWarps * 32;
+constexpr int kSplitCtas = kWarps / kSplitWarps;  // CTAs per 16-row tile
+static_assert(kWarps % kSplitWarps == 0, "a CTA owns whole virtual warps");
+static_assert(kFp8SplitPartialFloats == kFp8SplitMaxTiles * kWarps * kMmaRows, "the partials workspace");
+// Blocks a warp holds in registers: all of O's (4096 / 128 / 8 = 4) and of QKV's (23 blocks: 3).
+constexpr int kSplitDepthGemv = 4, kSplitDepthQkv = 3;
+
+size_t split_smem_bytes(int k_pad) { return size_t(k_pad) + size_t(k_pad / kFp8Block) * sizeof(float); }
+
+// mma_block_accumulate for token row 0 alone (codes [k_pad] and scales [k_pad / 128] in shared memory):
+// lanes g > 0 feed zeros as the MMA's B columns 1..7 (tokens that do not exist), which no output of
+// column 0 depends on, so acc0 / acc2 of lanes (g, 0) are mma_block_accumulate's acc[0] / acc[2] bit
+// for bit; the other lanes' values are never stored.
+__device__ __forceinline__ void mma_block_accumulate_row0(float& acc0, float& acc2, const uint4 (&w)[4],
+                                                          const uint8_t* xs, const float* ss, int b, int g, int c,
+                                                          float w_lo, float w_hi) {
+  uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
+  if (g == 0) {
+    const uint8_t* xp = xs + b * kFp8Block + 16 * c;
+    x0 = *reinterpret_cast<const uint4*>(xp);
+    x1 = *reinterpret_cast<const uint4*>(xp + 64);
+  }
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  mma_e4m3_m16n8k32(d, {w[0].x, w[2].x, w[0].y, w[2].y}, {x0.x, x0.y});
+  mma_e4m3_m16n8k32(d, {w[0].z, w[2].z, w[0].w, w[2].w}, {x0.z, x0.w});
+  mma_e4m3_m16n8k32(d, {w[1].x, w[3].x, w[1].y, w[3].y}, {x1.x, x1.y});
+  mma_e4m3_m16n8k32(d, {w[1].z, w[3].z, w[1].w, w[3].w}, {x1.z, x1.w});
+  const float t0 = ss[b];
+  acc0 = fmaf(d[0], w_lo * t0, acc0);
+  acc2 = fmaf(d[2], w_hi * t0, acc2);
+}
+
+// Virtual warp vw's activation groups vw, vw + 8, ... (those its MMAs read) of the one token row,
+// quantized into shared memory (codes [k_pad], scales [k_pad / 128]) by fp8_quantize_groups's rule and
+// expression order (so mma_stage_tokens's codes and scales bit for bit), kTasks groups' loads in flight
+// at once. The values stay packed bf16 (2 registers a group instead of 4) and are unpacked where used:
+// the warp holds its weight blocks in registers meanwhile.
+template <int kTasks>
+__device__ __forceinline__ void split_stage_row(const Fp8GemvArgs& a, int vw, int blocks, int lane, uint8_t* xs,
+                                                float* ss) {
+  for (int j0 = 0; vw + kWarps * j0 < blocks; j0 += kTasks) {
+    uint2 bits[kTasks];
+    float amax[kTasks];
+#pragma unroll
+    for (int i = 0; i < kTasks; ++i) {
+      const int col = (vw + kWarps * (j0 + i)) * kFp8Block + 4 * lane;
+      const uint16_t* p = a.x + col;
+      if (a.k % 4 == 0 && col < a.k) {
+        bits[i] = *reinterpret_cast<const uint2*>(p);
+      } else {  // load_group_lane's tail: element by element, zeros (bf16 +0) past k
+        uint16_t e[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) e[j] = col + j < a.k ? p[j] : uint16_t(0);
+        bits[i] = make_uint2(uint32_t(e[0]) | uint32_t(e[1]) << 16, uint32_t(e[2]) | uint32_t(e[3]) << 16);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kTasks; ++i) {
+      const float2 lo = unpack_bf16x2(bits[i].x), hi = unpack_bf16x2(bits[i].y);
+      amax[i] = fmaxf(fmaxf(fabsf(lo.x), fabsf(lo.y)), fmaxf(fabsf(hi.x), fabsf(hi.y)));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int i = 0; i < kTasks; ++i) amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], o));
+#pragma unroll
+    for (int i = 0; i < kTasks; ++i) {
+      const int gq = vw + kWarps * (j0 + i);
+      if (gq >= blocks) break;
+      const float2 lo = unpack_bf16x2(bits[i].x), hi = unpack_bf16x2(bits[i].y);
+      const float v[4] = {lo.x, lo.y, hi.x, hi.y};
+      const float scale = __fdiv_rn(amax[i], 448.0f);
+      uint8_t code[4];
+      fp8_codes_at(v, scale, code);
+      *reinterpret_cast<uint32_t*>(xs + gq * kFp8Block + 4 * lane) =
+          uint32_t(code[0]) | uint32_t(code[1]) << 8 | uint32_t(code[2]) << 16 | uint32_t(code[3]) << 24;
+      if (lane == 0) ss[gq] = scale;
+    }
+  }
+  __syncwarp();
+}
+
+// One warp's share of a tile: virtual warp vw's blocks vw, vw + 8, ... (below `blocks`) of `tile`.
+// Slot i of the register ring holds the j-th of them for j % kDepth == i: weights (mma_tile_weights)
+// and rows g / g + 8's block scales. s_lo / s_hi: those rows' scale rows.
+template <int kDepth>
+struct SplitWarp {
+  uint4 w[kDepth][4] = {};
+  float sl[kDepth] = {}, sh[kDepth] = {};
+  int s_lo, s_hi;  // offsets of the rows' block scales in a.w_scales (32-bit: fewer registers)
+
+  __device__ __forceinline__ SplitWarp(const Fp8GemvArgs& a, int tile, int g) {
+    const int kb_pad = a.k_pad / kFp8Block, r_lo = tile * kMmaRows + g, r_hi = r_lo + 8;
+    s_lo = fp8_scale_row(a.parts, r_lo < a.n ? r_lo : 0) * kb_pad;
+    s_hi = fp8_scale_row(a.parts, r_hi < a.n ? r_hi : 0) * kb_pad;
+  }
+  __device__ __forceinline__ void load(const Fp8GemvArgs& a, int tile, int b, int g, int c, int i) {
+    mma_tile_weights(a, tile, b, g, c, w[i]);
+    sl[i] = __ldg(a.w_scales + s_lo + b);
+    sh[i] = __ldg(a.w_scales + s_hi + b);
+  }
+  // Before the PDL wait (weights are no kernel's output): the first kDepth blocks into registers, the
+  // rest of the warp's blocks into L2.
+  __device__ __forceinline__ void request(const Fp8GemvArgs& a, int tile, int vw, int blocks, int g, int c) {
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i)
+      if (vw + kWarps * i < blocks) load(a, tile, vw + kWarps * i, g, c, i);
+    mma_prefetch_tile(a, tile, vw + kWarps * kDepth, blocks, g, c);
+  }
+  // The blocks' sums in block order (the acc chain of the 8-warp kernels), each slot refilled with the
+  // block kDepth further on as soon as it is summed.
+  __device__ __forceinline__ void accumulate(const Fp8GemvArgs& a, int tile, int vw, int blocks, int g, int c,
+                                             const uint8_t* xs, const float* ss, float& acc0, float& acc2) {
+    for (int j0 = 0; vw + kWarps * j0 < blocks; j0 += kDepth) {
+#pragma unroll
+      for (int i = 0; i < kDepth; ++i) {
+        const int b = vw + kWarps * (j0 + i);
+        if (b >= blocks) break;
+        mma_block_accumulate_row0(acc0, acc2, w[i], xs, ss, b, g, c, sl[i], sh[i]);
+        if (b + kWarps * kDepth < blocks) load(a, tile, b + kWarps * kDepth, g, c, i);
+      }
+    }
+  }
+};
+
+// Lanes (g, 0) hold rows g and g + 8's sums: virtual warp vw's partials of `tile`, [tile][vw][16 rows].
+__device__ __forceinline__ void split_store_partials(const Fp8GemvArgs& a, int tile, int vw, int g, int c, float acc0,
+                                                     float acc2) {
+  float* part = a.split_partials + (int64_t(tile) * kWarps + vw) * kMmaRows;
+  if (c == 0) {
+    part[g] = acc0;
+    part[g + 8] = acc2;
+  }
+}
+
+// Whether this CTA is the last of `ctas` to arrive at *ticket (the fused router's last-block pattern):
+// every CTA's partials are visible device-wide before its ticket, and the last reads them after a
+// second fence, with __ldcg (L2, never a stale L1 line). The last resets the ticket to 0 at once (no
+// other CTA of the launch touches it again), ready for the next launch and for CUDA graph replays.
+// Only after pdl_wait(): the previous launch, which used the same tickets, has completed.
+__device__ __forceinline__ bool split_last_cta(int32_t* ticket, int ctas) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(ticket, 1) == ctas - 1;
+    if (last) *ticket = 0;
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+// Row `row_in_tile`'s 8 partials summed in virtual-warp order plus the bias: mma_output's value.
+__device__ __forceinline__ float split_output(const Fp8GemvArgs& a, int tile, int row_in_tile, float bias) {
+  const float* part = a.split_partials + int64_t(tile) * (kWarps * kMmaRows) + row_in_tile;
+  float sum = __ldcg(part);
+  for (int w = 1; w < kWarps; ++w) sum += __ldcg(part + w * kMmaRows);
+  return sum + bias;
+}
+
+// bf16_fp8w_gemv_mma at one token row: CTA blockIdx.x = (tile, K half), tile = blockIdx.x / kSplitCtas.
+// At most 128 registers: 4 CTAs (16 warps) an SM, so O's 360 CTAs are one wave on 132 SMs.
+__global__ void __launch_bounds__(kSplitThreads, 4) bf16_fp8w_gemv_mma_split(Fp8GemvArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint8_t* xs = smem;
+  float* ss = reinterpret_cast<float*>(smem + a.k_pad);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int tile = int(blockIdx.x) / kSplitCtas, vw = int(blockIdx.x) % kSplitCtas * kSplitWarps + warp;
+  const int blocks = fp8_blocks(a.k);
+  SplitWarp<kSplitDepthGemv> sw(a, tile, g);
+  sw.request(a, tile, vw, blocks, g, c);
+  // Thread t < 16 writes row t of the tile if this CTA finishes it; the bias is a weight, read now.
+  const int row = tile * kMmaRows + int(threadIdx.x);
+  const float bias = a.bias && threadIdx.x < kMmaRows && row < a.n ? bf16_bits_to_float(a.bias[row]) : 0.0f;
+  pdl_wait();
+  pdl_launch_dependents();
+
+  split_stage_row<kSplitDepthGemv>(a, vw, blocks, lane, xs, ss);
+  float acc0 = 0.0f, acc2 = 0.0f;
+  sw.accumulate(a, tile, vw, blocks, g, c, xs, ss, acc0, acc2);
+  split_store_partials(a, tile, vw, g, c, acc0, acc2);
+  if (!split_last_cta(a.split_tickets + tile, kSplitCtas)) return;
+  if (threadIdx.x < kMmaRows && row < a.n) {
+    const float y = split_output(a, tile, int(threadIdx.x), bias);
+    if (a.out_f32)
+      static_cast<float*>(a.out)[row] = y;
+    else
+      reinterpret_cast<__nv_bfloat16*>(a.out)[row] = __float2bfloat16_rn(y);
+  }
+}
+
+// bf16_fp8w_gemv_mma_qkv_rope with the split: a unit (head, j) = tiles j and j + 2 of the head is
+// 2 x kSplitCtas CTAs (tile, K half), blockIdx.x = unit * 4 + tile of the pair * kSplitCtas + half.
+// The unit's last CTA (its ticket) finishes the 16 rotation pairs: thread t < 16 takes pair i = t,
+// rows tile0 * 16 + t and + 32. cos / sin are computed by every CTA's last warp (only the last CTA's
+// are used; the unit's last CTA is known only at its ticket, and sincos there would be on the
+// critical path).
+// At most 102 registers: 5 CTAs an SM, so gpt-oss's 640 CTAs are one wave on 132 SMs.
+__global__ void __launch_bounds__(kSplitThreads, 5) bf16_fp8w_gemv_mma_qkv_rope_split(Fp8QkvRopeArgs q) {
+  const Fp8GemvArgs& a = q.linear;
+  const RopeCacheWriteArgs& r = q.rope;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ float cos_s[kRopeHalf], sin_s[kRopeHalf];
+  constexpr int kCtasPerUnit = 2 * kSplitCtas;
+  uint8_t* xs = smem;
+  float* ss = reinterpret_cast<float*>(smem + a.k_pad);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int unit = int(blockIdx.x) / kCtasPerUnit, part = int(blockIdx.x) % kCtasPerUnit;
+  const int tile0 = unit / 2 * kTilesPerHead + unit % 2, tile = tile0 + part / kSplitCtas * kPairTiles;
+  const int vw = part % kSplitCtas * kSplitWarps + warp;
+  const int blocks = fp8_blocks(a.k);
+  SplitWarp<kSplitDepthQkv> sw(a, tile, g);
+  sw.request(a, tile, vw, blocks, g, c);
+  const int row0 = tile0 * kMmaRows + int(threadIdx.x), row1 = row0 + kRopeHalf;
+  float bias0 = 0.0f, bias1 = 0.0f;
+  if (a.bias && threadIdx.x < kMmaRows)
+    bias0 = bf16_bits_to_float(a.bias[row0]), bias1 = bf16_bits_to_float(a.bias[row1]);
+  pdl_wait();
+  pdl_launch_dependents();
+
+  split_stage_row<kSplitDepthQkv>(a, vw, blocks, lane, xs, ss);
+  if (warp == kSplitWarps - 1) rope_cos_sin(r, r.positions[0], lane, cos_s[lane], sin_s[lane]);
+  float acc0 = 0.0f, acc2 = 0.0f;
+  sw.accumulate(a, tile, vw, blocks, g, c, xs, ss, acc0, acc2);
+  split_store_partials(a, tile, vw, g, c, acc0, acc2);
+  if (!split_last_cta(a.split_tickets + unit, kCtasPerUnit)) return;  // its barriers publish cos_s / sin_s
+  if (threadIdx.x < kMmaRows)
+    qkv_rope_write_pair(r, row0, split_output(a, tile0, int(threadIdx.x), bias0),
+                        split_output(a, tile0 + kPairTiles, int(threadIdx.x), bias1), cos_s, sin_s);
 }
 
 size_t mma_smem_bytes(int k_pad) {
@@ -630,6 +892,31 @@ void launch_with_smem(Kernel kernel, dim3 grid, size_t smem, int sms, cudaStream
   OSSRT_CUDA_CALL(cudaLaunchKernelEx(&config, kernel, a));
 }
 
+// The split kernels: one CTA per work unit, every unit launched (no cap at a resident wave: a CTA
+// never waits for another, the last of a tile's does its sum), PDL as the others.
+template <typename Kernel, typename Args>
+void launch_split(Kernel kernel, unsigned ctas, size_t smem, cudaStream_t stream, const Args& a) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(kSplitThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  OSSRT_CUDA_CALL(cudaLaunchKernelEx(&config, kernel, a));
+}
+
+// Whether a one-row tensor-core GEMV of these arguments takes the split kernel (its workspace given,
+// the tiles within it); the unembedding's 12,568 tiles do not: the persistent kernel's grid-stride
+// loop already balances them.
+bool split_takes(const Fp8GemvArgs& a) {
+  return a.m == 1 && !a.x_codes && a.split_partials && a.split_tickets &&
+         (a.n + kMmaRows - 1) / kMmaRows <= kFp8SplitMaxTiles;
+}
+
 }  // namespace
 
 void launch_bf16_fp8_quantize_rows(const Fp8QuantizeArgs& a, cudaStream_t stream) {
@@ -653,6 +940,10 @@ void fp8_gemv_prepare(int k_pad) {
                                        int(mma_smem_bytes(k_pad))));
   OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv_mma_qkv_rope, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(mma_smem_bytes(k_pad))));
+  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv_mma_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(split_smem_bytes(k_pad))));
+  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv_mma_qkv_rope_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(split_smem_bytes(k_pad))));
 }
 
 void launch_fp8_transpose_rows(const Fp8TransposeArgs& a, cudaStream_t stream) {
@@ -681,6 +972,11 @@ void launch_bf16_fp8w_gemv(const Fp8GemvArgs& a, int sms, int mma_from_rows, cud
                  " parts ", a.parts.count, " (k_pad a multiple of ", kFp8KAlign, ", 16-byte aligned weights)");
   OSSRT_CU_CHECK(!a.x_codes || a.x_scales, "bf16_fp8w_gemv: x_codes without x_scales");
   if (a.m >= mma_from_rows || a.m > kFp8GemvMaxRows || a.x_codes) {
+    if (split_takes(a)) {
+      const unsigned tiles = unsigned((a.n + kMmaRows - 1) / kMmaRows);
+      launch_split(bf16_fp8w_gemv_mma_split, tiles * kSplitCtas, split_smem_bytes(a.k_pad), stream, a);
+      return;
+    }
     const dim3 grid((a.n + kMmaRows - 1) / kMmaRows, (a.m + kMmaTokens - 1) / kMmaTokens);
     OSSRT_CU_CHECK(grid.y <= 65535u, "bf16_fp8w_gemv_mma: ", a.m, " token rows");
     launch_with_smem(bf16_fp8w_gemv_mma, grid, mma_smem_bytes(a.k_pad), sms, stream, a);
@@ -710,8 +1006,13 @@ void launch_bf16_fp8w_gemv_qkv_rope_kv_write(const Fp8QkvRopeArgs& q, int sms, c
   OSSRT_CU_CHECK(fp8_qkv_rope_supported(q), "bf16_fp8w_gemv_mma_qkv_rope: m ", q.linear.m, " n ", q.linear.n, " k ",
                  q.linear.k, " for ", q.rope.num_q_heads, " q + ", q.rope.num_kv_heads,
                  " kv heads (one token, bf16 out into rope.qkv, (Hq + 2 Hkv) x 64 rows)");
-  launch_with_smem(bf16_fp8w_gemv_mma_qkv_rope, dim3(unsigned(q.linear.n / kRopeHalf)), mma_smem_bytes(q.linear.k_pad),
-                   sms, stream, q);
+  const unsigned units = unsigned(q.linear.n / kRopeHalf);
+  if (split_takes(q.linear)) {
+    launch_split(bf16_fp8w_gemv_mma_qkv_rope_split, units * 2 * kSplitCtas, split_smem_bytes(q.linear.k_pad), stream,
+                 q);
+    return;
+  }
+  launch_with_smem(bf16_fp8w_gemv_mma_qkv_rope, dim3(units), mma_smem_bytes(q.linear.k_pad), sms, stream, q);
 }
 
 }  // namespace ossrt::cuda

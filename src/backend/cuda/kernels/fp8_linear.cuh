@@ -14,6 +14,9 @@
 //     cuBLASLt does not serve.
 //   bf16_fp8w_gemv_mma_qkv_rope: one token's QKV projection as bf16_fp8w_gemv_mma computes it, then
 //     RoPE and the KV cache write (rope_cache.cuh) in its epilogue.
+//   bf16_fp8w_gemv_mma_split, bf16_fp8w_gemv_mma_qkv_rope_split: the same two at one token row with K
+//     of each 16-row tile split over 2 CTAs and summed by the tile's last CTA (a ticket), given the
+//     split workspace in Fp8GemvArgs; the same products and sums in the same order, so the same bits.
 //   bf16_fp8w_gemv: the same on FMA (a warp per weight row, fp32 sums of the code products), the
 //     alternative of the developer switch OSSRT_CUDA_FP8_GEMV_MMA (at one row on the H200, 15a0c3b:
 //     QKV 9.0 / 12.1 us, O 8.4 / 13.3 us, the unembedding 163 / 225 us, tensor-core / FMA).
@@ -32,6 +35,11 @@ inline constexpr int kFp8Block = 128;
 inline constexpr int kFp8KAlign = 512;
 inline constexpr int kFp8MaxParts = 4;
 inline constexpr int kFp8GemvMaxRows = 8;
+// The one-token-row split kernels' workspace (Fp8GemvArgs::split_partials / split_tickets): 16-row
+// tiles of at most this many (n <= 16,384 rows: QKV and O, not the unembedding), 8 partial sums of
+// 16 rows each a tile, one ticket a tile.
+inline constexpr int kFp8SplitMaxTiles = 1024;
+inline constexpr int kFp8SplitPartialFloats = kFp8SplitMaxTiles * 8 * 16;
 
 constexpr int fp8_blocks(int n) { return (n + kFp8Block - 1) / kFp8Block; }
 constexpr int fp8_k_pad(int k) { return (k + kFp8KAlign - 1) / kFp8KAlign * kFp8KAlign; }
@@ -72,6 +80,14 @@ struct Fp8GemvArgs {
   // rows: every group of 8 would quantize its rows once per weight tile).
   const uint8_t* x_codes = nullptr;
   const float* x_scales = nullptr;
+  // Optional, one token row on tensor cores: a workspace that lets K of each 16-row tile split over 2
+  // CTAs (the bf16_fp8w_gemv_mma_split kernels: many small work units instead of one 64 KB tile a CTA;
+  // outputs bit for bit those without it). split_partials: kFp8SplitPartialFloats floats; split_tickets:
+  // kFp8SplitMaxTiles counters, 0 before the first launch, and 0 again after each (the kernels reset
+  // them). Launches that share them must be ordered on one stream (PDL keeps that order). Null: the
+  // one-CTA-a-tile kernel (OSSRT_CUDA_FP8_GEMV_SPLIT=0).
+  float* split_partials = nullptr;
+  int32_t* split_tickets = nullptr;
 };
 bool fp8_gemv_supported(const Fp8GemvArgs& args);
 // Lets the GEMV kernels take the shared memory of 8 token rows at this k_pad (more than the default
