@@ -573,8 +573,8 @@ TEST(AttentionKernels, DecodeWithSmallerSplitsMatchesReference) {
   for (int keys : {64, 128}) {
     for (bool fold : {true, false}) {
       SCOPED_TRACE("min keys per split " + std::to_string(keys) + (fold ? ", folded merge" : ", merge kernel"));
-      expect_matches_reference(
-          full, run_attention(full, full_dev, full_dev.plan.view, Kernel::Decode, 0, kPrefillDefaultVariant, fold, keys));
+      expect_matches_reference(full, run_attention(full, full_dev, full_dev.plan.view, Kernel::Decode, 0,
+                                                   kPrefillDefaultVariant, fold, keys));
       expect_matches_reference(window, run_attention(window, window_dev, window_dev.plan.view, Kernel::Decode, 0,
                                                      kPrefillDefaultVariant, fold, keys));
     }

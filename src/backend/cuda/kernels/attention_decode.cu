@@ -269,7 +269,8 @@ __global__ void __launch_bounds__(kGroup * 32) bf16_sdpa_sinks_d64_decode_combin
   if (seq.num_tokens != 1) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = seq.context_begin - first_visible_key(seq.context_begin, a.window) + 1;
-  merge_head_splits(a, seq, seq_index, blockIdx.y * kGroup + warp, used_splits(n, a.num_splits, a.min_keys_per_split), lane);
+  merge_head_splits(a, seq, seq_index, blockIdx.y * kGroup + warp, used_splits(n, a.num_splits, a.min_keys_per_split),
+                    lane);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
