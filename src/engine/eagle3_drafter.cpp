@@ -21,9 +21,12 @@ Eagle3Drafter::Eagle3Drafter(GptOssModel& target, Eagle3Head& head, int num_spec
   OSSRT_CHECK(hc.target_hidden_size == target.config().hidden_size && hc.vocab_size == target.config().vocab_size,
               "eagle3 drafter: the head reads states of width {} over {} tokens, the target has {} and {}",
               hc.target_hidden_size, hc.vocab_size, target.config().hidden_size, target.config().vocab_size);
-  OSSRT_CHECK(head.max_step_tokens() >= target.limits().max_step_tokens && head.max_logit_rows() >= max_seqs,
+  // Logit rows: one per sequence drafted for in a step, which holds at most max_seqs sequences and no
+  // more sequences than tokens.
+  const int64_t logit_rows = std::min<int64_t>(max_seqs, target.limits().max_step_tokens);
+  OSSRT_CHECK(head.max_step_tokens() >= target.limits().max_step_tokens && head.max_logit_rows() >= logit_rows,
               "eagle3 drafter: the head was planned for {} rows and {} logit rows; the target's steps need {} and {}",
-              head.max_step_tokens(), head.max_logit_rows(), target.limits().max_step_tokens, max_seqs);
+              head.max_step_tokens(), head.max_logit_rows(), target.limits().max_step_tokens, logit_rows);
   target.set_capture_layers(hc.aux_layers);
   head.allocate_kv_cache(max_seqs * blocks_per_slot_, block_size);
   for (int s = max_seqs - 1; s >= 0; --s) free_slots_.push_back(s);

@@ -144,8 +144,9 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
     b.max_step_tokens = options.max_num_batched_tokens;
     b.max_seqs = options.max_num_seqs;
     o.eagle3_backend = make_backend(options.backend, b);
+    // A step holds at most one row per sequence it drafts for, and never more sequences than tokens.
     o.eagle3_head = std::make_unique<Eagle3Head>(*o.eagle3_backend, o.eagle3_weights, options.max_num_batched_tokens,
-                                                 options.max_num_seqs);
+                                                 std::min(options.max_num_seqs, options.max_num_batched_tokens));
     return std::make_shared<Eagle3Drafter>(*o.model, *o.eagle3_head, speculative.num_speculative_tokens, max_len,
                                            options.max_num_seqs);
   };

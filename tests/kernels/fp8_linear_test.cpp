@@ -547,7 +547,14 @@ TEST(CudaFp8, SplitGemvIsTheOneRowGemvBitForBit) {
           cuda_ok(cudaDeviceSynchronize(), "gemv");
           return out.download();
         };
-        const auto want = run(false), got = run(true);
+        std::vector<uint8_t> want, got;
+        try {  // a launch error names the case (and leaves no stale error behind for later tests)
+          want = run(false);
+          got = run(true);
+        } catch (const std::exception& e) {
+          (void)cudaGetLastError();
+          FAIL() << where << ": " << e.what();
+        }
         EXPECT_EQ(ws.nonzero_tickets(), 0u) << where;
         ASSERT_EQ(got.size(), want.size()) << where;
         const size_t elem = f32_out ? 4 : 2;

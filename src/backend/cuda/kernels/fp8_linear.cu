@@ -928,22 +928,28 @@ void launch_bf16_fp8_quantize_rows(const Fp8QuantizeArgs& a, cudaStream_t stream
   OSSRT_CHECK_LAUNCH("bf16_fp8_quantize_rows");
 }
 
+// Raises (never lowers) a kernel's dynamic shared-memory limit: the limit is per kernel, not per
+// weight, so a later, narrower weight must not take back what a wider one needs (an O projection of
+// k_pad 4,096 after a QKV of 3,072 would otherwise fail to launch with invalid argument).
+template <typename Kernel>
+void raise_smem_limit(Kernel kernel, size_t bytes) {
+  cudaFuncAttributes attr{};
+  OSSRT_CUDA_CALL(cudaFuncGetAttributes(&attr, kernel));
+  if (size_t(attr.maxDynamicSharedSizeBytes) >= bytes) return;
+  OSSRT_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
 void fp8_gemv_prepare(int k_pad) {
-  const int smem = int(gemv_smem_bytes(kFp8GemvMaxRows, k_pad));
-  OSSRT_CU_CHECK(size_t(smem) <= kMaxSmemBytes, "bf16_fp8w_gemv: k_pad ", k_pad, " needs ", smem,
-                 " bytes of shared memory");
-  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(mma_smem_bytes(k_pad))));
-  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv_mma_qkv_rope, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(mma_smem_bytes(k_pad))));
-  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv_mma_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(split_smem_bytes(k_pad))));
-  OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_fp8w_gemv_mma_qkv_rope_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(split_smem_bytes(k_pad))));
+  const size_t smem = gemv_smem_bytes(kFp8GemvMaxRows, k_pad);
+  OSSRT_CU_CHECK(smem <= kMaxSmemBytes, "bf16_fp8w_gemv: k_pad ", k_pad, " needs ", smem, " bytes of shared memory");
+  raise_smem_limit(bf16_fp8w_gemv<1>, smem);
+  raise_smem_limit(bf16_fp8w_gemv<2>, smem);
+  raise_smem_limit(bf16_fp8w_gemv<4>, smem);
+  raise_smem_limit(bf16_fp8w_gemv<8>, smem);
+  raise_smem_limit(bf16_fp8w_gemv_mma, mma_smem_bytes(k_pad));
+  raise_smem_limit(bf16_fp8w_gemv_mma_qkv_rope, mma_smem_bytes(k_pad));
+  raise_smem_limit(bf16_fp8w_gemv_mma_split, split_smem_bytes(k_pad));
+  raise_smem_limit(bf16_fp8w_gemv_mma_qkv_rope_split, split_smem_bytes(k_pad));
 }
 
 void launch_fp8_transpose_rows(const Fp8TransposeArgs& a, cudaStream_t stream) {

@@ -93,6 +93,10 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
     row_end = tile + 1;
     if (expert < 0 || expert >= a.num_experts) {
       if constexpr (!kSwiglu) {
+        // Wait even with nothing to compute: a grid whose CTAs all exit here (an expert-parallel rank
+        // with no local pair) must still complete after the gate_up GEMM, so the PDL chain stays
+        // transitive for the kernels after it.
+        pdl_wait();
         pdl_launch_dependents();
         if (a.tickets && threadIdx.x < 32) fold_direct_combine(a, tile, blockIdx.y, threadIdx.x);
       }
@@ -100,7 +104,10 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
     }
   } else {
     if (tile >= *a.num_tiles) {
-      if constexpr (!kSwiglu) pdl_launch_dependents();
+      if constexpr (!kSwiglu) {
+        pdl_wait();  // as above
+        pdl_launch_dependents();
+      }
       return;
     }
     expert = a.tile_expert[tile];
