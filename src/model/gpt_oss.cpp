@@ -284,23 +284,14 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
                         [&](const std::string& what, const Tensor& t) { observe(name + "." + what, t); });
     observe(name + ".moe_out", moe_out);
   }
+  backend_.add(x, moe_out);
+  capture_layer_output(c.num_layers - 1, x);
+  observe("residual", x);
+
   Tensor logit_in = ws.logit_in.rows(0, R), final_norm = ws.final_norm.rows(0, R), logits = ws.logits.rows(0, R);
   Tensor lm_head_out = ws.lm_head_out.rows(0, R);
-  // A step that wants every row's logits in order (decode) needs no gather: the last residual add
-  // and the final norm are then one op with the same arithmetic (two launches fewer a step).
-  bool every_row_in_order = R == T;
-  for (int64_t r = 0; every_row_in_order && r < R; ++r) every_row_in_order = plan.logit_rows[size_t(r)] == r;
-  if (every_row_in_order) {
-    backend_.add_rmsnorm(x, moe_out, weights_.final_norm, eps, final_norm);
-    capture_layer_output(c.num_layers - 1, x);
-    observe("residual", x);
-  } else {
-    backend_.add(x, moe_out);
-    capture_layer_output(c.num_layers - 1, x);
-    observe("residual", x);
-    backend_.gather_logit_rows(x, logit_in);
-    backend_.rmsnorm(logit_in, weights_.final_norm, eps, final_norm);
-  }
+  backend_.gather_logit_rows(x, logit_in);
+  backend_.rmsnorm(logit_in, weights_.final_norm, eps, final_norm);
   observe("final_norm", final_norm);
   // Vocab-parallel unembedding: this rank's vocab rows, then every rank's columns side by side.
   backend_.linear(final_norm, weights_.lm_head, nullptr, lm_head_out);
