@@ -268,4 +268,13 @@ std::optional<Checkpoint::Found> Checkpoint::find(const std::string& name) const
   return Found{t, it->second};
 }
 
+HostTensor host_view(const SafetensorsTensor& t) {
+  HostTensor h;
+  h.data = t.data;
+  h.dtype = *t.dtype;
+  h.shape = t.shape;
+  h.name = t.name;
+  return h;
+}
+
 }  // namespace ossrt

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/host_tensor.h"
 
 namespace ossrt {
 
@@ -22,6 +23,9 @@ struct SafetensorsTensor {
   const void* data = nullptr;  // inside the mapping
   uint64_t bytes = 0;
 };
+
+// The tensor as a HostTensor that still points into the file's mapping (its dtype must be set).
+HostTensor host_view(const SafetensorsTensor& t);
 
 class SafetensorsFile {
  public:

@@ -58,15 +58,6 @@ bool is_float(const SafetensorsTensor& t) {
   return t.dtype == DType::BF16 || t.dtype == DType::F16 || t.dtype == DType::F32;
 }
 
-HostTensor view(const SafetensorsTensor& t) {
-  HostTensor h;
-  h.data = t.data;
-  h.dtype = *t.dtype;
-  h.shape = t.shape;
-  h.name = t.name;
-  return h;
-}
-
 // The head's tensors by their published names ("midlayer." or "layers.0." for the decoder layer).
 class HeadTensors {
  public:
@@ -90,7 +81,7 @@ class HeadTensors {
     OSSRT_CHECK(f->tensor->shape == shape,
                 "EAGLE-3 head {}: tensor {} has shape [{}], expected [{}] (does the head belong to this target?)",
                 f->file->file_name(), full, fmt::join(f->tensor->shape, ", "), fmt::join(shape, ", "));
-    return view(*f->tensor);
+    return host_view(*f->tensor);
   }
   bool has(const std::string& name) const { return ck_.contains(name); }
   const std::string& describe() const { return ck_.describe(); }

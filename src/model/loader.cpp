@@ -38,14 +38,14 @@ class TensorBinder {
     if (!t->dtype || !is_float(*t->dtype))
       fail("{}: tensor {}: dtype {} expected BF16, F16 or F32", file->file_name(), name, t->dtype_name);
     check_shape(*t, *file, shape);
-    return view(*t);
+    return host_view(*t);
   }
 
   HostTensor bytes(const std::string& name, const Shape& shape) const {
     auto [t, file] = get(name, shape, "U8");
     if (t->dtype != DType::U8) fail("{}: tensor {}: dtype {} expected U8", file->file_name(), name, t->dtype_name);
     check_shape(*t, *file, shape);
-    return view(*t);
+    return host_view(*t);
   }
 
   // For tensors whose layout is decided by their shape (dense experts): dtype checked, shape not.
@@ -53,7 +53,7 @@ class TensorBinder {
     auto [t, file] = get(name, {}, "BF16, F16 or F32");
     if (!t->dtype || !is_float(*t->dtype))
       fail("{}: tensor {}: dtype {} expected BF16, F16 or F32", file->file_name(), name, t->dtype_name);
-    return view(*t);
+    return host_view(*t);
   }
 
   std::string file_of(const std::string& name) const {
@@ -75,14 +75,6 @@ class TensorBinder {
     if (t.shape != shape)
       fail("{}: tensor {}: shape [{}] expected [{}]", file.file_name(), t.name, fmt::join(t.shape, ", "),
            fmt::join(shape, ", "));
-  }
-  static HostTensor view(const SafetensorsTensor& t) {
-    HostTensor h;
-    h.data = t.data;
-    h.dtype = *t.dtype;
-    h.shape = t.shape;
-    h.name = t.name;
-    return h;
   }
   const Checkpoint& ck_;
 };
