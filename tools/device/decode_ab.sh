@@ -36,6 +36,7 @@ for variant in "$@"; do
     --warmup-steps 5 --decode-steps 40 --result-dir "/tmp/ab_$label" > "/tmp/ab_$label.log" 2>&1
   echo "   exit $?"
   grep -B1 -A6 "ITL ms" "/tmp/ab_$label.log" | head -14
+  grep -o "step timing.*" "/tmp/ab_$label.log"  # with OSSRT_CUDA_STEP_TIMING=1 (step_timing.h)
   cp /tmp/ab_"$label"/*.json "$FINAL/ab_$label.json" 2>/dev/null
 done
 echo "== done after $(( $(date +%s) - START )) s"

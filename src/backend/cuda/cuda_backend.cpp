@@ -24,6 +24,7 @@
 #include "backend/cuda/kernels/router.cuh"
 #include "backend/cuda/kernels/sample.cuh"
 #include "backend/cuda/plan_upload.h"
+#include "backend/cuda/step_timing.h"
 
 namespace ossrt {
 
@@ -147,6 +148,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
                 "OSSRT_CUDA_PROFILE_DECODE_STEPS must be first:count (two non-negative integers, count > 0), not '{}'",
                 window);
   }
+  if (cuda::StepTimer::enabled_by_environment()) step_timer_ = std::make_unique<cuda::StepTimer>(stream_);
   spdlog::info("cuda: {} ({} SMs), workspaces {:.1f} MiB planned for {} tokens / {} sequences per step", prop.name,
                num_sms_, buffers_->device_bytes() / 1048576.0, cap.max_tokens, cap.max_seqs);
 }
@@ -154,6 +156,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);  // bind_device() may throw; a destructor must not
   if (stream_) cudaStreamSynchronize(stream_);
+  step_timer_.reset();
   graphs_.reset();
   blas_fp8_.reset();
   blas_.reset();
@@ -328,6 +331,14 @@ void CudaBackend::profile_window(const StepPlan& plan) {
 Tensor CudaBackend::run_step(const StepPlan& plan, const StepFn& step) {
   bind_device();
   profile_window(plan);
+  if (!step_timer_) return run_step_on_stream(plan, step);
+  step_timer_->step_begin(plan.num_seqs(), plan.is_decode_only());
+  Tensor logits = run_step_on_stream(plan, step);
+  step_timer_->forward_enqueued();
+  return logits;
+}
+
+Tensor CudaBackend::run_step_on_stream(const StepPlan& plan, const StepFn& step) {
   if (!graphs_enabled_ || !graphs_->graphable(plan)) return step(plan);
   // A graph runs the plan padded to its batch bucket; the caller's model was sized for at most
   // max_seqs rows and max_step_tokens tokens (the server passes the same numbers to both), so a

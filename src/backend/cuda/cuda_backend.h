@@ -46,6 +46,7 @@ class CublasLinear;
 class CublasFp8;
 class StepPlanUploader;
 class DecodeGraphCache;
+class StepTimer;
 struct RopeCacheWriteArgs;
 }  // namespace cuda
 
@@ -216,6 +217,10 @@ class CudaBackend final : public Backend {
   // (tools/device/profile_decode.sh). Unset: first = -1, never.
   int profile_first_ = -1, profile_count_ = 0, decode_steps_seen_ = 0;
   void profile_window(const StepPlan& plan);
+  // run_step's work: the graph replay or the eager step.
+  Tensor run_step_on_stream(const StepPlan& plan, const StepFn& step);
+  // OSSRT_CUDA_STEP_TIMING=1: host and GPU time of each step (step_timing.h); null when off.
+  std::unique_ptr<cuda::StepTimer> step_timer_;
 };
 
 // The CUDA backend for sm_90a (H100/H200).

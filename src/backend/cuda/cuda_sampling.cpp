@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/step_timing.h"
 #include "backend/cuda/kernels/sample.cuh"
 
 namespace ossrt {
@@ -75,9 +76,11 @@ std::vector<int32_t> CudaBackend::sample(const Tensor& logits, std::span<const S
                      int(words),
                      static_cast<cuda::SampleArgmaxPartial*>(sample_workspace_)};
   OSSRT_CUDA_CHECK(cuda::launch_f32_sample_topk_topp(a, stream_));
+  if (step_timer_) step_timer_->sampler_enqueued();
   OSSRT_CUDA_CHECK(
       cudaMemcpyAsync(ids.data(), sample_ids_, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (step_timer_) step_timer_->sampler_synced();
   return ids;
 }
 
