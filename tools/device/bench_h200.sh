@@ -29,7 +29,8 @@
 # COST_INPUT_LENS / COST_BATCHES / COST_CONTEXTS, KERNEL_MODELS / KERNEL_OPS (e.g.
 # attention_full,attention_sliding) / KERNEL_DECODE / KERNEL_PREFILL / KERNEL_CONTEXT (decode context,
 # default 1024) / KERNEL_SUFFIX (result folder kernels<suffix>, for a second context in one call);
-# QUANT (default bf16) is the --quantization of every command (docs/quantization.md).
+# QUANT (default bf16) is the --quantization of every command (docs/quantization.md), MODEL (default
+# gpt-oss-20b) its model; SERVE_PROMPTS_8K=0 skips serve's 8k/1k point.
 set -uo pipefail
 [ $# -gt 0 ] || { sed -n 2,30p "$0"; exit 2; }
 PARTS=("$@")
@@ -68,13 +69,15 @@ GPU_SLUG=$(echo "$GPU_NAME" | tr 'A-Z' 'a-z' | sed -E 's/nvidia //; s/[^a-z0-9]+
 # The weight format every command of the run is given (--quantization, docs/quantization.md) and the
 # run folder is named by; server_info and bench cost record the resolved name too.
 QUANT=${QUANT:-bf16}
-RUN=$(date -u +%Y%m%d)_${GPU_SLUG}_gpt-oss-20b-dummy_${QUANT}_${COMMIT:0:12}${DIRTY}
+# The model of every command (gpt-oss-120b: mxfp4 or mxfp4-fp8 fit one H200).
+MODEL=${MODEL:-gpt-oss-20b}
+RUN=$(date -u +%Y%m%d)_${GPU_SLUG}_${MODEL}-dummy_${QUANT}_${COMMIT:0:12}${DIRTY}
 RESULTS=/tmp/ossrt-bench-results
 mkdir -p "$RESULTS/$RUN"
 echo "== $RUN: $GPU_NAME, commit $COMMIT$DIRTY, parts: ${PARTS[*]}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | sed 's/^/   /'
 
-MODEL_FLAGS=(--model gpt-oss-20b --load-format dummy --backend cuda --quantization "$QUANT")
+MODEL_FLAGS=(--model "$MODEL" --load-format dummy --backend cuda --quantization "$QUANT")
 PORT=18080
 SERVER=
 
@@ -92,6 +95,7 @@ start_server() {  # waits for /health (dummy 20b: weights generated and uploaded
 stop_server() {
   [ -n "$SERVER" ] || return 0
   kill -TERM $SERVER; wait $SERVER; echo "   serve exit $?"; SERVER=
+  grep -o "step timing.*" /tmp/serve.log  # with OSSRT_CUDA_STEP_TIMING=1 (src/backend/cuda/step_timing.h)
 }
 trap stop_server EXIT
 
@@ -112,7 +116,7 @@ part_serve() {
     --input-len 1024 --output-len 1024 --ignore-eos --max-concurrency "${SERVE_CONCURRENCY:-1,8,64,256}" \
     --num-prompts "${SERVE_PROMPTS:-4,16,128,512}" --warmup 2 --seed 0 --slo ttft=2000,tpot=50 --no-itl \
     --result-dir "$RESULTS/$RUN/serve_1k_1k"
-  run_step "bench serve 8k/1k" 200 "$OSSRT" bench serve --base-url http://127.0.0.1:$PORT --dataset random \
+  [ "${SERVE_PROMPTS_8K:-128}" = 0 ] || run_step "bench serve 8k/1k" 200 "$OSSRT" bench serve --base-url http://127.0.0.1:$PORT --dataset random \
     --input-len 8192 --output-len 1024 --ignore-eos --max-concurrency 64 --num-prompts "${SERVE_PROMPTS_8K:-128}" \
     --warmup 2 --seed 1 --slo ttft=10000,tpot=50 --no-itl --result-dir "$RESULTS/$RUN/serve_8k_1k"
   curl -s 127.0.0.1:$PORT/metrics > "$RESULTS/$RUN/serve_metrics.txt"
