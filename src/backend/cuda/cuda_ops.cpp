@@ -299,6 +299,7 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
       if (fp8_gemv_split_) q.linear.split_partials = fp8_split_partials_, q.linear.split_tickets = fp8_split_tickets_;
       if (cuda::fp8_qkv_rope_supported(q)) {
         cuda::launch_bf16_fp8w_gemv_qkv_rope_kv_write(q, num_sms_, stream_);
+        ++fused_qkv_rope_launches_;
         return;
       }
     }
@@ -326,6 +327,7 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
     return;
   }
   cuda::launch_bf16_gemv_qkv_rope_kv_write(f, stream_);
+  ++fused_qkv_rope_launches_;
 }
 
 void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& p, Tensor& out) {
