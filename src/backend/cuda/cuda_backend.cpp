@@ -25,6 +25,7 @@
 #include "backend/cuda/kernels/sample.cuh"
 #include "backend/cuda/plan_upload.h"
 #include "backend/cuda/step_timing.h"
+#include "backend/graph_plan.h"
 
 namespace ossrt {
 
@@ -332,7 +333,7 @@ Tensor CudaBackend::run_step(const StepPlan& plan, const StepFn& step) {
   bind_device();
   profile_window(plan);
   if (!step_timer_) return run_step_on_stream(plan, step);
-  step_timer_->step_begin(plan.num_seqs(), plan.is_decode_only());
+  step_timer_->step_begin(plan.num_seqs(), uniform_seq_tokens(plan));
   Tensor logits = run_step_on_stream(plan, step);
   step_timer_->forward_enqueued();
   return logits;
