@@ -118,7 +118,7 @@ TEST(CudaGraphs, ReplayEqualsEagerOnRandomDecodePlans) {
   EXPECT_EQ(w.backend->graph_replays(), int(std::size(batch_sizes)) - 5);
 }
 
-// Returns the logits of `plan` as the rows of a host vector.
+// A step's logits `t` ([rows, vocab]) on the host.
 std::vector<float> logits_of(DecodeWorld& w, const Tensor& t, int rows) {
   EXPECT_EQ(t.dim(0), rows);
   return w.backend->to_host_f32(t);
@@ -264,7 +264,8 @@ TEST(CudaGraphs, VerifyStepsBeyondTheModelsLogitRowsRunEagerly) {
     append_sequence_step(three, {kBlock, 4 * s, 4 * s, 4}, tokens, 20, config.sliding_window, true);
   for (int s = 0; s < 2; ++s)
     append_sequence_step(two, {kBlock, 4 * s, 4 * s, 4}, tokens, 24, config.sliding_window, true);
-  EXPECT_EQ(backend.to_host_f32(backend.run_step(three, fwd)), backend.to_host_f32(model.forward(three)));
+  const std::vector<float> eager = backend.to_host_f32(model.forward(three));
+  EXPECT_EQ(backend.to_host_f32(backend.run_step(three, fwd)), eager);
   EXPECT_EQ(backend.graph_count(), 0);
   backend.run_step(two, fwd);  // 2 x 4 rows fit
   EXPECT_EQ(backend.graph_count(), 1);
