@@ -24,9 +24,13 @@
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "device_array.h"
 
 namespace ossrt::cuda {
 namespace {
+
+using test::cuda_ok;
+using test::DeviceArray;
 
 constexpr int kHq = 64, kHkv = 8, kD = 64;
 constexpr int64_t kQkvStride = int64_t(kHq + 2 * kHkv) * kD;
@@ -41,36 +45,6 @@ bool gpu_available() {
 
 #define REQUIRE_GPU() \
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device"
-
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-// Owning device copy of a host vector.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& host) : n_(host.size()) {
-    cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, n_) * sizeof(T)), "cudaMalloc");
-    if (n_) cuda_ok(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  }
-  explicit DeviceArray(size_t bytes_only) : n_(0) {
-    cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, bytes_only)), "cudaMalloc");
-  }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return ptr_; }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    if (n_) cuda_ok(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-    return host;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t n_;
-};
 
 struct SeqSpec {
   int cached;      // tokens already in the cache (context_begin)

@@ -31,6 +31,7 @@
 #include "core/fp8.h"
 #include "core/npy.h"
 #include "cuda_test_util.h"
+#include "device_array.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"
@@ -38,6 +39,9 @@
 
 namespace ossrt {
 namespace {
+
+using test::cuda_ok;
+using test::DeviceArray;
 
 using test::random_floats;
 
@@ -246,32 +250,6 @@ TEST(CudaFp8, LinearMatchesTheCpuBackend) {
 }
 
 // ---------------------------------------------------------------- one-token QKV + RoPE + KV write
-
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& host) : n_(host.size()) {
-    cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, n_) * sizeof(T)), "cudaMalloc");
-    if (n_) cuda_ok(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return ptr_; }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    if (n_) cuda_ok(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-    return host;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t n_ = 0;
-};
 
 // The split kernels' workspace (Fp8GemvArgs::split_partials / split_tickets), tickets zeroed.
 struct SplitWorkspace {

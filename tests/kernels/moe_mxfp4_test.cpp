@@ -35,6 +35,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "cuda_test_util.h"
+#include "device_array.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"
@@ -42,6 +43,9 @@
 
 namespace ossrt::cuda {
 namespace {
+
+using test::cuda_ok;
+using test::DeviceArray;
 
 constexpr int kHidden = 2880, kInter = 2880, kTopK = 4;
 constexpr float kAlpha = 1.702f, kLimit = 7.0f;
@@ -53,35 +57,6 @@ bool gpu_available() {
 
 #define REQUIRE_GPU() \
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device"
-
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& host) : n_(host.size()) {
-    cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, n_) * sizeof(T)), "cudaMalloc");
-    if (n_) cuda_ok(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  }
-  // Uninitialised storage of n elements.
-  static std::unique_ptr<DeviceArray> empty(size_t n) { return std::unique_ptr<DeviceArray>(new DeviceArray(n, 0)); }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return ptr_; }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    if (n_) cuda_ok(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-    return host;
-  }
-
- private:
-  DeviceArray(size_t n, int) : n_(n) { cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, n) * sizeof(T)), "cudaMalloc"); }
-  T* ptr_ = nullptr;
-  size_t n_;
-};
 
 ThreadPool& pool() {
   static ThreadPool p;

@@ -6,9 +6,8 @@
 # Usage: TESTS="engine_cuda_test model_test:*Bf16Floor*" tools/device/ab_tests.sh new=.carry/cuda/bin ...
 set -uo pipefail
 ROOT=$(pwd)
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$ROOT/.carry/cuda/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
+PACK=$ROOT/.carry/cuda
+source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
 export OSSRT_SOURCE_DIR=$ROOT
 LOGS=${OUT:-/tmp/ossrt-out}/ab_tests
 mkdir -p "$LOGS"

@@ -49,10 +49,7 @@ exec > >(tee -a "$FINAL/bench_h200_$TAG.log") 2>&1
 
 OSSRT=$PACK/bin/ossrt
 [ -x "$OSSRT" ] || { echo "!! $OSSRT missing: run tools/device/cuda_pack.sh <cuda build dir> first, carry .carry/cuda"; exit 1; }
-# cuBLASLt and NCCL come from the device's CUDA toolkit or torch's wheels; our other libraries travel.
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
+source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
 # The tokenizer travels gzipped (.carry/tokgz, 5 MB) or plain (.carry/tok); node_modules does not.
 if [ -f "$ROOT/.carry/tokgz/tokenizer.json.gz" ]; then
   gunzip -c "$ROOT/.carry/tokgz/tokenizer.json.gz" > /tmp/tokenizer.json && export OSSRT_TOKENIZER=/tmp/tokenizer.json

@@ -9,10 +9,8 @@ PACK=$ROOT/.carry/cuda
 FINAL=${OUT:-/tmp/ossrt-out}
 mkdir -p "$FINAL"
 exec > >(tee -a "$FINAL/cli_smoke.log") 2>&1
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
 # NCCL (linked by the parallel module) from the machine or torch's nvidia-nccl wheel.
-NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
 export OSSRT_SOURCE_DIR=$ROOT  # tests find fixtures through it (tests/test_paths.h)
 OSSRT=$PACK/bin/ossrt
 # The tokenizer travels in .carry/tok when node_modules (git-ignored) does not.

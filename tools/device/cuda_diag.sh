@@ -18,8 +18,7 @@ WORK=/tmp/ossrt-diag
 mkdir -p "$FINAL" "$WORK"
 exec > >(tee -a "$FINAL/diag.log") 2>&1
 export OSSRT_SOURCE_DIR=$ROOT  # tests find fixtures through it (tests/test_paths.h)
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:${LD_LIBRARY_PATH:-}
+source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
 CUDA_BIN=$(dirname "$(find /usr/local/cuda*/bin -name compute-sanitizer 2>/dev/null | head -1)")
 echo "== device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); commit $(cat "$PACK/COMMIT")"
 

@@ -29,10 +29,8 @@ echo "== device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --for
 echo "== commit: $(cat "$PACK/COMMIT" 2>/dev/null)"
 export OSSRT_SOURCE_DIR=$ROOT  # tests find fixtures through it (tests/test_paths.h)
 # cuBLASLt 13 from the machine's CUDA toolkit or torch's wheels; our other shared libraries travel.
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
+source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
 # NCCL (linked by the parallel module) from the machine or torch's nvidia-nccl wheel.
-NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
 echo "== cuBLASLt from $CUBLAS_DIR"
 missing=0
 for b in "$PACK"/bin/*; do

@@ -18,9 +18,7 @@ ROOT=$(pwd)
 PACK=$ROOT/.carry/cuda
 FINAL=${OUT:-/tmp/ossrt-out}
 mkdir -p "$FINAL"
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
+source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
 left() { echo $((START + DEADLINE_S - $(date +%s))); }
 echo "== decode A/B: $MODEL $QUANT, batches $BATCHES, context $CONTEXT, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
 BATCH_LIST=$(echo "$BATCHES" | tr ' ' ',')

@@ -10,9 +10,7 @@ PACK=$ROOT/.carry/cuda
 FINAL=${OUT:-/tmp/ossrt-out}
 LOGS=/tmp/gpu-tests
 mkdir -p "$FINAL" "$LOGS"
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
+source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
 export OSSRT_SOURCE_DIR=$ROOT
 START=$(date +%s)
 echo "== GPU tests in parallel, commit $(tr '\n' ' ' < "$PACK/COMMIT")"

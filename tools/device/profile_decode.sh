@@ -22,9 +22,7 @@ FINAL=${OUT:-/tmp/ossrt-out}
 mkdir -p "$FINAL"
 exec > >(tee -a "$FINAL/profile_${MODEL}_${QUANT}.log") 2>&1
 OSSRT=$PACK/bin/ossrt
-CUBLAS_DIR=$(dirname "$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)")
-NCCL_DIR=$(dirname "$(find /usr /opt -maxdepth 9 -name 'libnccl.so.2*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$PACK/lib:$CUBLAS_DIR:$NCCL_DIR:${LD_LIBRARY_PATH:-}
+source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
 if [ -f "$ROOT/.carry/tokgz/tokenizer.json.gz" ]; then
   gunzip -c "$ROOT/.carry/tokgz/tokenizer.json.gz" > /tmp/tokenizer.json && export OSSRT_TOKENIZER=/tmp/tokenizer.json
 fi

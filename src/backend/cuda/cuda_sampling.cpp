@@ -9,8 +9,8 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/step_timing.h"
 #include "backend/cuda/kernels/sample.cuh"
+#include "backend/cuda/step_timing.h"
 
 namespace ossrt {
 

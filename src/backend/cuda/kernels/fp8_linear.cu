@@ -879,34 +879,14 @@ void launch_with_smem(Kernel kernel, dim3 grid, size_t smem, int sms, cudaStream
   int per_sm = 0;
   OSSRT_CUDA_CALL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   grid.x = std::min(grid.x, unsigned(std::max(1, per_sm) * std::max(1, sms)));
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  OSSRT_CUDA_CALL(cudaLaunchKernelEx(&config, kernel, a));
+  OSSRT_CUDA_CALL(launch_pdl_smem(kernel, grid, dim3(kThreads), smem, stream, a));
 }
 
 // The split kernels: one CTA per work unit, every unit launched (no cap at a resident wave: a CTA
 // never waits for another, the last of a tile's does its sum), PDL as the others.
 template <typename Kernel, typename Args>
 void launch_split(Kernel kernel, unsigned ctas, size_t smem, cudaStream_t stream, const Args& a) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(ctas);
-  config.blockDim = dim3(kSplitThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  OSSRT_CUDA_CALL(cudaLaunchKernelEx(&config, kernel, a));
+  OSSRT_CUDA_CALL(launch_pdl_smem(kernel, dim3(ctas), dim3(kSplitThreads), smem, stream, a));
 }
 
 // Whether a one-row tensor-core GEMV of these arguments takes the split kernel (its workspace given,

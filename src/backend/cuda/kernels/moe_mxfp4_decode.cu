@@ -27,13 +27,12 @@ namespace {
 // host-known sizes) never changes a result.
 constexpr int kSplit = 4;
 
-// kDepth > 0 (one token tile only, the one used): kDepth (8 by default) weight chunks in flight per warp instead of 4, the
-// activations loaded as each chunk is used (they hit L1) instead of with the weights, to keep
-// registers for it. Measured on the H200 (decode step, 20b, mxfp4): same at batch 1, 4-5% faster
-// steps at batch 2-8 (4.49 -> 4.31 ms at 8); the MoE test's T = 8 passes 83 -> 77 us (gate_up).
-// The combine of direct pairs folded into the down GEMM (MoeGemmArgs::tickets): called by warp 0
-// of every CTA of pair `pair`, weight tile rt, after its y rows are written (or with none, for a
-// dropped id). The token's last CTA of this tile sums its 16 features over the slots.
+// kDepth > 0 (one token tile only, the one used): kDepth (8 by default) weight chunks in flight per warp instead of 4,
+// the activations loaded as each chunk is used (they hit L1) instead of with the weights, to keep registers for it.
+// Measured on the H200 (decode step, 20b, mxfp4): same at batch 1, 4-5% faster steps at batch 2-8 (4.49 -> 4.31 ms at
+// 8); the MoE test's T = 8 passes 83 -> 77 us (gate_up). The combine of direct pairs folded into the down GEMM
+// (MoeGemmArgs::tickets): called by warp 0 of every CTA of pair `pair`, weight tile rt, after its y rows are written
+// (or with none, for a dropped id). The token's last CTA of this tile sums its 16 features over the slots.
 __device__ __forceinline__ void fold_direct_combine(const MoeGemmArgs& a, int pair, int rt, int lane) {
   __threadfence();  // this CTA's y rows, device-wide, before its ticket
   __syncwarp();
@@ -313,12 +312,13 @@ void launch_decode(DecodeKernel four[3], const SingleTileKernels& single, const 
 // depth 12 and 24 put all of them in flight at once.
 int decode_depth(bool gate_up) {
   static const int depths[2] = {[] {
-    const char* v = std::getenv("OSSRT_CUDA_MOE_DOWN_DEPTH");
-    return v ? std::atoi(v) : 8;
-  }(), [] {
-    const char* v = std::getenv("OSSRT_CUDA_MOE_GATE_UP_DEPTH");
-    return v ? std::atoi(v) : 8;
-  }()};
+                                  const char* v = std::getenv("OSSRT_CUDA_MOE_DOWN_DEPTH");
+                                  return v ? std::atoi(v) : 8;
+                                }(),
+                                [] {
+                                  const char* v = std::getenv("OSSRT_CUDA_MOE_GATE_UP_DEPTH");
+                                  return v ? std::atoi(v) : 8;
+                                }()};
   return depths[gate_up ? 1 : 0];
 }
 
@@ -355,10 +355,9 @@ void check_decode_args(const MoeGemmArgs& a, int n_tiles, const char* name) {
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
   check_decode_args(a, n_tiles, "bf16_mxfp4w_moe_gate_up_swiglu_decode");
   if (a.max_tiles == 0) return;
-  DecodeKernel four[3] = {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, 8>,
-                          bf16_mxfp4w_moe_gate_up_swiglu_decode<2, 4>, bf16_mxfp4w_moe_gate_up_swiglu_decode<4, 4>};
-  launch_decode(four, single_tile_kernels(true), a, n_tiles,
-                stream);
+  DecodeKernel four[3] = {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, 8>, bf16_mxfp4w_moe_gate_up_swiglu_decode<2, 4>,
+                          bf16_mxfp4w_moe_gate_up_swiglu_decode<4, 4>};
+  launch_decode(four, single_tile_kernels(true), a, n_tiles, stream);
 }
 
 void launch_bf16_mxfp4w_moe_down_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
