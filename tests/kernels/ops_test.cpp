@@ -606,6 +606,12 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
         if (i == 2) {
           be.linear(xt, wt[i], &bt[i], qkv);
           be.rope_and_cache_write(qkv, rope, p);
+        } else if (i == 1) {
+          // The fused kernel, not the two-op fallback (which would pass the comparisons below too).
+          auto& cuda_backend = dynamic_cast<CudaBackend&>(be);
+          const int64_t launches = cuda_backend.fused_qkv_rope_launches();
+          be.qkv_rope_cache_write(xt, wt[i], &bt[i], rope, p, qkv);
+          EXPECT_EQ(cuda_backend.fused_qkv_rope_launches(), launches + 1) << "the fused kernel did not run";
         } else {
           be.qkv_rope_cache_write(xt, wt[i], &bt[i], rope, p, qkv);
         }

@@ -251,8 +251,14 @@ void CublasFp8::calibrate(CUstream_st* stream, int only) {
   for (double v : want) rms += v * v;
   rms = std::sqrt(rms / double(want.size()));
 
-  // Load-time temporaries, freed below.
+  // Load-time temporaries, freed on every way out (a failed check throws).
   void *p_w = nullptr, *p_x = nullptr, *p_ws = nullptr, *p_xs = nullptr, *p_y = nullptr;
+  struct FreeTemporaries {
+    void** p[5];
+    ~FreeTemporaries() {
+      for (void** q : p) cudaFree(*q);
+    }
+  } free_temporaries{{&p_w, &p_x, &p_ws, &p_xs, &p_y}};
   OSSRT_CUDA_CHECK(cudaMalloc(&p_w, wc.size()));
   OSSRT_CUDA_CHECK(cudaMalloc(&p_x, xc.size()));
   // (Scale buffers far larger than the tensors: a candidate layout that reads a padded scale tensor
@@ -316,7 +322,6 @@ void CublasFp8::calibrate(CUstream_st* stream, int only) {
       break;
     }
   }
-  cudaFree(d_w), cudaFree(d_x), cudaFree(d_ws), cudaFree(d_xs), cudaFree(d_y);
   spdlog::info("cuda: cuBLASLt block-scaled FP8 start-up check: {}", report_);
 }
 

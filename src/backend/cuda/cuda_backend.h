@@ -95,6 +95,7 @@ class CudaBackend final : public Backend {
   void moe(const Tensor& x, const ExpertWeights& experts, const Tensor& ids, const Tensor& weights,
            const SwigluParams& swiglu, Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
+  void prefetch_weights(std::span<const Tensor* const> weights) override;
 
   // Decode-only plans run as CUDA graphs captured per batch bucket (see cuda_graphs.cpp); anything
   // else runs `step` eagerly.
@@ -119,6 +120,9 @@ class CudaBackend final : public Backend {
   bool graphs_enabled() const { return graphs_enabled_; }
   int graph_count() const;
   int graph_replays() const { return graph_replays_; }
+  // Launches of a fused QKV + RoPE + KV-write kernel (bf16 or FP8 weights): tests check that the
+  // fused path ran rather than the two-op fallback, which computes the same values.
+  int64_t fused_qkv_rope_launches() const { return fused_qkv_rope_launches_; }
   // Bytes this backend holds on the device (weights, workspaces, KV cache).
   size_t device_bytes_allocated() const;
   CUstream_st* stream() const { return stream_; }
@@ -214,6 +218,10 @@ class CudaBackend final : public Backend {
 
   bool graphs_enabled_ = true;
   int graph_replays_ = 0;
+  int64_t fused_qkv_rope_launches_ = 0;
+  // OSSRT_CUDA_L2_PREFETCH: 0 off (prefetch_weights does nothing), 1 bulk L2 prefetch, 2 the same
+  // with the evict_last priority. Developer switch for A/B timing, read at construction.
+  int l2_prefetch_ = 0;
   // OSSRT_CUDA_PROFILE_DECODE_STEPS="first:count": cudaProfilerStart before decode-only step
   // `first` (0-based) and cudaProfilerStop before step first + count, so that `ncu
   // --profile-from-start off` records exactly those steps, sampling included

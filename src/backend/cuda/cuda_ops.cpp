@@ -14,6 +14,7 @@
 #include "backend/cuda/kernels/fp8_linear.cuh"
 #include "backend/cuda/kernels/gather.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
+#include "backend/cuda/kernels/l2_prefetch.cuh"
 #include "backend/cuda/kernels/moe.cuh"
 #include "backend/cuda/kernels/norm.cuh"
 #include "backend/cuda/kernels/rope_cache.cuh"
@@ -288,6 +289,25 @@ void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, cons
   OSSRT_CUDA_CHECK(cuda::launch_bf16_rope_kv_cache_write(rope_cache_args(qkv, rope, p), stream_));
 }
 
+void CudaBackend::prefetch_weights(std::span<const Tensor* const> weights) {
+  if (l2_prefetch_ == 0) return;
+  bind_device();
+  cuda::L2PrefetchArgs a;
+  a.evict_last = l2_prefetch_ == 2;
+  for (const Tensor* w : weights) {
+    if (!w || w->empty() || a.count == cuda::L2PrefetchArgs::kMaxRanges) continue;
+    check_on_device(*w, "prefetch_weights", "weight");
+    uint64_t bytes = w->bytes();
+    if (w->dtype == DType::FP8_E4M3) {  // stored with rows padded to k_pad codes
+      const auto it = fp8_weights_.find(w->data);
+      if (it != fp8_weights_.end()) bytes = uint64_t(it->second->n) * uint64_t(it->second->k_pad);
+    }
+    a.ptr[a.count] = w->data;
+    a.bytes[a.count++] = bytes;
+  }
+  OSSRT_CUDA_CHECK(cuda::launch_l2_prefetch(a, stream_));
+}
+
 void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const Tensor* bias, const RopeParams& rope,
                                        const AttentionParams& p, Tensor& qkv) {
   bind_device();
@@ -313,6 +333,7 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
       if (fp8_gemv_split_) q.linear.split_partials = fp8_split_partials_, q.linear.split_tickets = fp8_split_tickets_;
       if (cuda::fp8_qkv_rope_supported(q)) {
         cuda::launch_bf16_fp8w_gemv_qkv_rope_kv_write(q, num_sms_, stream_);
+        ++fused_qkv_rope_launches_;
         return;
       }
     }
@@ -340,6 +361,7 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
     return;
   }
   cuda::launch_bf16_gemv_qkv_rope_kv_write(f, stream_);
+  ++fused_qkv_rope_launches_;
 }
 
 void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& p, Tensor& out) {
