@@ -306,6 +306,10 @@ struct BackendOptions {
   // workspaces). A step beyond them is refused with an error, never served by a new allocation.
   int max_step_tokens = 8192;
   int max_seqs = 256;
+  // CUDA: the most logit rows one step of the model on this backend returns (its
+  // ModelLimits::max_logit_rows). A verify step's graph computes the rows of its padding sequences
+  // too, so it runs eagerly where they would exceed this. 0: max_seqs (one row a sequence).
+  int max_logit_rows = 0;
 };
 
 }  // namespace ossrt

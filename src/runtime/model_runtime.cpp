@@ -98,6 +98,7 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
           ? std::min(options.max_num_batched_tokens, options.max_num_seqs * (1 + speculative.num_speculative_tokens))
           : options.max_num_seqs;
   const ModelLimits limits{options.max_num_batched_tokens, logit_rows};
+  backend_options.max_logit_rows = logit_rows;  // verify graphs stay within the model's rows
   if (options.parallel.is_single()) {
     o.backend = make_backend(options.backend, backend_options);
     o.model = std::make_unique<GptOssModel>(*o.backend, o.weights, limits);
@@ -127,6 +128,7 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
       b.kv_v_scales = std::move(scales.v);
     }
     b.max_seqs = 1;
+    b.max_logit_rows = 1;
     o.draft_backend = make_backend(options.backend, b);
     o.draft_model = std::make_unique<GptOssModel>(*o.draft_backend, o.draft_weights,
                                                   ModelLimits{options.max_num_batched_tokens, 1});

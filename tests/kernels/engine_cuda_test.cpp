@@ -1,5 +1,5 @@
 // The engine on the CUDA backend (issue 7): continuous batching with chunked prefill, preemption
-// and cancellation, prefix-cache reuse, decode CUDA graphs and the GPU sampler, on the small engine
+// and cancellation, prefix-cache reuse, decode and verify CUDA graphs and the GPU sampler, on the small engine
 // model of the CPU engine tests (tests/unit/engine_test_model.h). The reference is the independent
 // single-sequence greedy (SingleSequenceRunner, eager forwards, no scheduler or block pool) on the
 // SAME cuda backend type.
@@ -23,6 +23,7 @@
 #include <map>
 
 #include "../unit/engine_test_model.h"
+#include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/kernels/sample_philox.cuh"
 #include "cuda_test_util.h"
 #include "sample_reference.h"
@@ -272,6 +273,101 @@ TEST_F(EngineCuda, PrefixCacheHitsGiveTheReferenceTokens) {
   expect_mostly_exact(agreement, "shared 37-token prefix");
   EXPECT_GE(engine.stats().prefix_cache_hits, uint64_t(15 * 36));
   expect_all_blocks_back(engine, "after prefix reuse");
+}
+
+// Guesses the continuation a plain run produced for each known prompt, wrong from guess `wrong_from`
+// of every draft on (a different token), so verify steps accept some guesses and reject the rest.
+class ContinuationDrafter final : public Drafter {
+ public:
+  ContinuationDrafter(const std::vector<Case>& cases, const std::map<std::string, std::vector<int32_t>>& outputs,
+                      int wrong_from)
+      : wrong_from_(wrong_from) {
+    for (const Case& c : cases) known_.push_back({c.prompt, outputs.at(c.id)});
+  }
+  Draft propose(const DraftRequest& request) override {
+    const std::span<const int32_t> tokens = request.tokens;
+    for (const auto& [prompt, cont] : known_) {
+      if (tokens.size() < prompt.size() || !std::equal(prompt.begin(), prompt.end(), tokens.begin())) continue;
+      const size_t done = tokens.size() - prompt.size();
+      if (done > cont.size() || !std::equal(tokens.begin() + std::ptrdiff_t(prompt.size()), tokens.end(), cont.begin()))
+        continue;
+      Draft d;
+      for (size_t i = done; i < cont.size() && int(d.tokens.size()) < request.max_tokens; ++i)
+        d.tokens.push_back(int(d.tokens.size()) >= wrong_from_ ? (cont[i] + 1) % 500 : cont[i]);
+      return d;
+    }
+    return {};
+  }
+
+ private:
+  int wrong_from_;
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> known_;
+};
+
+// Greedy speculative decoding on CUDA: verify steps (1 + k tokens a sequence, every row's logits)
+// replay CUDA graphs keyed by their token count, and the tokens are the reference's. Guesses come
+// from a plain run of the same requests, right (all accepted) or wrong from the second guess on.
+// Eight requests of 20 tokens together give verify steps of 8 sequences of 4 tokens once all are
+// prefilled (steps mixing prefill, or sequences with fewer guesses near their end, run eagerly);
+// one request alone gives batch-1 verify steps of 2..4 tokens (k shrinks near max_tokens). Tokens are re-scored like
+// every greedy test here: a verify row runs other kernels than a decode row (prefill attention, other row counts), so
+// where the reference's top-2 margin is within the bf16 noise a different argmax is honest; the count of requests
+// identical to plain decoding is printed.
+TEST_F(EngineCuda, SpeculativeDecodingReplaysVerifyGraphsAndKeepsTheReferenceTokens) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  constexpr int kGuesses = 3;
+  std::vector<Case> cases;
+  for (int i = 0; i < 8; ++i)
+    cases.push_back({"v" + std::to_string(i), random_prompt(3 + 5 * i, 500 + uint32_t(i)), 20});
+  std::map<std::string, std::vector<int32_t>> plain;
+  {
+    auto m = cuda_small_model();
+    Engine engine(m->model, engine_config(64));
+    plain = run_greedy(engine, cases);
+  }
+  auto verify_replays = [](CudaBackend& b, int batch_bucket) {
+    int n = 0;
+    for (const cuda::GraphUse& u : b.graph_uses())
+      if (u.key.seq_tokens > 1 && (batch_bucket == 0 || u.key.batch_bucket == batch_bucket)) n += u.replays;
+    return n;
+  };
+  const std::vector<Case> alone = {cases[5]};
+  for (const int wrong_from : {kGuesses, 1}) {
+    for (const bool batched : {true, false}) {
+      const std::vector<Case>& run = batched ? cases : alone;
+      const std::string what = fmt::format("speculation, guesses wrong from {}, {}", wrong_from,
+                                           batched ? "8 requests" : "one request alone");
+      auto m = cuda_small_model();
+      EngineConfig c = engine_config(64);
+      c.speculative.method = "replay";
+      c.speculative.num_speculative_tokens = kGuesses;
+      c.drafter = std::make_shared<ContinuationDrafter>(run, plain, wrong_from);
+      Engine engine(m->model, c);
+      const auto got = run_greedy(engine, run);
+      Agreement agreement;
+      int identical = 0;
+      for (const Case& rc : run) {
+        expect_reference_agrees(rc, got.at(rc.id), true, rc.id + " (" + what + ")", agreement);
+        identical += got.at(rc.id) == plain.at(rc.id);
+      }
+      expect_mostly_exact(agreement, what);
+      const GeneratorStats st = engine.stats();
+      std::printf(
+          "[metric] %s: %d of %zu requests identical to plain decoding; %llu drafts, %llu of %llu guesses "
+          "accepted; %d graphs, %d verify replays\n",
+          what.c_str(), identical, run.size(), (unsigned long long)st.spec_drafts,
+          (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st.spec_draft_tokens, cuda(*m).graph_count(),
+          verify_replays(cuda(*m), 0));
+      EXPECT_GT(st.spec_drafts, 0u) << what;
+      EXPECT_GT(st.spec_accepted_tokens, 0u) << what;
+      if (wrong_from < kGuesses) {
+        EXPECT_LT(st.spec_accepted_tokens, st.spec_draft_tokens) << what;
+      }
+      // Verify steps ran as graphs, not silently eagerly.
+      EXPECT_GT(verify_replays(cuda(*m), batched ? 0 : 1), 0) << what;
+      expect_all_blocks_back(engine, what);
+    }
+  }
 }
 
 // A peaked policy (few tokens with real mass), so most draws sit clear of a CDF step.

@@ -25,6 +25,7 @@
 #include "backend/cuda/kernels/sample.cuh"
 #include "backend/cuda/plan_upload.h"
 #include "backend/cuda/step_timing.h"
+#include "backend/graph_plan.h"
 
 namespace ossrt {
 
@@ -36,8 +37,8 @@ constexpr int kMinPlanSeqs = 256;
 constexpr int kPlannedQueryHeads = 64;
 // The sampler's mask room is planned for gpt-oss's vocabulary (both models): 6,284 words, 25 KB, a row.
 constexpr size_t kPlannedVocab = 201088;
-// Left free beyond the KV budget: CUDA graph executables (one per decode bucket, captured after
-// the plan), cuBLASLt's internal state, kernels first loaded by decode steps, fragmentation. The
+// Left free beyond the KV budget: CUDA graph executables (one per decode or verify key, captured
+// after the plan), cuBLASLt's internal state, kernels first loaded by decode steps, fragmentation. The
 // profiling step already counts everything a prefill-and-decode step allocates.
 constexpr size_t kGraphsAndLibrariesReserveBytes = size_t(512) << 20;
 }  // namespace
@@ -82,7 +83,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   cap.max_tokens = options.max_step_tokens;
   cap.max_seqs = std::max(options.max_seqs, kMinPlanSeqs);
   plan_ = std::make_unique<cuda::StepPlanUploader>(*buffers_, cap);
-  graphs_ = std::make_unique<cuda::DecodeGraphCache>(*this);
+  graphs_ = std::make_unique<cuda::StepGraphCache>(*this);
 
   router_logits_bytes_ = size_t(cap.max_tokens) * cuda::kRouterMaxExperts * sizeof(float);
   router_logits_ = device_alloc(router_logits_bytes_, "router logits workspace");
@@ -337,22 +338,21 @@ Tensor CudaBackend::run_step(const StepPlan& plan, const StepFn& step) {
   bind_device();
   profile_window(plan);
   if (!step_timer_) return run_step_on_stream(plan, step);
-  step_timer_->step_begin(plan.num_seqs(), plan.is_decode_only());
+  step_timer_->step_begin(plan.num_seqs(), uniform_seq_tokens(plan));
   Tensor logits = run_step_on_stream(plan, step);
   step_timer_->forward_enqueued();
   return logits;
 }
 
 Tensor CudaBackend::run_step_on_stream(const StepPlan& plan, const StepFn& step) {
-  if (!graphs_enabled_ || !graphs_->graphable(plan)) return step(plan);
-  // A graph runs the plan padded to its batch bucket; the caller's model was sized for at most
-  // max_seqs rows and max_step_tokens tokens (the server passes the same numbers to both), so a
-  // bucket beyond either would be refused by the model: such plans run eagerly instead.
-  const int bucket = cuda::decode_batch_bucket(plan.num_seqs());
-  if (bucket > options_.max_seqs || bucket > options_.max_step_tokens) return step(plan);
-  return graphs_->run(plan, step);
+  if (!graphs_enabled_) return step(plan);
+  const GraphKey key = graphs_->key(plan);
+  if (key.batch_bucket == 0) return step(plan);
+  return graphs_->run(plan, key, step);
 }
 
 int CudaBackend::graph_count() const { return graphs_->size(); }
+
+std::vector<cuda::GraphUse> CudaBackend::graph_uses() const { return graphs_->uses(); }
 
 }  // namespace ossrt

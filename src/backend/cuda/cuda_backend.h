@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA backend for sm_90a (H100/H200): bf16 activations, fp32 residual stream, bf16 weights
 // (MXFP4 experts dequantized at load), bf16 paged KV cache, cuBLASLt for the dense GEMMs, our own
-// kernels for the rest (src/backend/cuda/kernels/), CUDA graphs for decode buckets.
+// kernels for the rest (src/backend/cuda/kernels/), CUDA graphs for decode and verify steps.
 //
 // Memory is planned at start-up: every buffer comes from alloc/upload/allocate_kv_cache or from the
 // workspaces sized in the constructor by BackendOptions (max_step_tokens, max_seqs). The step path
@@ -45,7 +45,8 @@ class DeviceBuffers;
 class CublasLinear;
 class CublasFp8;
 class StepPlanUploader;
-class DecodeGraphCache;
+class StepGraphCache;
+struct GraphUse;
 class StepTimer;
 struct RopeCacheWriteArgs;
 }  // namespace cuda
@@ -97,8 +98,8 @@ class CudaBackend final : public Backend {
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
   void prefetch_weights(std::span<const Tensor* const> weights) override;
 
-  // Decode-only plans run as CUDA graphs captured per batch bucket (see cuda_graphs.cpp); anything
-  // else runs `step` eagerly.
+  // Decode and verify plans (B sequences of T tokens, every row's logits: backend/graph_plan.h) run
+  // as CUDA graphs captured per key (cuda_graphs.h); anything else runs `step` eagerly.
   Tensor run_step(const StepPlan& plan, const StepFn& step) override;
 
   // The engine's GPU sampler hook: maps each row to SamplingRowParams (seed split in two words,
@@ -123,13 +124,15 @@ class CudaBackend final : public Backend {
   // Launches of a fused QKV + RoPE + KV-write kernel (bf16 or FP8 weights): tests check that the
   // fused path ran rather than the two-op fallback, which computes the same values.
   int64_t fused_qkv_rope_launches() const { return fused_qkv_rope_launches_; }
+  // Every captured graph's key (batch bucket, tokens a sequence, context bucket) and its replays.
+  std::vector<cuda::GraphUse> graph_uses() const;
   // Bytes this backend holds on the device (weights, workspaces, KV cache).
   size_t device_bytes_allocated() const;
   CUstream_st* stream() const { return stream_; }
   static bool device_available();
 
  private:
-  friend class cuda::DecodeGraphCache;
+  friend class cuda::StepGraphCache;
   struct KvStorage;
   struct Fp8Weight;
   // Makes this backend's device current on the calling thread (cudaSetDevice when another is).
@@ -156,7 +159,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::DeviceBuffers> buffers_;
   std::unique_ptr<cuda::CublasLinear> blas_;
   std::unique_ptr<cuda::StepPlanUploader> plan_;
-  std::unique_ptr<cuda::DecodeGraphCache> graphs_;
+  std::unique_ptr<cuda::StepGraphCache> graphs_;
   std::unique_ptr<KvStorage> kv_;
   // FP8 linear weights by data pointer (their block scales and part grids), the prefill path's
   // cuBLASLt and its quantized-activation workspace (codes [max_step_tokens, k_pad], scales), all

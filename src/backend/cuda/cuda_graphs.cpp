@@ -3,8 +3,6 @@
 #include <cuda_runtime_api.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
-
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_internal.h"
 #include "backend/cuda/cuda_check.h"
@@ -12,87 +10,64 @@
 
 namespace ossrt::cuda {
 
-int decode_batch_bucket(int n) {
-  for (int b : kDecodeBatchBuckets)
-    if (n <= b) return b;
-  return 0;
-}
-
-int decode_context_bucket(int n) {
-  int b = kMinContextBucket;
-  while (b < n) b *= 2;
-  return b;
-}
-
-StepPlan pad_decode_plan(const StepPlan& plan, int bucket, int full_scratch, int window_scratch) {
-  StepPlan p = plan;
-  const int bs = plan.block_size;
-  for (int i = plan.num_seqs(); i < bucket; ++i) {
-    p.token_ids.push_back(0);
-    p.positions.push_back(0);
-    p.token_seq.push_back(i);
-    p.full_slots.push_back(full_scratch * bs);
-    p.window_slots.push_back(window_scratch * bs);
-    SeqStep s;
-    s.token_begin = i;
-    s.num_tokens = 1;
-    s.context_begin = 0;
-    s.full_table_begin = int32_t(p.full_block_table.size());
-    s.full_table_len = 1;
-    s.window_table_begin = int32_t(p.window_block_table.size());
-    s.window_table_len = 1;
-    s.window_first_block = 0;
-    p.full_block_table.push_back(full_scratch);
-    p.window_block_table.push_back(window_scratch);
-    p.seqs.push_back(s);
-  }
-  p.logit_rows.resize(size_t(bucket));
-  for (int i = 0; i < bucket; ++i) p.logit_rows[size_t(i)] = i;
-  return p;
-}
-
-DecodeGraphCache::~DecodeGraphCache() {
+StepGraphCache::~StepGraphCache() {
   for (auto& [key, e] : graphs_) cudaGraphExecDestroy(e.exec);
 }
 
-void DecodeGraphCache::clear() {
+void StepGraphCache::clear() {
   for (auto& [key, e] : graphs_) cudaGraphExecDestroy(e.exec);
   graphs_.clear();
 }
 
-bool DecodeGraphCache::graphable(const StepPlan& plan) const {
-  const int n = plan.num_seqs();
-  if (n == 0 || !plan.is_decode_only() || decode_batch_bucket(n) == 0 || !backend_.kv_) return false;
-  if (plan.num_tokens() != n || int(plan.logit_rows.size()) != n) return false;
-  for (int i = 0; i < n; ++i) {
-    if (plan.seqs[size_t(i)].token_begin != i || plan.logit_rows[size_t(i)] != i) return false;
-  }
-  return true;
+std::vector<GraphUse> StepGraphCache::uses() const {
+  std::vector<GraphUse> out;
+  for (const auto& [key, e] : graphs_) out.push_back({key, e.replays});
+  return out;
 }
 
-Tensor DecodeGraphCache::run(const StepPlan& plan, const Backend::StepFn& step) {
-  const int n = plan.num_seqs();
-  const int bucket = decode_batch_bucket(n);
-  const int ctx = decode_context_bucket(plan.max_context());
+GraphKey StepGraphCache::key(const StepPlan& plan) const {
+  if (!backend_.kv_) return {};
+  GraphKey k = graph_key(plan);
+  if (k.batch_bucket == 0) return {};
+  // The model `step` runs was planned with the numbers the server gives the backend (max_seqs
+  // sequences, max_step_tokens tokens, max_logit_rows logit rows) and would refuse a padded plan
+  // beyond any of them: such plans run eagerly.
+  const BackendOptions& o = backend_.options_;
+  const int logit_rows = o.max_logit_rows > 0 ? o.max_logit_rows : o.max_seqs;
+  if (k.batch_bucket > o.max_seqs || k.rows() > o.max_step_tokens || k.rows() > logit_rows) return {};
+  // Of all launches only the decode attention's grid depends on the context (its split count,
+  // CudaBackend::attention); it runs where every sequence has one token. With more, the prefill
+  // attention tiles each sequence's T tokens and reads its context length from the device plan, so
+  // one verify graph serves every context.
+  if (k.seq_tokens > 1) k.context_bucket = 0;
+  return k;
+}
+
+Tensor StepGraphCache::run(const StepPlan& plan, const GraphKey& key, const Backend::StepFn& step) {
+  const int rows = plan.num_tokens();  // the real sequences' rows, all of them logit rows
   const auto& kv = *backend_.kv_;
-  const StepPlan padded = pad_decode_plan(plan, bucket, kv.full.scratch_block, kv.window.scratch_block);
+  const StepPlan padded = pad_plan_to_bucket(plan, key.batch_bucket, kv.full.scratch_block, kv.window.scratch_block);
+  OSSRT_CHECK(padded.num_tokens() == key.rows() && int(padded.logit_rows.size()) == key.rows(),
+              "CUDA graphs: a plan of {} rows padded to {}, the key has {}", rows, padded.num_tokens(), key.rows());
+  // A decode graph sees its context bucket as max_context, an upper bound of every context it
+  // replays with, so the split count baked into it holds (CudaBackend::attention).
   StepPlanUploader& uploader = *backend_.plan_;
-  uploader.set_max_context_override(ctx);
+  if (key.context_bucket > 0) uploader.set_max_context_override(key.context_bucket);
   struct ResetOverride {
     StepPlanUploader& u;
     ~ResetOverride() { u.set_max_context_override(std::nullopt); }
   } reset{uploader};
 
-  const std::pair<int, int> key{bucket, ctx};
   auto it = graphs_.find(key);
   if (it != graphs_.end()) {
     backend_.begin_step(padded);  // uploads into the buffers the graph reads
     OSSRT_CUDA_CHECK(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(it->second.exec), backend_.stream_));
+    ++it->second.replays;
     ++backend_.graph_replays_;
-    return it->second.logits.rows(0, n);
+    return it->second.logits.rows(0, rows);
   }
 
-  // First plan of this bucket: run it for real, then record the same sequence of launches.
+  // First plan of this key: run it for real, then record the same sequence of launches.
   Tensor eager = step(padded);
   cudaStream_t stream = backend_.stream_;
   cudaGraph_t graph = nullptr;
@@ -109,13 +84,15 @@ Tensor DecodeGraphCache::run(const StepPlan& plan, const Backend::StepFn& step) 
   }
   capturing_ = false;
   OSSRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  OSSRT_CHECK(captured.data == eager.data, "CUDA graph capture: the step returned a different logits buffer");
+  OSSRT_CHECK(captured.data == eager.data && captured.dim(0) == eager.dim(0),
+              "CUDA graph capture: the step returned a different logits buffer");
   cudaGraphExec_t exec = nullptr;
   OSSRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   OSSRT_CUDA_CHECK(cudaGraphDestroy(graph));
-  graphs_[key] = Entry{reinterpret_cast<CUgraphExec_st*>(exec), eager};
-  spdlog::debug("cuda: captured decode graph for batch bucket {} context bucket {}", bucket, ctx);
-  return eager.rows(0, n);
+  graphs_[key] = Entry{reinterpret_cast<CUgraphExec_st*>(exec), eager, 0};
+  spdlog::debug("cuda: captured a step graph for batch bucket {}, {} tokens a sequence, context bucket {}",
+                key.batch_bucket, key.seq_tokens, key.context_bucket);
+  return eager.rows(0, rows);
 }
 
 }  // namespace ossrt::cuda

@@ -1,13 +1,14 @@
 #pragma once
-// CUDA graphs for decode steps. A decode-only plan of B sequences is padded to the next batch
-// bucket (1, 2, 4, ..., 512: vLLM's largest --max-num-seqs default) with dummy sequences that read and write only the
-// KV pools' scratch block, and to a context bucket (a power of two) that fixes the attention split count baked into the
-// graph. The first plan of a (batch, context) bucket runs eagerly and is then captured; later plans upload their arrays
-// into the same fixed device buffers and replay the graph.
+// CUDA graphs for decode and verify steps: plans of B sequences with T tokens each, every row's logits
+// (backend/graph_plan.h). A plan is padded to the next batch bucket (1, 2, 4, ..., 512) with dummy
+// sequences of T tokens that read and write only the KV pools' scratch block, and keyed by (batch
+// bucket, T, context bucket). The first plan of a key runs eagerly and is then captured; later plans
+// upload their arrays into the same fixed device buffers and replay the graph.
 #include <map>
-#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/graph_plan.h"
 
 struct CUgraphExec_st;
 
@@ -17,29 +18,28 @@ class CudaBackend;
 
 namespace ossrt::cuda {
 
-inline constexpr int kDecodeBatchBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
-inline constexpr int kMinContextBucket = 1024;
+// One captured graph and how often it was replayed (tests check that a kind of step used graphs).
+struct GraphUse {
+  GraphKey key;
+  int replays = 0;
+};
 
-// Smallest bucket >= n, or 0 when n is larger than every bucket.
-int decode_batch_bucket(int n);
-// Smallest power of two >= max(n, kMinContextBucket).
-int decode_context_bucket(int n);
-// The plan padded to `bucket` sequences; padded rows use block `full_scratch` / `window_scratch`.
-StepPlan pad_decode_plan(const StepPlan& plan, int bucket, int full_scratch, int window_scratch);
-
-class DecodeGraphCache {
+class StepGraphCache {
  public:
-  explicit DecodeGraphCache(CudaBackend& backend) : backend_(backend) {}
-  ~DecodeGraphCache();
-  DecodeGraphCache(const DecodeGraphCache&) = delete;
-  DecodeGraphCache& operator=(const DecodeGraphCache&) = delete;
+  explicit StepGraphCache(CudaBackend& backend) : backend_(backend) {}
+  ~StepGraphCache();
+  StepGraphCache(const StepGraphCache&) = delete;
+  StepGraphCache& operator=(const StepGraphCache&) = delete;
 
-  // True when `plan` can run as a graph: decode-only, at most 512 sequences in row order, one
-  // logit row per sequence in order, KV cache allocated.
-  bool graphable(const StepPlan& plan) const;
-  Tensor run(const StepPlan& plan, const Backend::StepFn& step);
+  // The key `plan` runs under, or batch_bucket 0 when it runs eagerly: not uniform
+  // (graph_plan.h), no KV cache yet, or a padded plan beyond what the backend and the model were
+  // planned for (BackendOptions::max_seqs, max_step_tokens, max_logit_rows).
+  GraphKey key(const StepPlan& plan) const;
+  // Runs `plan` (with key(plan) == key) through the graph of `key`, capturing it first if needed.
+  Tensor run(const StepPlan& plan, const GraphKey& key, const Backend::StepFn& step);
   bool capturing() const { return capturing_; }
   int size() const { return int(graphs_.size()); }
+  std::vector<GraphUse> uses() const;
   // Destroys every captured graph (they hold the addresses of the KV storage being replaced).
   void clear();
 
@@ -47,9 +47,10 @@ class DecodeGraphCache {
   struct Entry {
     CUgraphExec_st* exec = nullptr;
     Tensor logits;
+    int replays = 0;
   };
   CudaBackend& backend_;
-  std::map<std::pair<int, int>, Entry> graphs_;
+  std::map<GraphKey, Entry> graphs_;
   bool capturing_ = false;
 };
 

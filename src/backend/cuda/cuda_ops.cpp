@@ -406,6 +406,9 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
         cuda::attention_decode_workspace_bytes(dp.num_seqs, p.num_q_heads, a.num_splits) <= attn_workspace_bytes_,
         "attention: decode workspace too small for {} sequences x {} heads", dp.num_seqs, p.num_q_heads);
   }
+  // Otherwise (prefill chunks, verify steps) the prefill kernel's grid is the plan's num_seqs x
+  // max_seq_tokens tiles, nothing of the context: a verify graph replays at any context length
+  // (StepGraphCache::key).
   a.workspace = attn_workspace_;
   a.workspace_bytes = attn_workspace_bytes_;
   if (attn_fold_merge_) {

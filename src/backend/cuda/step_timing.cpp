@@ -1,9 +1,11 @@
 #include "backend/cuda/step_timing.h"
 
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -21,23 +23,25 @@ StepTimer::StepTimer(CUstream_st* stream) : stream_(stream) {
 }
 
 StepTimer::~StepTimer() {
-  for (const auto& [batch, s] : sums_) {
+  for (const auto& [shape, s] : sums_) {
     if (s.steps == 0) continue;
     const double n = s.steps;
+    const auto [batch, tokens] = shape;
     spdlog::info(
-        "step timing, batch {}: {} decode steps, period {:.1f} us; GPU stream {:.1f} us (forward {:.1f}, "
+        "step timing, batch {}: {} {} steps, period {:.1f} us; GPU stream {:.1f} us (forward {:.1f}, "
         "sampler {:.1f}); host enqueue {:.1f} us, between steps {:.1f} us; stream idle {:.1f}% of the period",
-        batch, s.steps, s.period_us / n, s.stream_us / n, s.forward_us / n, (s.stream_us - s.forward_us) / n,
-        s.enqueue_us / n, s.between_us / n, 100.0 * (1.0 - s.stream_us / s.period_us));
+        batch, s.steps, tokens == 1 ? std::string("decode") : fmt::format("verify (1 + {} tokens)", tokens - 1),
+        s.period_us / n, s.stream_us / n, s.forward_us / n, (s.stream_us - s.forward_us) / n, s.enqueue_us / n,
+        s.between_us / n, 100.0 * (1.0 - s.stream_us / s.period_us));
   }
   for (CUevent_st* e : {begin_, forward_, sampled_})
     if (e) cudaEventDestroy(e);
 }
 
 void StepTimer::close_previous(Clock::time_point now) {
-  // Counted only when the previous step was decode-only and went through the sampler.
+  // Counted only when the previous step was a decode or verify step and went through the sampler.
   if (batch_ > 0 && have_forward_ && have_sample_ && synced_) {
-    Sums& s = sums_[batch_];
+    Sums& s = sums_[{batch_, seq_tokens_}];
     ++s.steps;
     s.period_us += std::chrono::duration<double, std::micro>(now - host_begin_).count();
     s.stream_us += 1000.0 * stream_ms_;
@@ -49,10 +53,11 @@ void StepTimer::close_previous(Clock::time_point now) {
   have_forward_ = have_sample_ = synced_ = false;
 }
 
-void StepTimer::step_begin(int num_seqs, bool decode_only) {
+void StepTimer::step_begin(int num_seqs, int seq_tokens) {
   const Clock::time_point now = Clock::now();
   close_previous(now);
-  batch_ = decode_only ? num_seqs : 0;
+  batch_ = seq_tokens > 0 ? num_seqs : 0;
+  seq_tokens_ = seq_tokens;
   host_begin_ = now;
   OSSRT_CUDA_CHECK(cudaEventRecord(begin_, stream_));
 }
