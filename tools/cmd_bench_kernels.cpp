@@ -6,6 +6,7 @@
 #include "bench/kernel_report.h"
 #include "bench_commands.h"
 #include "core/error.h"
+#include "runtime_flags.h"
 #ifdef OSSRT_HAS_KERNEL_BENCH
 #include "bench/cuda/kernel_bench.h"
 #endif
@@ -40,6 +41,11 @@ void setup_bench_kernels(CLI::App& bench) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--ops", o->ops, "Only these ops (default: all; names as in the table)")->delimiter(',');
+  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype,
+                  "The full-attention layers' KV cache: fp8 times rope_kv_write and attention_full on e4m3 (floors at "
+                  "1 byte a cached element)")
+      ->check(CLI::IsMember(kv_cache_dtype_choices()))
+      ->capture_default_str();
   cmd->add_option("--device", o->device, "CUDA device index")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--result-dir", o->result_dir, "Write kernels.json and kernels.csv here");
   cmd->callback([o] {

@@ -20,9 +20,9 @@ OpCost linear_cost(int64_t M, int64_t N, int64_t K, bool bias, double out_bytes)
           2.0 * M * N * K};
 }
 
-OpCost rope_cache_cost(int64_t T, int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
-  const double row = double(T) * head_dim * kBf16;
-  return {row * (2.0 * (q_heads + kv_heads) + kv_heads + 2.0 * kv_heads),
+OpCost rope_cache_cost(int64_t T, int64_t q_heads, int64_t kv_heads, int64_t head_dim, double cache_bytes) {
+  const double row = double(T) * head_dim;
+  return {row * kBf16 * (2.0 * (q_heads + kv_heads) + kv_heads) + row * cache_bytes * 2.0 * kv_heads,
           6.0 * T * (q_heads + kv_heads) * head_dim / 2};
 }
 
@@ -31,13 +31,13 @@ int64_t visible_keys(int64_t position, int64_t window) {
 }
 
 OpCost attention_cost(int64_t seqs, int64_t q_tokens, int64_t context, int64_t window, int64_t q_heads,
-                      int64_t kv_heads, int64_t head_dim) {
+                      int64_t kv_heads, int64_t head_dim, double cache_bytes) {
   double pairs = 0;  // (query, visible key) pairs of one sequence
   for (int64_t p = context; p < context + q_tokens; ++p) pairs += double(visible_keys(p, window));
   // Distinct keys read: from the first visible key of the first query to the last query.
   const int64_t first_key = window > 0 ? std::max<int64_t>(0, context - window + 1) : 0;
   const double keys = double(context + q_tokens - first_key);
-  const double kv_bytes = keys * kv_heads * head_dim * kBf16 * 2;             // K and V
+  const double kv_bytes = keys * kv_heads * head_dim * cache_bytes * 2;       // K and V
   const double qo_bytes = double(q_tokens) * q_heads * head_dim * kBf16 * 2;  // q in, out
   return {double(seqs) * (kv_bytes + qo_bytes + q_heads * kBf16 /* sinks */),
           double(seqs) * pairs * q_heads * head_dim * 4.0};

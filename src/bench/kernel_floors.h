@@ -17,7 +17,7 @@ struct OpCost {
 };
 
 // Bytes per element of the CUDA backend's tensors.
-constexpr double kBf16 = 2, kF32 = 4, kI32 = 4;
+constexpr double kBf16 = 2, kF32 = 4, kI32 = 4, kFp8 = 1;
 // MXFP4: 4 bits a value plus one e8m0 scale byte per 32 values.
 constexpr double kMxfp4 = 0.5 + 1.0 / 32;
 
@@ -31,14 +31,16 @@ OpCost add_rmsnorm_cost(int64_t T, int64_t H);
 OpCost add_cost(int64_t T, int64_t H);
 // linear: y[M, N] = x[M, K] W[N, K]^T (+ b[N]): bf16 x, W and b; `out_bytes` per output element.
 OpCost linear_cost(int64_t M, int64_t N, int64_t K, bool bias, double out_bytes);
-// rope_and_cache_write: q and k rotated in place (read + written), v read, k and v written to the cache.
-OpCost rope_cache_cost(int64_t T, int64_t q_heads, int64_t kv_heads, int64_t head_dim);
-// attention with sinks over a paged bf16 KV cache: `seqs` sequences each running `q_tokens`
+// rope_and_cache_write: q and k rotated in place (read + written), v read, k and v written to the cache
+// (`cache_bytes` an element: kBf16, or kFp8 for --kv-cache-dtype fp8).
+OpCost rope_cache_cost(int64_t T, int64_t q_heads, int64_t kv_heads, int64_t head_dim, double cache_bytes = 2);
+// attention with sinks over a paged KV cache of `cache_bytes` an element (kBf16, or kFp8 for the full
+// layers under --kv-cache-dtype fp8): `seqs` sequences each running `q_tokens`
 // queries at positions [context, context + q_tokens) (decode: 1 query over context + 1 keys; prefill:
 // context 0); `window` 0 = full causal. Each visible K/V row is read once per KV head; FLOPs are the
 // QK^T and PV products (4 x head_dim per query head and visible key).
 OpCost attention_cost(int64_t seqs, int64_t q_tokens, int64_t context, int64_t window, int64_t q_heads,
-                      int64_t kv_heads, int64_t head_dim);
+                      int64_t kv_heads, int64_t head_dim, double cache_bytes = 2);
 // Keys a query at `position` sees: position + 1, or at most `window`.
 int64_t visible_keys(int64_t position, int64_t window);
 // router_topk: logits = x W^T + b (bf16 x, W and b), top-k ids (i32) and weights (f32).

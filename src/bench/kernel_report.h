@@ -17,6 +17,9 @@ struct KernelBenchOptions {
   int iterations = 100;                              // timed launches per case (the median is reported)
   int warmup = 10;                                   // untimed launches first
   std::vector<std::string> ops;                      // only these ops (empty: all)
+  // --kv-cache-dtype (runtime/quantization.h): fp8 times rope_kv_write and attention_full on the full
+  // layers' e4m3 cache, their floors at 1 byte a cached element (attention_sliding stays bf16).
+  std::string kv_cache_dtype = "auto";
   std::string result_dir;
   int device = 0;
 };

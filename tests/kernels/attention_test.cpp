@@ -31,6 +31,7 @@ namespace {
 
 using test::cuda_ok;
 using test::DeviceArray;
+using test::DevicePlanStorage;
 
 constexpr int kHq = 64, kHkv = 8, kD = 64;
 constexpr int64_t kQkvStride = int64_t(kHq + 2 * kHkv) * kD;
@@ -205,34 +206,6 @@ std::vector<double> reference_row(const Problem& p, int t, int head) {
   for (double& o : out) o /= denom;
   return out;
 }
-
-struct DevicePlanStorage {
-  DeviceArray<int32_t> positions, token_seq, full_slots, window_slots, full_table, window_table;
-  DeviceArray<SeqStep> seqs;
-  DevicePlan view;
-
-  explicit DevicePlanStorage(const StepPlan& plan)
-      : positions(plan.positions),
-        token_seq(plan.token_seq),
-        full_slots(plan.full_slots),
-        window_slots(plan.window_slots),
-        full_table(plan.full_block_table),
-        window_table(plan.window_block_table),
-        seqs(plan.seqs) {
-    view.num_tokens = plan.num_tokens();
-    view.num_seqs = plan.num_seqs();
-    view.block_size = plan.block_size;
-    view.max_context = plan.max_context();
-    for (const SeqStep& s : plan.seqs) view.max_seq_tokens = std::max(view.max_seq_tokens, s.num_tokens);
-    view.positions = positions.get();
-    view.token_seq = token_seq.get();
-    view.full_slots = full_slots.get();
-    view.window_slots = window_slots.get();
-    view.seqs = seqs.get();
-    view.full_block_table = full_table.get();
-    view.window_block_table = window_table.get();
-  }
-};
 
 struct DeviceProblem {
   DevicePlanStorage plan;

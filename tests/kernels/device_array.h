@@ -1,6 +1,7 @@
 #pragma once
-// Raw device memory for the kernel tests that launch kernels directly (attention, MoE, FP8 linear):
-// an owning device copy of a host vector, or scratch, freed on scope exit.
+// Raw device memory for the kernel tests that launch kernels directly (attention, MoE, FP8 linear, FP8
+// KV cache): an owning device copy of a host vector, or scratch, freed on scope exit; a StepPlan's
+// arrays on the device with the DevicePlan view the kernels take.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/kernels/device_plan.cuh"
+#include "backend/step_plan.h"
 #include "core/error.h"
 
 namespace ossrt::test {
@@ -45,6 +48,35 @@ class DeviceArray {
  private:
   T* ptr_ = nullptr;
   size_t n_;
+};
+
+// A StepPlan uploaded verbatim, and the DevicePlan the kernels take.
+struct DevicePlanStorage {
+  DeviceArray<int32_t> positions, token_seq, full_slots, window_slots, full_table, window_table;
+  DeviceArray<SeqStep> seqs;
+  cuda::DevicePlan view;
+
+  explicit DevicePlanStorage(const StepPlan& plan)
+      : positions(plan.positions),
+        token_seq(plan.token_seq),
+        full_slots(plan.full_slots),
+        window_slots(plan.window_slots),
+        full_table(plan.full_block_table),
+        window_table(plan.window_block_table),
+        seqs(plan.seqs) {
+    view.num_tokens = plan.num_tokens();
+    view.num_seqs = plan.num_seqs();
+    view.block_size = plan.block_size;
+    view.max_context = plan.max_context();
+    for (const SeqStep& s : plan.seqs) view.max_seq_tokens = std::max(view.max_seq_tokens, s.num_tokens);
+    view.positions = positions.get();
+    view.token_seq = token_seq.get();
+    view.full_slots = full_slots.get();
+    view.window_slots = window_slots.get();
+    view.seqs = seqs.get();
+    view.full_block_table = full_table.get();
+    view.window_block_table = window_table.get();
+  }
 };
 
 }  // namespace ossrt::test

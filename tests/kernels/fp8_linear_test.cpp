@@ -7,7 +7,8 @@
 //     fp32 summation order of the CPU's result; the bar is checked to reject an unquantized activation;
 //   - the golden fixture mxfp4_sharded: CUDA mxfp4-fp8 against CPU mxfp4-fp8, within twice what the
 //     bf16 path (CUDA mxfp4) shows against the fp32 path (CPU) on the same fixture;
-//   - the fused one-token QKV + RoPE + KV write kernel: the one-row GEMV then the RoPE kernel, bit for bit;
+//   - the fused one-token QKV + RoPE + KV write kernel: the one-row GEMV then the RoPE kernel, bit for bit,
+//     with a bf16 and an fp8 KV cache;
 //   - the one-row GEMVs with K split over CTAs (a ticket per tile): the one-CTA-a-tile kernels bit for bit,
 //     tickets back at 0 after each launch and across CUDA graph replays;
 //   - the tiny model through the runtime builder and the engine on CUDA in mxfp4-fp8.
@@ -271,10 +272,10 @@ struct SplitWorkspace {
 // tiny (hidden 128: one column block, so 7 of the 8 warps add zeros), and 3 q / 1 kv heads at hidden
 // 200 (parts off the 128-row grid: q's 192 rows end inside a scale block; a partial last column
 // block). Slots: a full-layer slot, a sliding-layer slot at the end of the YaRN context, slot 0, and
-// -1 (no cache write). The fused kernel also runs with the grid of one SM, so each CTA loops over many
-// units. The caches start as NaN bits, which no written value has: the test also checks that exactly
-// one slot was written (none for -1), and that q and k were rotated (the linear alone differs there)
-// while v was not, so equality is not of two untouched buffers.
+// -1 (no cache write). Caches: bf16, and fp8 (--kv-cache-dtype fp8: e4m3 codes at non-unit per-head
+// scales). The fused kernel also runs with the grid of one SM, so each CTA loops over many units. The caches start as
+// NaN bits, which no written value has: the test also checks that exactly one slot was written (none for -1), and that
+// q and k were rotated (the linear alone differs there) while v was not, so equality is not of two untouched buffers.
 TEST(CudaFp8, FusedQkvRopeKvWriteKernelIsTheGemvThenRopeBitForBit) {
   OSSRT_SKIP_WITHOUT_GPU();
   int sms = 0;
@@ -337,96 +338,110 @@ TEST(CudaFp8, FusedQkvRopeKvWriteKernelIsTheGemvThenRopeBitForBit) {
     DeviceArray<uint16_t> d_x(x), d_bias(bias);
     cuda::fp8_gemv_prepare(k_pad);
     const size_t cache_elems = size_t(kNumBlocks) * size_t(s.kv_heads) * kBlockSize * cuda::kRopeHeadDim;
-    const std::vector<uint16_t> fresh_qkv(size_t(n), kUnwritten), fresh_cache(cache_elems, kUnwritten);
-    for (const bool with_bias : {true, false}) {
-      for (const Slot& slot : slots) {
-        DeviceArray<int32_t> d_pos(std::vector<int32_t>{slot.position}), d_slot(std::vector<int32_t>{slot.slot});
-        // What a launch pair (or the fused launch) writes: qkv, k cache, v cache.
-        struct Out {
-          std::vector<uint16_t> qkv, k, v;
-        };
-        auto rope_args = [&](DeviceArray<uint16_t>& qkv, DeviceArray<uint16_t>& kc, DeviceArray<uint16_t>& vc) {
-          cuda::RopeCacheWriteArgs r{};
-          r.qkv = reinterpret_cast<__nv_bfloat16*>(qkv.get());
-          r.positions = d_pos.get();
-          r.slots = d_slot.get();
-          r.k_cache = reinterpret_cast<__nv_bfloat16*>(kc.get());
-          r.v_cache = reinterpret_cast<__nv_bfloat16*>(vc.get());
-          r.num_tokens = 1;
-          r.num_q_heads = s.q_heads;
-          r.num_kv_heads = s.kv_heads;
-          r.block_size = kBlockSize;
-          std::copy(s.rope.inv_freq.begin(), s.rope.inv_freq.end(), r.inv_freq);
-          r.concentration = s.rope.concentration;
-          return r;
-        };
-        auto gemv_args = [&](DeviceArray<uint16_t>& out) {
-          return cuda::Fp8GemvArgs{
-              d_x.get(), d_codes.get(), d_scales.get(), with_bias ? d_bias.get() : nullptr, out.get(), false, 1, n,
-              k,         k_pad,         parts};
-        };
-        // mode -1: the linear alone; 0: the linear then the RoPE kernel; sms > 0: the fused kernel on
-        // that many SMs' grid. split: with the split workspace (the K-split kernels; the grid is then
-        // one CTA per unit and K half, whatever sms says).
-        auto run = [&](int mode, bool split = false) {
-          DeviceArray<uint16_t> qkv(fresh_qkv), kc(fresh_cache), vc(fresh_cache);
-          cuda::Fp8GemvArgs g = gemv_args(qkv);
-          if (split) ws.attach(g);
-          if (mode <= 0) {
-            cuda::launch_bf16_fp8w_gemv(g, sms, /*mma_from_rows=*/1, nullptr);
-            if (mode == 0) cuda_ok(cuda::launch_bf16_rope_kv_cache_write(rope_args(qkv, kc, vc), nullptr), "rope");
-          } else {
-            const cuda::Fp8QkvRopeArgs f{g, rope_args(qkv, kc, vc)};
-            EXPECT_TRUE(cuda::fp8_qkv_rope_supported(f));
-            cuda::launch_bf16_fp8w_gemv_qkv_rope_kv_write(f, mode, nullptr);
+    const std::vector<uint16_t> fresh_qkv(size_t(n), kUnwritten);
+    // An fp8 cache (--kv-cache-dtype fp8) too: e4m3 codes at non-unit per-head scales, one byte an
+    // element in the same buffers, which start as e4m3 NaN codes (0x7f) that no finite value is given.
+    std::vector<float> kv_scales;
+    for (int g = 0; g < s.kv_heads; ++g) kv_scales.push_back(std::ldexp(1.0f + 0.3f * float(g), g % 3 - 1));
+    DeviceArray<float> d_kv_scales(kv_scales);
+    for (const bool fp8_kv : {false, true})
+      for (const bool with_bias : {true, false}) {
+        const std::vector<uint16_t> fresh_cache(cache_elems, fp8_kv ? uint16_t(0x7f7f) : kUnwritten);
+        for (const Slot& slot : slots) {
+          DeviceArray<int32_t> d_pos(std::vector<int32_t>{slot.position}), d_slot(std::vector<int32_t>{slot.slot});
+          // What a launch pair (or the fused launch) writes: qkv, k cache, v cache.
+          struct Out {
+            std::vector<uint16_t> qkv, k, v;
+          };
+          auto rope_args = [&](DeviceArray<uint16_t>& qkv, DeviceArray<uint16_t>& kc, DeviceArray<uint16_t>& vc) {
+            cuda::RopeCacheWriteArgs r{};
+            r.qkv = reinterpret_cast<__nv_bfloat16*>(qkv.get());
+            r.positions = d_pos.get();
+            r.slots = d_slot.get();
+            r.k_cache = reinterpret_cast<__nv_bfloat16*>(kc.get());
+            r.v_cache = reinterpret_cast<__nv_bfloat16*>(vc.get());
+            if (fp8_kv) {
+              r.kv_elem = cuda::KvCacheElem::Fp8E4m3;
+              r.k_scale = d_kv_scales.get(), r.v_scale = d_kv_scales.get();
+            }
+            r.num_tokens = 1;
+            r.num_q_heads = s.q_heads;
+            r.num_kv_heads = s.kv_heads;
+            r.block_size = kBlockSize;
+            std::copy(s.rope.inv_freq.begin(), s.rope.inv_freq.end(), r.inv_freq);
+            r.concentration = s.rope.concentration;
+            return r;
+          };
+          auto gemv_args = [&](DeviceArray<uint16_t>& out) {
+            return cuda::Fp8GemvArgs{
+                d_x.get(), d_codes.get(), d_scales.get(), with_bias ? d_bias.get() : nullptr, out.get(), false, 1, n,
+                k,         k_pad,         parts};
+          };
+          // mode -1: the linear alone; 0: the linear then the RoPE kernel; sms > 0: the fused kernel on
+          // that many SMs' grid. split: with the split workspace (the K-split kernels; the grid is then
+          // one CTA per unit and K half, whatever sms says).
+          auto run = [&](int mode, bool split = false) {
+            DeviceArray<uint16_t> qkv(fresh_qkv), kc(fresh_cache), vc(fresh_cache);
+            cuda::Fp8GemvArgs g = gemv_args(qkv);
+            if (split) ws.attach(g);
+            if (mode <= 0) {
+              cuda::launch_bf16_fp8w_gemv(g, sms, /*mma_from_rows=*/1, nullptr);
+              if (mode == 0) cuda_ok(cuda::launch_bf16_rope_kv_cache_write(rope_args(qkv, kc, vc), nullptr), "rope");
+            } else {
+              const cuda::Fp8QkvRopeArgs f{g, rope_args(qkv, kc, vc)};
+              EXPECT_TRUE(cuda::fp8_qkv_rope_supported(f));
+              cuda::launch_bf16_fp8w_gemv_qkv_rope_kv_write(f, mode, nullptr);
+            }
+            cuda_ok(cudaDeviceSynchronize(), "kernels");
+            return Out{qkv.download(), kc.download(), vc.download()};
+          };
+          const Out linear = run(-1), want = run(0);
+          const std::string where = fmt::format("{}, {}, {}, {} cache", s.name, slot.what,
+                                                with_bias ? "bias" : "no bias", fp8_kv ? "fp8" : "bf16");
+          // The reference itself: every qkv value written, q and k rotated (at position 0 too: the YaRN
+          // concentration scales cos), v as the linear wrote it; one slot of each cache written, or none.
+          const size_t qk = size_t(s.q_heads + s.kv_heads) * cuda::kRopeHeadDim;
+          size_t unwritten = 0, rotated = 0;
+          for (size_t i = 0; i < size_t(n); ++i) {
+            unwritten += want.qkv[i] == kUnwritten;
+            if (i < qk) rotated += want.qkv[i] != linear.qkv[i];
           }
-          cuda_ok(cudaDeviceSynchronize(), "kernels");
-          return Out{qkv.download(), kc.download(), vc.download()};
-        };
-        const Out linear = run(-1), want = run(0);
-        const std::string where = fmt::format("{}, {}, {}", s.name, slot.what, with_bias ? "bias" : "no bias");
-        // The reference itself: every qkv value written, q and k rotated (at position 0 too: the YaRN
-        // concentration scales cos), v as the linear wrote it; one slot of each cache written, or none.
-        const size_t qk = size_t(s.q_heads + s.kv_heads) * cuda::kRopeHeadDim;
-        size_t unwritten = 0, rotated = 0;
-        for (size_t i = 0; i < size_t(n); ++i) {
-          unwritten += want.qkv[i] == kUnwritten;
-          if (i < qk) rotated += want.qkv[i] != linear.qkv[i];
-        }
-        EXPECT_EQ(unwritten, 0u) << where;
-        EXPECT_GT(rotated, qk / 2) << where;
-        EXPECT_TRUE(
-            std::equal(want.qkv.begin() + std::ptrdiff_t(qk), want.qkv.end(), linear.qkv.begin() + std::ptrdiff_t(qk)))
-            << where;
-        const size_t slot_elems = slot.slot < 0 ? 0 : size_t(s.kv_heads) * cuda::kRopeHeadDim;
-        EXPECT_EQ(size_t(std::count_if(want.k.begin(), want.k.end(), [&](uint16_t v) { return v != kUnwritten; })),
-                  slot_elems)
-            << where;
-        EXPECT_EQ(size_t(std::count_if(want.v.begin(), want.v.end(), [&](uint16_t v) { return v != kUnwritten; })),
-                  slot_elems)
-            << where;
-        for (const int grid_sms : {sms, 1}) {
-          const Out got = run(grid_sms);
-          const std::string at = where + fmt::format(", grid of {} SMs", grid_sms);
-          size_t qkv_diffs = 0, k_diffs = 0, v_diffs = 0;
-          for (size_t i = 0; i < got.qkv.size(); ++i) qkv_diffs += got.qkv[i] != want.qkv[i];
-          for (size_t i = 0; i < got.k.size(); ++i) k_diffs += got.k[i] != want.k[i];
-          for (size_t i = 0; i < got.v.size(); ++i) v_diffs += got.v[i] != want.v[i];
-          EXPECT_EQ(qkv_diffs, 0u) << "qkv, " << at;
-          EXPECT_EQ(k_diffs, 0u) << "k cache, " << at;
-          EXPECT_EQ(v_diffs, 0u) << "v cache, " << at;
-        }
-        // The split kernels: the split GEMV then the RoPE kernel, and the split fused kernel.
-        for (const int mode : {0, sms}) {
-          const Out got = run(mode, /*split=*/true);
-          const std::string at = where + (mode == 0 ? ", split GEMV then RoPE" : ", split fused kernel");
-          EXPECT_TRUE(got.qkv == want.qkv) << "qkv, " << at;
-          EXPECT_TRUE(got.k == want.k) << "k cache, " << at;
-          EXPECT_TRUE(got.v == want.v) << "v cache, " << at;
-          EXPECT_EQ(ws.nonzero_tickets(), 0u) << at;
+          EXPECT_EQ(unwritten, 0u) << where;
+          EXPECT_GT(rotated, qk / 2) << where;
+          EXPECT_TRUE(std::equal(want.qkv.begin() + std::ptrdiff_t(qk), want.qkv.end(),
+                                 linear.qkv.begin() + std::ptrdiff_t(qk)))
+              << where;
+          const size_t slot_elems = slot.slot < 0 ? 0 : size_t(s.kv_heads) * cuda::kRopeHeadDim;
+          // Elements written: bf16 values that are not the filler, or (fp8) bytes that are not 0x7f.
+          auto written = [&](const std::vector<uint16_t>& c) {
+            if (!fp8_kv) return size_t(std::count_if(c.begin(), c.end(), [&](uint16_t v) { return v != kUnwritten; }));
+            const auto* b = reinterpret_cast<const uint8_t*>(c.data());
+            return size_t(std::count_if(b, b + 2 * c.size(), [](uint8_t v) { return v != 0x7f; }));
+          };
+          EXPECT_EQ(written(want.k), slot_elems) << where;
+          EXPECT_EQ(written(want.v), slot_elems) << where;
+          for (const int grid_sms : {sms, 1}) {
+            const Out got = run(grid_sms);
+            const std::string at = where + fmt::format(", grid of {} SMs", grid_sms);
+            size_t qkv_diffs = 0, k_diffs = 0, v_diffs = 0;
+            for (size_t i = 0; i < got.qkv.size(); ++i) qkv_diffs += got.qkv[i] != want.qkv[i];
+            for (size_t i = 0; i < got.k.size(); ++i) k_diffs += got.k[i] != want.k[i];
+            for (size_t i = 0; i < got.v.size(); ++i) v_diffs += got.v[i] != want.v[i];
+            EXPECT_EQ(qkv_diffs, 0u) << "qkv, " << at;
+            EXPECT_EQ(k_diffs, 0u) << "k cache, " << at;
+            EXPECT_EQ(v_diffs, 0u) << "v cache, " << at;
+          }
+          // The split kernels: the split GEMV then the RoPE kernel, and the split fused kernel.
+          for (const int mode : {0, sms}) {
+            const Out got = run(mode, /*split=*/true);
+            const std::string at = where + (mode == 0 ? ", split GEMV then RoPE" : ", split fused kernel");
+            EXPECT_TRUE(got.qkv == want.qkv) << "qkv, " << at;
+            EXPECT_TRUE(got.k == want.k) << "k cache, " << at;
+            EXPECT_TRUE(got.v == want.v) << "v cache, " << at;
+            EXPECT_EQ(ws.nonzero_tickets(), 0u) << at;
+          }
         }
       }
-    }
   }
 }
 

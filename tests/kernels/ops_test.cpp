@@ -42,8 +42,9 @@ KvCacheShape one_layer_per_group(int blocks) {
 }
 
 struct Backends {
-  std::unique_ptr<Backend> cpu = make_backend("cpu");
-  std::unique_ptr<Backend> gpu = make_backend("cuda");
+  explicit Backends(const BackendOptions& options = {})
+      : cpu(make_backend("cpu", options)), gpu(make_backend("cuda", options)) {}
+  std::unique_ptr<Backend> cpu, gpu;
 };
 
 // ---------------------------------------------------------------- norms and residual adds
@@ -381,8 +382,9 @@ struct AttentionScenario {
   std::vector<int> step;     // query tokens this step per sequence
 };
 
-void run_attention_scenario(const AttentionScenario& sc, uint64_t seed) {
-  Backends b;
+// `options`: both backends' (an fp8 KV cache: --kv-cache-dtype fp8 and its scales).
+void run_attention_scenario(const AttentionScenario& sc, uint64_t seed, const BackendOptions& options = {}) {
+  Backends b(options);
   std::mt19937_64 rng(seed);
   const int n = int(sc.history.size());
   int blocks_needed = 0;
@@ -527,9 +529,11 @@ TEST(CudaOps, RopeMatchesCpuElementwiseAtLongPositions) {
 // history, the cached k and v must be bit-identical; and both against the CPU ops. `format` is the
 // backends' weight format: with an FP8 one (mxfp4-fp8) q, k and v go up as upload_linear's three
 // parts, each on its own block grid as the model uploads them, and the fused op is the FP8 kernel.
-// (Slot -1, no cache write, is tested on the kernels: both backends refuse it in a plan.)
-void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t seed) {
-  const BackendOptions options{.weight_format = format};
+// (Slot -1, no cache write, is tested on the kernels: both backends refuse it in a plan.) `kv`: the
+// backends' KV cache dtype (fp8: the fused kernels' e4m3 codes must be the plain kernel's).
+void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t seed,
+                                               KvCacheDtype kv = KvCacheDtype::Auto) {
+  const BackendOptions options{.weight_format = format, .kv_cache_dtype = kv};
   std::unique_ptr<Backend> cpu = make_backend("cpu", options), gpu = make_backend("cuda", options);
   std::unique_ptr<Backend> plain = make_backend("cuda", options);  // runs the two ops
   std::mt19937_64 rng(seed);
@@ -621,7 +625,8 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
         attn_out.push_back(be.to_host_f32(out));
       }
       const std::string what =
-          fmt::format("{}, step {} {}", fp8 ? "fp8" : "bf16", step, g == KvGroup::Full ? "full" : "sliding");
+          fmt::format("{}, {} KV, step {} {}", fp8 ? "fp8" : "bf16", kv == KvCacheDtype::Fp8E4m3 ? "fp8" : "bf16", step,
+                      g == KvGroup::Full ? "full" : "sliding");
       EXPECT_EQ(qkv_out[1], qkv_out[2]) << "fused vs plain qkv, " << what;
       EXPECT_EQ(attn_out[1], attn_out[2]) << "fused vs plain attention (the cached k, v), " << what;
       OSSRT_EXPECT_CLOSE(qkv_out[1], qkv_out[0], 1e-2, "fused qkv vs CPU, " + what);
@@ -647,6 +652,14 @@ TEST(CudaOps, FusedFp8QkvRopeCacheWriteIsTheLinearThenRope) {
         << preset << ": the test's shapes are gpt-oss-20b's";
   }
   expect_fused_qkv_rope_is_linear_then_rope(WeightFormat::Mxfp4Fp8, 32);
+}
+
+// The same with an fp8 KV cache (the full layer's K and V e4m3): the fused bf16 and FP8 kernels store
+// the plain RoPE kernel's codes (the attention over them is bit-identical), and both match the CPU.
+TEST(CudaOps, FusedQkvRopeCacheWriteIsTheLinearThenRopeWithAnFp8KvCache) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  expect_fused_qkv_rope_is_linear_then_rope(WeightFormat::Reference, 33, KvCacheDtype::Fp8E4m3);
+  expect_fused_qkv_rope_is_linear_then_rope(WeightFormat::Mxfp4Fp8, 34, KvCacheDtype::Fp8E4m3);
 }
 
 TEST(CudaOps, AttentionOneToken) {
@@ -680,6 +693,28 @@ TEST(CudaOps, AttentionDecodeBatch1And256) {
   AttentionScenario sc{"batch 256 decode", {}, {}};
   for (int i = 0; i < 256; ++i) sc.history.push_back(len(rng)), sc.step.push_back(1);
   run_attention_scenario(sc, 18);
+}
+
+// --kv-cache-dtype fp8 on both backends (docs/quantization.md "FP8 KV cache"): the full layer's K and V
+// e4m3 at non-unit per-head scales, the sliding layer's bf16 / f32; RoPE + cache write then attention
+// through the Backend interface, CUDA against the CPU at the scenarios above.
+TEST(CudaOps, AttentionOverAnFp8KvCacheMatchesTheCpuBackend) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  BackendOptions options;
+  options.kv_cache_dtype = KvCacheDtype::Fp8E4m3;
+  options.kv_k_scales = {1.0f, 0.37f, 2.5f, 0.125f, 1.0f, 4.0f, 0.055f, 1.3f};  // [1 full layer][8 KV heads]
+  options.kv_v_scales = {1.0f, 3.0f, 0.055f, 0.5f, 1.7f, 1.0f, 0.25f, 8.0f};
+  run_attention_scenario({"fp8 KV, one token", {0}, {1}}, 20, options);
+  run_attention_scenario({"fp8 KV, window edge decode", {126, 127, 128, 129, 130}, {1, 1, 1, 1, 1}}, 21, options);
+  run_attention_scenario({"fp8 KV, prefill 300", {0}, {300}}, 22, options);
+  run_attention_scenario({"fp8 KV, chunk over cache + decode", {200, 50, 127}, {77, 1, 2}}, 23, options);
+  run_attention_scenario({"fp8 KV, 5000 cached, decode", {5000}, {1}}, 24, options);
+  run_attention_scenario({"fp8 KV, 4990 cached, chunk of 10", {4990}, {10}}, 25, options);
+  std::mt19937_64 rng(26);
+  std::uniform_int_distribution<int> len(1, 300);
+  AttentionScenario sc{"fp8 KV, batch 256 decode", {}, {}};
+  for (int i = 0; i < 256; ++i) sc.history.push_back(len(rng)), sc.step.push_back(1);
+  run_attention_scenario(sc, 27, options);
 }
 
 // ---------------------------------------------------------------- device binding

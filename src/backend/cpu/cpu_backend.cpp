@@ -17,6 +17,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_fp8.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/kv_cache_scales.h"
 #include "core/error.h"
 #include "core/fp8.h"
 #include "core/threads.h"
@@ -72,18 +73,6 @@ struct KvGroupStorage {
   bool fp8 = false;
   std::vector<float> k_scales, v_scales;  // fp8: [layers][num_kv_heads]
 };
-
-// The scales of `layers` full layers of `heads` KV heads: the given ones, else 1.0.
-std::vector<float> kv_scales_or_ones(const std::vector<float>& given, int layers, int heads, const char* what) {
-  const size_t n = size_t(layers) * size_t(heads);
-  if (given.empty()) return std::vector<float>(n, 1.0f);
-  OSSRT_CHECK(given.size() == n, "--kv-cache-dtype fp8: {} {} scales for {} full layers x {} KV heads", given.size(),
-              what, layers, heads);
-  for (float s : given)
-    OSSRT_CHECK(std::isfinite(s) && s > 0.0f, "--kv-cache-dtype fp8: {} scale {} is not a positive finite number", what,
-                s);
-  return given;
-}
 
 // Available system memory (/proc/meminfo MemAvailable), 0 when it cannot be read.
 size_t available_system_memory() {
@@ -237,8 +226,8 @@ class CpuBackend final : public Backend {
         g.v.push_back(lazy_zero(bytes, "the KV cache"));
       }
       if (fp8) {
-        g.k_scales = kv_scales_or_ones(kv_k_scales_, layers, shape.num_kv_heads, "K");
-        g.v_scales = kv_scales_or_ones(kv_v_scales_, layers, shape.num_kv_heads, "V");
+        g.k_scales = kv_cache_scales_or_ones(kv_k_scales_, layers, shape.num_kv_heads, "K");
+        g.v_scales = kv_cache_scales_or_ones(kv_v_scales_, layers, shape.num_kv_heads, "V");
       }
       kv_bytes_ += 2 * size_t(layers) * bytes;
       return g;

@@ -26,6 +26,7 @@
 #include "backend/cuda/plan_upload.h"
 #include "backend/cuda/step_timing.h"
 #include "backend/graph_plan.h"
+#include "backend/kv_cache_scales.h"
 
 namespace ossrt {
 
@@ -62,9 +63,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   OSSRT_CHECK(options.weight_format != WeightFormat::Fp8,
               "--backend cuda: --quantization fp8 is not implemented on CUDA yet: its FP8 experts have no CUDA MoE "
               "kernels (use mxfp4-fp8, mxfp4 or bf16; --backend cpu runs fp8)");
-  OSSRT_CHECK(options.kv_cache_dtype == KvCacheDtype::Auto,
-              "--backend cuda: --kv-cache-dtype fp8 is not implemented on CUDA yet (use auto or bf16; --backend cpu "
-              "runs the fp8 KV cache)");
   OSSRT_CUDA_CHECK(cudaSetDevice(device_));
   cudaDeviceProp prop{};
   OSSRT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
@@ -243,6 +241,11 @@ size_t CudaBackend::kv_block_bytes(const KvCacheShape& s) const {
   return 2 * size_t(s.num_kv_heads) * size_t(s.block_size) * size_t(s.head_dim) * sizeof(uint16_t);
 }
 
+size_t CudaBackend::kv_full_block_bytes(const KvCacheShape& s) const {
+  if (options_.kv_cache_dtype != KvCacheDtype::Fp8E4m3) return kv_block_bytes(s);
+  return 2 * size_t(s.num_kv_heads) * size_t(s.block_size) * size_t(s.head_dim) * sizeof(uint8_t);
+}
+
 void CudaBackend::release_kv_storage() {
   bind_device();
   if (!kv_) return;
@@ -259,6 +262,15 @@ void CudaBackend::allocate_kv_cache(const KvCacheShape& shape) {
       shape.block_size > 0 && shape.num_kv_heads > 0 && shape.num_full_blocks >= 0 && shape.num_window_blocks >= 0,
       "allocate_kv_cache: bad shape (block_size {}, kv heads {}, blocks {} / {})", shape.block_size, shape.num_kv_heads,
       shape.num_full_blocks, shape.num_window_blocks);
+  const bool fp8 = options_.kv_cache_dtype == KvCacheDtype::Fp8E4m3;
+  // fp8: the full layers' scales, K's [layers][Hkv] then V's (checked before anything is allocated).
+  std::vector<float> scales;
+  if (fp8) {
+    scales = kv_cache_scales_or_ones(options_.kv_k_scales, shape.num_full_layers, shape.num_kv_heads, "K");
+    const std::vector<float> v =
+        kv_cache_scales_or_ones(options_.kv_v_scales, shape.num_full_layers, shape.num_kv_heads, "V");
+    scales.insert(scales.end(), v.begin(), v.end());
+  }
   release_kv_storage();
   kv_ = std::make_unique<KvStorage>();
   kv_->shape = shape;
@@ -266,8 +278,7 @@ void CudaBackend::allocate_kv_cache(const KvCacheShape& shape) {
   kv_->internal = shape;
   kv_->internal.num_full_blocks += 1;
   kv_->internal.num_window_blocks += 1;
-  const size_t block_bytes = kv_block_bytes(shape);
-  auto allocate_group = [&](KvStorage::Group& g, int layers, int blocks, const char* what) {
+  auto allocate_group = [&](KvStorage::Group& g, int layers, int blocks, size_t block_bytes, const char* what) {
     g.num_blocks = blocks;
     g.scratch_block = blocks - 1;
     const size_t half = block_bytes / 2 * size_t(blocks);  // K or V of one layer
@@ -282,14 +293,29 @@ void CudaBackend::allocate_kv_cache(const KvCacheShape& shape) {
       g.v.push_back(base + half * (2 * size_t(l) + 1));
     }
   };
-  allocate_group(kv_->full, shape.num_full_layers, kv_->internal.num_full_blocks, "KV cache (full layers)");
-  allocate_group(kv_->window, shape.num_sliding_layers, kv_->internal.num_window_blocks, "KV cache (sliding layers)");
+  allocate_group(kv_->full, shape.num_full_layers, kv_->internal.num_full_blocks, kv_full_block_bytes(shape),
+                 "KV cache (full layers)");
+  allocate_group(kv_->window, shape.num_sliding_layers, kv_->internal.num_window_blocks, kv_block_bytes(shape),
+                 "KV cache (sliding layers)");
+  if (fp8 && shape.num_full_layers > 0) {
+    auto* d = static_cast<float*>(
+        buffers_->allocate(scales.size() * sizeof(float), "KV cache scales", stream_, cuda::BufferKind::KvCache));
+    kv_->allocations.push_back(d);
+    copy_to_device(d, scales.data(), scales.size() * sizeof(float));
+    kv_->full.elem = cuda::KvCacheElem::Fp8E4m3;
+    const size_t per_layer = size_t(shape.num_kv_heads), v_begin = size_t(shape.num_full_layers) * per_layer;
+    for (size_t l = 0; l < size_t(shape.num_full_layers); ++l) {
+      kv_->full.k_scale.push_back(d + l * per_layer);
+      kv_->full.v_scale.push_back(d + v_begin + l * per_layer);
+    }
+  }
   sync();
-  spdlog::debug("cuda: KV cache {} full blocks x {} layers, {} window blocks x {} layers ({:.1f} MiB)",
-                shape.num_full_blocks, shape.num_full_layers, shape.num_window_blocks, shape.num_sliding_layers,
-                (double(shape.num_full_blocks + 1) * shape.num_full_layers +
-                 double(shape.num_window_blocks + 1) * shape.num_sliding_layers) *
-                    block_bytes / 1048576.0);
+  spdlog::debug("cuda: KV cache {} full blocks x {} layers ({}), {} window blocks x {} layers ({:.1f} MiB)",
+                shape.num_full_blocks, shape.num_full_layers, fp8 ? "fp8_e4m3" : "bf16", shape.num_window_blocks,
+                shape.num_sliding_layers,
+                (double(shape.num_full_blocks + 1) * shape.num_full_layers * double(kv_full_block_bytes(shape)) +
+                 double(shape.num_window_blocks + 1) * shape.num_sliding_layers * double(kv_block_bytes(shape))) /
+                    1048576.0);
 }
 
 const CudaBackend::KvStorage& CudaBackend::kv_storage(KvGroup) const {

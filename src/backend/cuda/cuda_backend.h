@@ -1,7 +1,8 @@
 #pragma once
 // The CUDA backend for sm_90a (H100/H200): bf16 activations, fp32 residual stream, bf16 weights
-// (MXFP4 experts dequantized at load), bf16 paged KV cache, cuBLASLt for the dense GEMMs, our own
-// kernels for the rest (src/backend/cuda/kernels/), CUDA graphs for decode and verify steps.
+// (MXFP4 experts dequantized at load), bf16 paged KV cache (the full-attention layers' e4m3 under
+// --kv-cache-dtype fp8), cuBLASLt for the dense GEMMs, our own kernels for the rest
+// (src/backend/cuda/kernels/), CUDA graphs for decode and verify steps.
 //
 // Memory is planned at start-up: every buffer comes from alloc/upload/allocate_kv_cache or from the
 // workspaces sized in the constructor by BackendOptions (max_step_tokens, max_seqs). The step path
@@ -77,6 +78,8 @@ class CudaBackend final : public Backend {
 
   void allocate_kv_cache(const KvCacheShape& shape) override;
   size_t kv_block_bytes(const KvCacheShape& shape) const override;
+  // 1 byte an element under --kv-cache-dtype fp8, else kv_block_bytes.
+  size_t kv_full_block_bytes(const KvCacheShape& shape) const override;
   MemoryUse memory_use() const override;
 
   void begin_step(const StepPlan& plan) override;

@@ -4,14 +4,19 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels/fp8_linear.cuh"
+#include "backend/cuda/kernels/kv_cache_elem.cuh"
 
 namespace ossrt {
 
 struct CudaBackend::KvStorage {
   struct Group {
-    std::vector<void*> k, v;  // per layer of the group: bf16 [num_blocks][Hkv][block_size][64]
+    std::vector<void*> k, v;  // per layer of the group: elem [num_blocks][Hkv][block_size][64]
     int num_blocks = 0;       // including the scratch block
     int scratch_block = 0;    // the extra last block padded graph rows use
+    // Bf16, or Fp8E4m3 for the full group under --kv-cache-dtype fp8, with the scales on the device:
+    // per layer, fp32 [Hkv] for K and for V.
+    cuda::KvCacheElem elem = cuda::KvCacheElem::Bf16;
+    std::vector<const float*> k_scale, v_scale;
   };
   KvCacheShape shape;     // as the engine asked
   KvCacheShape internal;  // with the scratch block added to each pool

@@ -26,6 +26,7 @@
 #include "model/host_weights.h"
 #include "model/rope.h"
 #include "model/single_sequence.h"
+#include "runtime/quantization.h"
 
 namespace ossrt::bench {
 
@@ -178,6 +179,8 @@ class ModelBench {
     bo.device_index = o.device;
     bo.max_step_tokens = std::max(max_tokens_, 8192);
     bo.max_seqs = std::max(256, max_decode_);
+    bo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
+    kv_fp8_ = bo.kv_cache_dtype == KvCacheDtype::Fp8E4m3;
     backend_ = std::make_unique<CudaBackend>(bo);
     timer_ = std::make_unique<OpTimer>(*backend_, machine.l2_bytes);
     rope_ = compute_rope_params(c_);
@@ -428,12 +431,15 @@ class ModelBench {
     add("rmsnorm", "f32_rmsnorm", rmsnorm_cost(T, H()), [&] { b.rmsnorm(x, norm_w_, eps, normed); });
     add("qkv_linear", "cuBLASLt bf16 GEMM + bias", linear_cost(T, qkv_width(), H(), true, kBf16),
         [&] { b.linear(normed, qkv_w_, &qkv_b_, qkv); });
-    add("rope_kv_write", "bf16_rope_kv_cache_write", rope_cache_cost(T, Hq(), Hkv(), D()),
+    const double full_cache_bytes = kv_fp8_ ? kFp8 : kBf16;
+    const std::string on_cache = kv_fp8_ ? " (e4m3 KV)" : "";
+    add("rope_kv_write", "bf16_rope_kv_cache_write" + on_cache, rope_cache_cost(T, Hq(), Hkv(), D(), full_cache_bytes),
         [&] { b.rope_and_cache_write(qkv, rope_, full); });
-    const char* attn_kernels =
+    const std::string attn_kernels =
         phase == "decode" ? "bf16_sdpa_sinks_d64_decode + _combine" : "bf16_sdpa_sinks_d64_prefill";
     const int64_t q_tokens = phase == "decode" ? 1 : T;
-    add("attention_full", attn_kernels, attention_cost(seqs, q_tokens, context, 0, Hq(), Hkv(), D()),
+    add("attention_full", attn_kernels + on_cache,
+        attention_cost(seqs, q_tokens, context, 0, Hq(), Hkv(), D(), full_cache_bytes),
         [&] { b.attention(qkv, sinks_, full, attn); });
     add("attention_sliding", attn_kernels, attention_cost(seqs, q_tokens, context, c_.sliding_window, Hq(), Hkv(), D()),
         [&] { b.attention(qkv, sinks_, sliding, attn); });
@@ -477,6 +483,7 @@ class ModelBench {
   KernelBenchResult& out_;
   HostRandom rng_{12345};
   int max_decode_ = 0, max_prefill_ = 0, max_tokens_ = 1;
+  bool kv_fp8_ = false;  // the full layers' KV cache is e4m3 (--kv-cache-dtype fp8)
   int fill_chunk_ = 1, decode_full_blocks_ = 0, decode_ring_ = 0, prefill_full_blocks_ = 0, prefill_ring_ = 0;
   std::unique_ptr<CudaBackend> backend_;
   std::unique_ptr<OpTimer> timer_;
@@ -506,6 +513,7 @@ KernelBenchResult run_kernel_bench(const KernelBenchOptions& o) {
                 {"iterations", o.iterations},
                 {"warmup", o.warmup},
                 {"ops", o.ops},
+                {"kv_cache_dtype", o.kv_cache_dtype},
                 {"device", o.device}};
   r.machine = measure_machine(o.device);
   spdlog::info("bench kernels: {}: copy {:.2f} TB/s, bf16 GEMM {:.0f} TFLOP/s, L2 {:.0f} MiB", r.machine.gpu,

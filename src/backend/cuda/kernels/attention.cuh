@@ -1,6 +1,12 @@
 #pragma once
 // Paged attention with per-head sinks for gpt-oss (head dim 64, 8 query heads per KV head), over
-// the bf16 KV cache of one layer laid out [num_blocks][num_kv_heads][block_size][64] for K and V.
+// the KV cache of one layer laid out [num_blocks][num_kv_heads][block_size][64] for K and V: bf16, or
+// e4m3 codes with a scale per KV head (--kv-cache-dtype fp8, kv_cache_elem.cuh), read as
+// e4m3_to_f32(code) * scale. Each kernel is a template on the element type, instantiated for both and
+// picked per layer by the launcher; the fp8 instantiation dequantizes each 64-key tile to bf16 in
+// shared memory (exact: the tile holds the codes' values) and then runs the bf16 one's arithmetic,
+// fp32 accumulation included, with the K scale folded into the logit scale and the V scale into the
+// output (docs/kernels.md, "FP8 KV cache").
 //
 //   bf16_sdpa_sinks_d64_prefill : any plan (prefill chunks, decode tokens, mixed); tiles of query
 //                                 tokens x the 8 heads of one KV head, tensor cores (mma.sync bf16).
@@ -19,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/kernels/device_plan.cuh"
+#include "backend/cuda/kernels/kv_cache_elem.cuh"
 
 namespace ossrt::cuda {
 
@@ -38,13 +45,16 @@ struct AttentionArgs {
   int num_kv_heads = 8;
   float sm_scale = 0.125f;
 
-  const uint16_t* qkv = nullptr;      // bf16 [T, (Hq + 2 Hkv) * 64]; q at column 0 (RoPE applied)
-  int64_t qkv_row_stride = 0;         // elements per qkv row: (Hq + 2 Hkv) * 64
-  const uint16_t* sinks = nullptr;    // bf16 [Hq]
-  const uint16_t* k_cache = nullptr;  // bf16 [num_blocks][Hkv][block_size][64] of this layer
-  const uint16_t* v_cache = nullptr;  // same layout
-  int num_blocks = 0;                 // blocks in this layer's pool (bounds-checks table entries)
-  uint16_t* out = nullptr;            // bf16 [T, Hq * 64]
+  const uint16_t* qkv = nullptr;    // bf16 [T, (Hq + 2 Hkv) * 64]; q at column 0 (RoPE applied)
+  int64_t qkv_row_stride = 0;       // elements per qkv row: (Hq + 2 Hkv) * 64
+  const uint16_t* sinks = nullptr;  // bf16 [Hq]
+  const void* k_cache = nullptr;    // [num_blocks][Hkv][block_size][64] of this layer, kv_elem elements
+  const void* v_cache = nullptr;    // same layout
+  KvCacheElem kv_elem = KvCacheElem::Bf16;
+  const float* k_scale = nullptr;  // Fp8E4m3: this layer's scales, fp32 [Hkv] each on the device
+  const float* v_scale = nullptr;
+  int num_blocks = 0;       // blocks in this layer's pool (bounds-checks table entries)
+  uint16_t* out = nullptr;  // bf16 [T, Hq * 64]
 
   // Decode only: scratch for the split partials; at least attention_decode_workspace_bytes(...)
   // for this step's num_seqs and num_splits. Planned at start-up, never allocated per step.

@@ -16,12 +16,17 @@
 // The split bounds are computed per sequence on the device from its own context (at least 256
 // keys a split), so one grid (one captured graph) serves any mix of context lengths; splits beyond
 // what a sequence needs exit at once and write nothing, and pass 2 reads only the used ones.
+// An fp8 cache (attention.cuh): pass 1 streams the codes through the same ring (half the bytes), each
+// landed tile is dequantized into one bf16 tile (one more CTA barrier a tile) that the MMAs read as
+// above; the K scale multiplies the logit scale, the V scale the partial's acc. Pass 2 is the same.
 #include <algorithm>
 #include <cfloat>
+#include <type_traits>
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/attention_paging.cuh"
+#include "backend/cuda/kernels/kv_fp8.cuh"
 
 namespace ossrt::cuda {
 namespace {
@@ -101,7 +106,12 @@ __device__ __forceinline__ void merge_head_splits(const AttentionArgs& a, const 
   *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(o0 / lsum, o1 / lsum);
 }
 
+template <KvCacheElem kElem>
 __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
+  constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
+  // bf16: the cp.async ring of two tiles the MMAs read; fp8: the ring holds codes (k8_s, v8_s) and
+  // the MMAs read the one tile they are dequantized into.
+  constexpr int kStages = kFp8 ? 1 : 2;
   pdl_wait();  // launched with PDL (docs/kernels.md): q and the cache come from the kernels before
   pdl_launch_dependents();
   const int split = blockIdx.x, kv_head = blockIdx.y, seq_index = blockIdx.z;
@@ -114,15 +124,18 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   const int end = min(begin + per, pos + 1);
   if (begin >= end) return;  // a split this sequence does not use: pass 2 does not read it
 
-  __shared__ alignas(16) __nv_bfloat16 k_s[2][kTileKeys][kPitch];
-  __shared__ alignas(16) __nv_bfloat16 v_s[2][kTileKeys][kPitch];
+  __shared__ alignas(16) __nv_bfloat16 k_s[kStages][kTileKeys][kPitch];
+  __shared__ alignas(16) __nv_bfloat16 v_s[kStages][kTileKeys][kPitch];
+  __shared__ alignas(16) uint8_t k8_s[kFp8 ? 2 : 1][kFp8 ? kTileKeys : 1][kKvFp8RowBytes];
+  __shared__ alignas(16) uint8_t v8_s[kFp8 ? 2 : 1][kFp8 ? kTileKeys : 1][kKvFp8RowBytes];
   __shared__ bool valid_s[2][kTileKeys];
   __shared__ float m_s[kWarps][kGroup], l_s[kWarps][kGroup];
   __shared__ float acc_s[kWarps][kGroup][kD];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
-  const float scale_log2 = a.sm_scale * kLog2e;
+  float scale_log2 = a.sm_scale * kLog2e;
+  if constexpr (kFp8) scale_log2 *= a.k_scale[kv_head];  // q.(code x s) = s (q.code)
 
   // Q fragments (A operand, 16 x 64): row g = query head g of this KV head, rows 8-15 zero.
   uint32_t qa[kD / 16][4];
@@ -137,18 +150,31 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
     }
   }
 
-  // Tile loader: thread copies 16-byte chunk tid % 8 of rows tid / 8 + 16 i (i < 4), K and V.
-  // Keys past the slice or outside the block table are zero-filled and marked invalid (masked).
-  const int load_row = tid / 8, load_chunk = (tid % 8) * 8;
+  // Tile loader: a row is kRowChunks 16-byte chunks (8 bf16, 4 fp8); thread copies chunk
+  // tid % kRowChunks of rows tid / kRowChunks + kLoadRows i, K and V. Keys past the slice or outside
+  // the block table are zero-filled and marked invalid (masked).
+  using Elem = std::conditional_t<kFp8, uint8_t, uint16_t>;
+  constexpr int kChunkElems = 16 / int(sizeof(Elem));
+  constexpr int kRowChunks = kD / kChunkElems, kLoadRows = kThreads / kRowChunks;
+  const Elem* k_cache = static_cast<const Elem*>(a.k_cache);
+  const Elem* v_cache = static_cast<const Elem*>(a.v_cache);
+  const int load_row = tid / kRowChunks, load_chunk = (tid % kRowChunks) * kChunkElems;
   auto load_tile = [&](int stage, int key0) {
 #pragma unroll
-    for (int i = 0; i < kTileKeys / 16; ++i) {
-      const int r = load_row + 16 * i;
+    for (int i = 0; i < kTileKeys / kLoadRows; ++i) {
+      const int r = load_row + kLoadRows * i;
       const int j = key0 + r;
       const int64_t off = j < end ? kv_row_offset(a, seq, kv_head, j) : -1;
       const bool ok = off >= 0;
-      cp_async_16(&k_s[stage][r][load_chunk], ok ? a.k_cache + off + load_chunk : a.k_cache, ok);
-      cp_async_16(&v_s[stage][r][load_chunk], ok ? a.v_cache + off + load_chunk : a.v_cache, ok);
+      const Elem* k_src = ok ? k_cache + off + load_chunk : k_cache;
+      const Elem* v_src = ok ? v_cache + off + load_chunk : v_cache;
+      if constexpr (kFp8) {
+        cp_async_16(&k8_s[stage][r][load_chunk], k_src, ok);
+        cp_async_16(&v8_s[stage][r][load_chunk], v_src, ok);
+      } else {
+        cp_async_16(&k_s[stage][r][load_chunk], k_src, ok);
+        cp_async_16(&v_s[stage][r][load_chunk], v_src, ok);
+      }
       if (load_chunk == 0) valid_s[stage][r] = ok;
     }
   };
@@ -163,7 +189,12 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
     cp_async_commit();   // possibly empty group, keeps the wait count uniform
     cp_async_wait<1>();  // tile t has landed
     __syncthreads();
-    const int st = t & 1;
+    const int ring = t & 1;
+    if constexpr (kFp8) {
+      dequantize_kv_tile_e4m3<kThreads, kTileKeys, kPitch>(k8_s[ring], v8_s[ring], k_s[0], v_s[0], tid);
+      __syncthreads();
+    }
+    const int st = kFp8 ? 0 : ring;
     const int row0 = warp * kWarpKeys;
 
     // S = Q K^T for this warp's 16 keys: two n-tiles of 8 keys.
@@ -183,7 +214,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const bool ok = valid_s[st][row0 + nt * 8 + 2 * c + e];
+        const bool ok = valid_s[ring][row0 + nt * 8 + 2 * c + e];
         s[nt][e] = ok ? s[nt][e] * scale_log2 : -INFINITY;
         tile_max = fmaxf(tile_max, s[nt][e]);
       }
@@ -213,7 +244,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
       mma_bf16_m16n8k16(acc[2 * dp], pa, b0);
       mma_bf16_m16n8k16(acc[2 * dp + 1], pa, b1);
     }
-    __syncthreads();  // the next iteration's cp.async overwrites this stage
+    __syncthreads();  // the next iteration's cp.async overwrites this stage (fp8: its dequantization this tile)
   }
 
   // Merge the 4 warps' states, then write this split's partial per head.
@@ -227,6 +258,8 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   }
   __syncthreads();
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
+  float v_scale = 1.f;
+  if constexpr (kFp8) v_scale = a.v_scale[kv_head];  // P.(code x s) = s (P.code)
   for (int i = tid; i < kGroup * kD; i += kThreads) {
     const int h = i / kD, d = i % kD;
     float mx = -INFINITY;
@@ -240,6 +273,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
       }
     }
     const int64_t state = (int64_t(seq_index) * a.num_q_heads + kv_head * kGroup + h) * a.num_splits + split;
+    if constexpr (kFp8) o *= v_scale;
     part.acc[state * kD + d] = o;
     if (d == 0) part.m[state] = mx, part.l[state] = lsum;
   }
@@ -296,6 +330,8 @@ void validate_attention_args(const AttentionArgs& a) {
   OSSRT_CU_CHECK(aligned16(a.qkv) && aligned16(a.k_cache) && aligned16(a.v_cache),
                  "attention: qkv and KV cache must be 16-byte aligned (vector loads)");
   OSSRT_CU_CHECK(a.num_blocks > 0, "attention: the KV pool has no blocks");
+  OSSRT_CU_CHECK(a.kv_elem == KvCacheElem::Bf16 || (a.k_scale && a.v_scale),
+                 "attention: an fp8 KV cache needs its K and V scales");
 }
 
 int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms, int min_keys_per_split) {
@@ -326,8 +362,11 @@ void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& a, cudaStream_t stre
                  need, " bytes (16-byte aligned) needed, ", a.workspace_bytes, " given");
   AttentionArgs args = a;
   if (args.tickets_capacity < int64_t(a.plan.num_seqs) * a.num_kv_heads) args.tickets = nullptr;  // too few: pass 2
-  OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode, dim3(a.num_splits, a.num_kv_heads, a.plan.num_seqs),
-                             dim3(kThreads), stream, args));
+  const dim3 grid(a.num_splits, a.num_kv_heads, a.plan.num_seqs);
+  if (a.kv_elem == KvCacheElem::Fp8E4m3)
+    OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode<KvCacheElem::Fp8E4m3>, grid, dim3(kThreads), stream, args));
+  else
+    OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode<KvCacheElem::Bf16>, grid, dim3(kThreads), stream, args));
   if (args.tickets == nullptr)
     OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode_combine, dim3(a.plan.num_seqs, a.num_kv_heads),
                                dim3(kGroup * 32), stream, args));

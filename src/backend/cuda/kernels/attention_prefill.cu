@@ -24,13 +24,18 @@
 // so p <= 256 and most tiles skip rescaling O, but fails the whole-model GPU tests
 // (attention_prefill.cuh).
 // The grid runs the last token tiles (the longest causal rows) first.
+// An fp8 cache (attention.cuh): the ring holds the tiles' codes (half the bytes, 4 chunks a row), and
+// each landed tile is dequantized into one bf16 K / V tile (one more CTA barrier a tile) that the mmas
+// read as above; the K scale multiplies the logit scale, the V scale the output.
 #include <cfloat>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/attention_paging.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
+#include "backend/cuda/kernels/kv_fp8.cuh"
 
 namespace ossrt::cuda {
 namespace {
@@ -40,7 +45,6 @@ constexpr int kGroup = kAttnQHeadsPerKvHead;
 static_assert(kD == 64 && kGroup == 8, "the prefill tiling assumes head dim 64 and 8 query heads per KV head");
 constexpr int kWarpTokens = 4;  // two m16 tiles of 2 tokens x 8 heads
 constexpr int kKeyTile = 64;
-constexpr int kChunks = kD / 8;  // 16-byte chunks in a K/V row
 // Shared rows padded by 8 bf16 (16 bytes): a row is 36 words, so the 8 row addresses of an
 // ldmatrix phase start 4 banks apart and cover all 32 banks.
 constexpr int kPitch = kD + 8;
@@ -253,9 +257,11 @@ __device__ __forceinline__ void tile_pv(float (&o)[2][kD / 8][4], const uint32_t
   }
 }
 
-// O / l as bf16 for the warp's valid tokens (l summed over the quad: the sink counted once).
+// O / l as bf16 for the warp's valid tokens (l summed over the quad: the sink counted once), times
+// `v_scale` (an fp8 cache's, folded in here) unless kScaled is false.
+template <bool kScaled>
 __device__ __forceinline__ void store_out(const AttentionArgs& a, const CtaTokens& t, int wt0, int head, int c,
-                                          float (&l_run)[2][2], const float (&o)[2][kD / 8][4]) {
+                                          float (&l_run)[2][2], const float (&o)[2][kD / 8][4], float v_scale) {
   const int q_out_stride = a.num_q_heads * kD;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
@@ -266,7 +272,7 @@ __device__ __forceinline__ void store_out(const AttentionArgs& a, const CtaToken
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int tok = wt0 + 2 * mt + h;
       if (tok >= t.n_tok) continue;
-      const float inv = 1.f / l;  // l >= 2^(sink - m) > 0
+      const float inv = kScaled ? v_scale / l : 1.f / l;  // l >= 2^(sink - m) > 0
       __nv_bfloat16* out =
           reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(t.row0 + tok) * q_out_stride + head * kD + 2 * c;
 #pragma unroll
@@ -317,9 +323,16 @@ __device__ __forceinline__ void init_softmax(float (&m_run)[2][2], float (&l_run
   }
 }
 
-// kWarps: 4 or 8 (16- or 32-token CTAs). kLazy: lazy max.
-template <int kWarps, bool kLazy>
+// kWarps: 4 or 8 (16- or 32-token CTAs). kLazy: lazy max. kElem: the cache's element type.
+template <int kWarps, bool kLazy, KvCacheElem kElem>
 __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps) bf16_sdpa_sinks_d64_prefill(AttentionArgs a) {
+  constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
+  // bf16: the cp.async ring of two tiles the mmas read; fp8: the ring holds codes (k8_s, v8_s) and the
+  // mmas read the one tile they are dequantized into.
+  constexpr int kStages = kFp8 ? 1 : 2;
+  using Elem = std::conditional_t<kFp8, uint8_t, uint16_t>;
+  constexpr int kChunkElems = 16 / int(sizeof(Elem));
+  constexpr int kChunks = kD / kChunkElems;  // 16-byte chunks in a K/V row
   constexpr int kThreads = kWarps * 32;
   constexpr int kTokens = kWarps * kWarpTokens;
   constexpr int kLoadRows = kThreads / kChunks;      // key rows one pass of the CTA's threads loads
@@ -331,8 +344,10 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps) bf16_sdpa_sinks_d64_p
   CtaTokens t;
   if (!cta_tokens<kTokens>(a, seq, t)) return;
 
-  __shared__ alignas(16) KvTile k_s[2];
-  __shared__ alignas(16) KvTile v_s[2];
+  __shared__ alignas(16) KvTile k_s[kStages];
+  __shared__ alignas(16) KvTile v_s[kStages];
+  __shared__ alignas(16) uint8_t k8_s[kFp8 ? 2 : 1][kFp8 ? kKeyTile : 1][kKvFp8RowBytes];
+  __shared__ alignas(16) uint8_t v8_s[kFp8 ? 2 : 1][kFp8 ? kKeyTile : 1][kKvFp8RowBytes];
   __shared__ bool key_ok_s[2][kKeyTile];
 
   const int tid = threadIdx.x;
@@ -343,7 +358,7 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps) bf16_sdpa_sinks_d64_p
   // this thread copies (cache offsets, -1 past p_last or without a cache row), issue_tile starts
   // the copies (zeros and key_ok false for -1) and returns whether all of its rows were present.
   // In the loop the S mma runs between the two, hiding the table reads' latency.
-  const int load_row = tid / kChunks, load_col = (tid % kChunks) * 8;
+  const int load_row = tid / kChunks, load_col = (tid % kChunks) * kChunkElems;
   auto lookup_tile = [&](int key0, RowOffsets<kLoadPasses>& off) {
 #pragma unroll
     for (int i = 0; i < kLoadPasses; ++i) {
@@ -357,8 +372,17 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps) bf16_sdpa_sinks_d64_p
     for (int i = 0; i < kLoadPasses; ++i) {
       const int r = load_row + i * kLoadRows;
       const bool ok = off.at[i] >= 0;
-      cp_async_16(&k_s[st][r][load_col], ok ? a.k_cache + off.at[i] + load_col : a.k_cache, ok);
-      cp_async_16(&v_s[st][r][load_col], ok ? a.v_cache + off.at[i] + load_col : a.v_cache, ok);
+      const Elem* k_cache = static_cast<const Elem*>(a.k_cache);  // read from the parameters at each use
+      const Elem* v_cache = static_cast<const Elem*>(a.v_cache);
+      const Elem* k_src = ok ? k_cache + off.at[i] + load_col : k_cache;
+      const Elem* v_src = ok ? v_cache + off.at[i] + load_col : v_cache;
+      if constexpr (kFp8) {
+        cp_async_16(&k8_s[st][r][load_col], k_src, ok);
+        cp_async_16(&v8_s[st][r][load_col], v_src, ok);
+      } else {
+        cp_async_16(&k_s[st][r][load_col], k_src, ok);
+        cp_async_16(&v_s[st][r][load_col], v_src, ok);
+      }
       if (load_col == 0) key_ok_s[st][r] = ok;
       all_ok = all_ok && ok;
     }
@@ -374,8 +398,10 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps) bf16_sdpa_sinks_d64_p
   uint32_t qa[2][kD / 16][4];
   load_q(qa, a, t, wt0, head, c);
   const WarpTokens w = warp_tokens(a, t, wt0);
-  const float scale_log2 = a.sm_scale * kLog2e;  // > 0 (checked by the launcher)
-  float m_run[2][2], l_run[2][2];                // [m-tile][row g / g+8]
+  float scale_log2 = a.sm_scale * kLog2e;  // > 0 (checked by the launcher)
+  float v_scale = 1.f;
+  if constexpr (kFp8) scale_log2 *= a.k_scale[kv_head], v_scale = a.v_scale[kv_head];  // s (q.code), s (P.code)
+  float m_run[2][2], l_run[2][2];                                                      // [m-tile][row g / g+8]
   float o[2][kD / 8][4];
   init_softmax(m_run, l_run, o, bf16_bits_to_float(a.sinks[head]) * kLog2e, c);
 
@@ -384,21 +410,26 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps) bf16_sdpa_sinks_d64_p
     cp_async_wait<0>();
     // Tile key0 has landed for every thread, and every warp is done with the other stage.
     const bool tile_ok = __syncthreads_and(pending_ok) != 0;
+    if constexpr (kFp8) {
+      dequantize_kv_tile_e4m3<kThreads, kKeyTile, kPitch>(k8_s[st], v8_s[st], k_s[0], v_s[0], tid);
+      __syncthreads();
+    }
+    const int kv = kFp8 ? 0 : st;  // the bf16 tile the mmas read
     const bool has_next = key0 + kKeyTile <= t.p_last;
     if (has_next) lookup_tile(key0 + kKeyTile, next_off);
 
     const bool warp_needs = w.needs(key0);
     float s[2][kKeyTile / 8][4];
-    if (warp_needs) tile_scores(s, qa, k_s[st], lane);
+    if (warp_needs) tile_scores(s, qa, k_s[kv], lane);
     if (has_next) pending_ok = issue_tile(next_off, st ^ 1);
     if (!warp_needs) continue;
     if (!tile_ok || !w.whole(key0, a.window)) mask_scores(s, key_ok_s[st], key0, w.first, a.window, c);
     tile_softmax<kLazy>(s, m_run, l_run, o, scale_log2);
     uint32_t pa[2][kKeyTile / 16][4];
     pack_p(pa, s);
-    tile_pv(o, pa, v_s[st], lane);
+    tile_pv(o, pa, v_s[kv], lane);
   }
-  store_out(a, t, wt0, head, c, l_run, o);
+  store_out<kFp8>(a, t, wt0, head, c, l_run, o, v_scale);
 }
 
 template <int kWarps, bool kLazy>
@@ -408,7 +439,10 @@ void launch_tiled(const AttentionArgs& a, cudaStream_t stream) {
   OSSRT_CU_CHECK(tiles <= 65535 && a.plan.num_seqs <= 65535, "attention prefill: ", a.plan.max_seq_tokens,
                  " tokens in one sequence or ", a.plan.num_seqs, " sequences exceed the grid");
   const dim3 grid(a.num_kv_heads, tiles, a.plan.num_seqs);
-  bf16_sdpa_sinks_d64_prefill<kWarps, kLazy><<<grid, kWarps * 32, 0, stream>>>(a);
+  if (a.kv_elem == KvCacheElem::Fp8E4m3)
+    bf16_sdpa_sinks_d64_prefill<kWarps, kLazy, KvCacheElem::Fp8E4m3><<<grid, kWarps * 32, 0, stream>>>(a);
+  else
+    bf16_sdpa_sinks_d64_prefill<kWarps, kLazy, KvCacheElem::Bf16><<<grid, kWarps * 32, 0, stream>>>(a);
   OSSRT_CHECK_LAUNCH("bf16_sdpa_sinks_d64_prefill");
 }
 

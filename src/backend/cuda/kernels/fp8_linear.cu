@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a)
 // bit. It runs the unit's two tiles together (both tiles' loads of a block in flight at once, half as
 // many CTAs). Lane (g, c < 2) of warp 0 then takes pair i = 16 j + g + 8 c of the head: rounds rows i
 // and i + 32 to bf16 as the linear's output is, rotates them (q and k heads) with the RoPE kernel's
-// rope_rotate and cos / sin, and writes qkv and, unless the slot is < 0, the k / v cache as
+// rope_rotate_f32 and cos / sin, and writes qkv and, unless the slot is < 0, the k / v cache as
 // bf16_rope_kv_cache_write does. cos / sin are computed once a CTA by the last warp (the one with
 // fewest blocks when 8 does not divide them: 23 at hidden 2,880).
 // At most 128 registers, 2 CTAs an SM: gpt-oss's 160 units in one wave on 132 SMs.
@@ -488,25 +488,32 @@ constexpr int kPairTiles = kRopeHalf / kMmaRows;        // tile j + 2 holds the 
 static_assert(kRopeHalf % kMmaRows == 0 && kRopeHalf == 32, "a unit's tile pair and one cos / sin per lane");
 
 // Rows row0 and row0 + 32 of a head (a rotation pair; row0 % 64 < 32) from their fp32 sums: rounded to
-// bf16 as the linear's output is, rotated (q and k heads) with the RoPE kernel's rope_rotate, written
-// to qkv and, unless the slot is < 0, to the k / v cache as bf16_rope_kv_cache_write does. Shared by
-// both fused kernels, so their epilogues cannot drift apart.
+// bf16 as the linear's output is, rotated (q and k heads) with the RoPE kernel's rope_rotate_f32, written
+// to qkv and, unless the slot is < 0, to the k / v cache as bf16_rope_kv_cache_write does (bf16, or the
+// e4m3 codes of an fp8 cache: a branch on the layer's element type here, once a thread after the GEMV,
+// rather than a second instantiation of both large kernels). Shared by both fused kernels, so their
+// epilogues cannot drift apart.
 __device__ __forceinline__ void qkv_rope_write_pair(const RopeCacheWriteArgs& r, int row0, float sum0, float sum1,
                                                     const float* cos_s, const float* sin_s) {
   const int row1 = row0 + kRopeHalf;
   __nv_bfloat16 y0 = __float2bfloat16_rn(sum0), y1 = __float2bfloat16_rn(sum1);
+  float f0 = __bfloat162float(y0), f1 = __bfloat162float(y1);  // v's values; k's are rotated below
   const int head = row0 / kRopeHeadDim, i = row0 % kRopeHeadDim;
   const int hq = r.num_q_heads, hkv = r.num_kv_heads;
-  if (head < hq + hkv) rope_rotate(__bfloat162float(y0), __bfloat162float(y1), cos_s[i], sin_s[i], y0, y1);
+  if (head < hq + hkv) {
+    rope_rotate_f32(f0, f1, cos_s[i], sin_s[i], f0, f1);
+    y0 = __float2bfloat16_rn(f0), y1 = __float2bfloat16_rn(f1);
+  }
   r.qkv[row0] = y0;
   r.qkv[row1] = y1;
   const int slot = r.slots[0];
   if (slot >= 0 && head >= hq) {
     const bool is_k = head < hq + hkv;
-    __nv_bfloat16* cache = is_k ? r.k_cache : r.v_cache;
     const int kv_head = is_k ? head - hq : head - hq - hkv;
-    cache[cache_index(r, slot, kv_head, i)] = y0;
-    cache[cache_index(r, slot, kv_head, i + kRopeHalf)] = y1;
+    if (r.kv_elem == KvCacheElem::Fp8E4m3)
+      kv_cache_store_pair<KvCacheElem::Fp8E4m3>(r, is_k, slot, kv_head, i, f0, f1, y0, y1);
+    else
+      kv_cache_store_pair<KvCacheElem::Bf16>(r, is_k, slot, kv_head, i, f0, f1, y0, y1);
   }
 }
 

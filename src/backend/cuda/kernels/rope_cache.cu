@@ -13,8 +13,11 @@ constexpr int kThreads = 768;
 // One block per token. The 32 (cos, sin) pairs of the token are computed once into shared memory
 // (double sincos on 32 threads per token is negligible next to the memory traffic),
 // then each thread owns whole (head, i) rotation pairs, so the rotated k it writes to the cache is
-// the value it just computed: no barrier between rotation and cache write.
+// the value it just computed: no barrier between rotation and cache write. kElem: the cache's
+// element type (an fp8 cache stores the codes of the fp32 rotation and of v, rope_cache.cuh).
+template <KvCacheElem kElem>
 __global__ void __launch_bounds__(kThreads) bf16_rope_kv_cache_write(RopeCacheWriteArgs a) {
+  constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
   pdl_wait();  // launched with PDL: qkv comes from the kernel before
   pdl_launch_dependents();
   const int t = blockIdx.x;
@@ -38,20 +41,34 @@ __global__ void __launch_bounds__(kThreads) bf16_rope_kv_cache_write(RopeCacheWr
     const int head = p / kRopeHalf, i = p % kRopeHalf;
     const float c = cos_s[i], s = sin_s[i];
     __nv_bfloat16* x = row + head * kRopeHeadDim;
-    __nv_bfloat16 o1, o2;
-    rope_rotate(__bfloat162float(x[i]), __bfloat162float(x[i + kRopeHalf]), c, s, o1, o2);
+    float f1, f2;
+    rope_rotate_f32(__bfloat162float(x[i]), __bfloat162float(x[i + kRopeHalf]), c, s, f1, f2);
+    const __nv_bfloat16 o1 = __float2bfloat16_rn(f1), o2 = __float2bfloat16_rn(f2);
     x[i] = o1;
     x[i + kRopeHalf] = o2;
     if (head >= hq && slot >= 0) {
       const int g = head - hq;
-      a.k_cache[cache_index(g, i)] = o1;
-      a.k_cache[cache_index(g, i + kRopeHalf)] = o2;
+      if constexpr (kFp8) {
+        uint8_t* k_cache = static_cast<uint8_t*>(a.k_cache);
+        const float scale = a.k_scale[g];
+        k_cache[cache_index(g, i)] = kv_e4m3_code(f1, scale);
+        k_cache[cache_index(g, i + kRopeHalf)] = kv_e4m3_code(f2, scale);
+      } else {
+        __nv_bfloat16* k_cache = static_cast<__nv_bfloat16*>(a.k_cache);
+        k_cache[cache_index(g, i)] = o1;
+        k_cache[cache_index(g, i + kRopeHalf)] = o2;
+      }
     }
   }
   if (slot < 0) return;
   const __nv_bfloat16* v = row + (hq + hkv) * kRopeHeadDim;
   for (int e = threadIdx.x; e < hkv * kRopeHeadDim; e += kThreads) {
-    a.v_cache[cache_index(e / kRopeHeadDim, e % kRopeHeadDim)] = v[e];
+    const int g = e / kRopeHeadDim;
+    if constexpr (kFp8)
+      static_cast<uint8_t*>(a.v_cache)[cache_index(g, e % kRopeHeadDim)] =
+          kv_e4m3_code(__bfloat162float(v[e]), a.v_scale[g]);
+    else
+      static_cast<__nv_bfloat16*>(a.v_cache)[cache_index(g, e % kRopeHeadDim)] = v[e];
   }
 }
 
@@ -63,6 +80,7 @@ __global__ void __launch_bounds__(kThreads) bf16_rope_kv_cache_write(RopeCacheWr
 // (at most 85 registers): one wave for gpt-oss (320 CTAs).
 constexpr int kFusedWarps = 8;
 
+template <KvCacheElem kElem>
 __global__ void __launch_bounds__(kFusedWarps * 32, 3) bf16_gemv_qkv_rope_kv_write(QkvRopeArgs a) {
   const RopeCacheWriteArgs& r = a.rope;
   const int hq = r.num_q_heads, hkv = r.num_kv_heads;
@@ -81,16 +99,17 @@ __global__ void __launch_bounds__(kFusedWarps * 32, 3) bf16_gemv_qkv_rope_kv_wri
   const float b0 = a.bias ? bf16_bits_to_float(a.bias[row0]) : 0.f;
   const float b1 = a.bias ? bf16_bits_to_float(a.bias[row1]) : 0.f;
   __nv_bfloat16 y0 = __float2bfloat16_rn(sum[0] + b0), y1 = __float2bfloat16_rn(sum[1] + b1);
-  if (head < hq + hkv) rope_rotate(__bfloat162float(y0), __bfloat162float(y1), cos_s[i], sin_s[i], y0, y1);
+  float f0 = __bfloat162float(y0), f1 = __bfloat162float(y1);  // v's values; k's are rotated below
+  if (head < hq + hkv) {
+    rope_rotate_f32(f0, f1, cos_s[i], sin_s[i], f0, f1);
+    y0 = __float2bfloat16_rn(f0), y1 = __float2bfloat16_rn(f1);
+  }
   r.qkv[row0] = y0;
   r.qkv[row1] = y1;
   const int slot = r.slots[0];
   if (slot < 0 || head < hq) return;
   const bool is_k = head < hq + hkv;
-  __nv_bfloat16* cache = is_k ? r.k_cache : r.v_cache;
-  const int g = is_k ? head - hq : head - hq - hkv;
-  cache[cache_index(r, slot, g, i)] = y0;
-  cache[cache_index(r, slot, g, i + kRopeHalf)] = y1;
+  kv_cache_store_pair<kElem>(r, is_k, slot, is_k ? head - hq : head - hq - hkv, i, f0, f1, y0, y1);
 }
 
 }  // namespace
@@ -104,13 +123,19 @@ void launch_bf16_gemv_qkv_rope_kv_write(const QkvRopeArgs& a, cudaStream_t strea
   OSSRT_CU_CHECK(qkv_rope_fused_supported(a), "bf16_gemv_qkv_rope_kv_write: ", a.rope.num_tokens, " tokens, k ", a.k,
                  " (one token, k a multiple of 8, 16-byte aligned x and w)");
   const int units = (a.rope.num_q_heads + 2 * a.rope.num_kv_heads) * kRopeHalf;
-  OSSRT_CUDA_CALL(launch_pdl(bf16_gemv_qkv_rope_kv_write, dim3((units + kFusedWarps - 1) / kFusedWarps),
-                             dim3(kFusedWarps * 32), stream, a));
+  const dim3 grid((units + kFusedWarps - 1) / kFusedWarps), block(kFusedWarps * 32);
+  if (a.rope.kv_elem == KvCacheElem::Fp8E4m3)
+    OSSRT_CUDA_CALL(launch_pdl(bf16_gemv_qkv_rope_kv_write<KvCacheElem::Fp8E4m3>, grid, block, stream, a));
+  else
+    OSSRT_CUDA_CALL(launch_pdl(bf16_gemv_qkv_rope_kv_write<KvCacheElem::Bf16>, grid, block, stream, a));
 }
 
 cudaError_t launch_bf16_rope_kv_cache_write(const RopeCacheWriteArgs& args, cudaStream_t stream) {
   if (args.num_tokens <= 0) return cudaSuccess;
-  return launch_pdl(bf16_rope_kv_cache_write, dim3(args.num_tokens), dim3(kThreads), stream, args);
+  if (args.kv_elem == KvCacheElem::Fp8E4m3)
+    return launch_pdl(bf16_rope_kv_cache_write<KvCacheElem::Fp8E4m3>, dim3(args.num_tokens), dim3(kThreads), stream,
+                      args);
+  return launch_pdl(bf16_rope_kv_cache_write<KvCacheElem::Bf16>, dim3(args.num_tokens), dim3(kThreads), stream, args);
 }
 
 }  // namespace ossrt::cuda

@@ -1,10 +1,14 @@
 #pragma once
 // YaRN RoPE on q and k of the fused qkv rows (half-split / NeoX, docs/reference/SPEC.md 2.5), then k and v written
-// into one layer's paged KV cache [num_blocks][num_kv_heads][block_size][head_dim].
+// into one layer's paged KV cache [num_blocks][num_kv_heads][block_size][head_dim]: bf16, or e4m3 codes
+// of value / scale (kv_cache_elem.cuh; K quantized from the rotation's fp32 result, as the CPU oracle,
+// which caches fp32 K, quantizes it: rounding to bf16 first would round twice; V from its bf16 value).
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "backend/cuda/kernels/kv_cache_elem.cuh"
 
 namespace ossrt::cuda {
 
@@ -15,8 +19,11 @@ struct RopeCacheWriteArgs {
   __nv_bfloat16* qkv;        // [num_tokens, (Hq + 2 Hkv) * 64], rotated in place
   const int32_t* positions;  // [num_tokens] absolute positions
   const int32_t* slots;      // [num_tokens] block_id * block_size + offset; < 0 = do not cache
-  __nv_bfloat16* k_cache;    // this layer's K storage
-  __nv_bfloat16* v_cache;    // this layer's V storage
+  void* k_cache;             // this layer's K storage, kv_elem elements
+  void* v_cache;             // this layer's V storage, kv_elem elements
+  KvCacheElem kv_elem;       // Bf16 unless the layer's cache is fp8
+  const float* k_scale;      // Fp8E4m3: this layer's scales, fp32 [num_kv_heads] each on the device
+  const float* v_scale;
   int num_tokens;
   int num_q_heads;
   int num_kv_heads;
