@@ -254,9 +254,6 @@ class Backend {
                    const SwigluParams& swiglu, Tensor& out) = 0;
   // out[r] = x[plan.logit_rows[r]]
   virtual void gather_logit_rows(const Tensor& x, Tensor& out) = 0;
-  // A hint: these weights are read later in this step. Computes nothing; the CUDA backend may
-  // start pulling them into L2 so their kernel reads them from there (OSSRT_CUDA_L2_PREFETCH).
-  virtual void prefetch_weights(std::span<const Tensor* const> weights) { (void)weights; }
 
   // ---- all-to-all expert dispatch (ModelShard::moe_dispatch, docs/parallel.md). Optional: the
   // defaults refuse, and GptOssModel asks supports_moe_dispatch() at start-up so the error comes

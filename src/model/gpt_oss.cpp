@@ -287,12 +287,6 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
 
     backend_.add_rmsnorm(x, attn_out, w.mlp_norm, eps, normed);
     observe(name + ".mlp_in", normed);
-    if (l + 1 < c.num_layers) {
-      // The next layer's attention weights, pulled into L2 while the experts stream (a hint).
-      const LayerWeights& next = weights_.layers[size_t(l + 1)];
-      const Tensor* soon[] = {&next.qkv_w, &next.o_w};
-      backend_.prefetch_weights(soon);
-    }
     moe_out = moe_->run(normed, w.router_w, w.router_b, w.experts, swiglu,
                         [&](const std::string& what, const Tensor& t) { observe(name + "." + what, t); });
     observe(name + ".moe_out", moe_out);

@@ -33,7 +33,7 @@ for entry in "${pids[@]}"; do
   log=$LOGS/${entry#*:}.log
   summary=$(grep -E "^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test" "$log" | tr '\n' ' ')
   echo "-- ${entry#*:} exit $rc: ${summary:-no summary}"
-  if [ $rc != 0 ]; then failed=1; grep -E "Failure|FAILED|rror" "$log" | head -15; fi
+  if [ $rc != 0 ]; then failed=1; grep -E -A7 "Failure$" "$log" | head -60; grep -E "^\[  FAILED" "$log"; fi
 done
 tar -C /tmp -czf "$FINAL/gpu_tests_logs.tar.gz" gpu-tests
 echo "== GPU tests: $([ $failed = 0 ] && echo "all passed" || echo "FAILURES") after $(( $(date +%s) - START )) s"

@@ -140,12 +140,9 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
     fp8_mma_from_rows_ = v == "0" ? cuda::kFp8GemvMaxRows + 1 : v == "all" ? 1 : 2;
   }
   if (const char* fused = std::getenv("OSSRT_CUDA_FP8_QKV_ROPE")) fp8_qkv_rope_ = fused[0] != '0';
+  // OSSRT_CUDA_GRAPHS=0: every step eager (vLLM's --enforce-eager), to tell a graph problem from a kernel one.
+  if (const char* graphs = std::getenv("OSSRT_CUDA_GRAPHS")) graphs_enabled_ = graphs[0] != '0';
   if (const char* split = std::getenv("OSSRT_CUDA_FP8_GEMV_SPLIT")) fp8_gemv_split_ = split[0] != '0';
-  if (const char* prefetch = std::getenv("OSSRT_CUDA_L2_PREFETCH")) {
-    const std::string v = prefetch;
-    OSSRT_CHECK(v == "0" || v == "1" || v == "2", "OSSRT_CUDA_L2_PREFETCH must be 0, 1 or 2, not '{}'", v);
-    l2_prefetch_ = v[0] - '0';
-  }
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,

@@ -99,7 +99,6 @@ class CudaBackend final : public Backend {
   void moe(const Tensor& x, const ExpertWeights& experts, const Tensor& ids, const Tensor& weights,
            const SwigluParams& swiglu, Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
-  void prefetch_weights(std::span<const Tensor* const> weights) override;
 
   // Decode and verify plans (B sequences of T tokens, every row's logits: backend/graph_plan.h) run
   // as CUDA graphs captured per key (cuda_graphs.h); anything else runs `step` eagerly.
@@ -225,9 +224,6 @@ class CudaBackend final : public Backend {
   bool graphs_enabled_ = true;
   int graph_replays_ = 0;
   int64_t fused_qkv_rope_launches_ = 0;
-  // OSSRT_CUDA_L2_PREFETCH: 0 off (prefetch_weights does nothing), 1 bulk L2 prefetch, 2 the same
-  // with the evict_last priority. Developer switch for A/B timing, read at construction.
-  int l2_prefetch_ = 0;
   // OSSRT_CUDA_PROFILE_DECODE_STEPS="first:count": cudaProfilerStart before decode-only step
   // `first` (0-based) and cudaProfilerStop before step first + count, so that `ncu
   // --profile-from-start off` records exactly those steps, sampling included

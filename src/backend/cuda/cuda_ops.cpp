@@ -14,7 +14,6 @@
 #include "backend/cuda/kernels/fp8_linear.cuh"
 #include "backend/cuda/kernels/gather.cuh"
 #include "backend/cuda/kernels/gemv.cuh"
-#include "backend/cuda/kernels/l2_prefetch.cuh"
 #include "backend/cuda/kernels/moe.cuh"
 #include "backend/cuda/kernels/norm.cuh"
 #include "backend/cuda/kernels/rope_cache.cuh"
@@ -292,25 +291,6 @@ cuda::RopeCacheWriteArgs CudaBackend::rope_cache_args(Tensor& qkv, const RopePar
 void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& p) {
   bind_device();
   OSSRT_CUDA_CHECK(cuda::launch_bf16_rope_kv_cache_write(rope_cache_args(qkv, rope, p), stream_));
-}
-
-void CudaBackend::prefetch_weights(std::span<const Tensor* const> weights) {
-  if (l2_prefetch_ == 0) return;
-  bind_device();
-  cuda::L2PrefetchArgs a;
-  a.evict_last = l2_prefetch_ == 2;
-  for (const Tensor* w : weights) {
-    if (!w || w->empty() || a.count == cuda::L2PrefetchArgs::kMaxRanges) continue;
-    check_on_device(*w, "prefetch_weights", "weight");
-    uint64_t bytes = w->bytes();
-    if (w->dtype == DType::FP8_E4M3) {  // stored with rows padded to k_pad codes
-      const auto it = fp8_weights_.find(w->data);
-      if (it != fp8_weights_.end()) bytes = uint64_t(it->second->n) * uint64_t(it->second->k_pad);
-    }
-    a.ptr[a.count] = w->data;
-    a.bytes[a.count++] = bytes;
-  }
-  OSSRT_CUDA_CHECK(cuda::launch_l2_prefetch(a, stream_));
 }
 
 void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const Tensor* bias, const RopeParams& rope,

@@ -27,12 +27,13 @@ namespace {
 // host-known sizes) never changes a result.
 constexpr int kSplit = 4;
 
-// kDepth > 0 (one token tile only, the one used): kDepth (8 by default) weight chunks in flight per warp instead of 4,
-// the activations loaded as each chunk is used (they hit L1) instead of with the weights, to keep registers for it.
-// Measured on the H200 (decode step, 20b, mxfp4): same at batch 1, 4-5% faster steps at batch 2-8 (4.49 -> 4.31 ms at
-// 8); the MoE test's T = 8 passes 83 -> 77 us (gate_up). The combine of direct pairs folded into the down GEMM
-// (MoeGemmArgs::tickets): called by warp 0 of every CTA of pair `pair`, weight tile rt, after its y rows are written
-// (or with none, for a dropped id). The token's last CTA of this tile sums its 16 features over the slots.
+// kDeep (one token tile only, the one used): 8 weight chunks in flight per warp instead of 4, the
+// activations loaded as each chunk is used (they hit L1) instead of with the weights, to keep
+// registers for it. Measured on the H200 (decode step, 20b, mxfp4): same at batch 1, 4-5% faster
+// steps at batch 2-8 (4.49 -> 4.31 ms at 8); the MoE test's T = 8 passes 83 -> 77 us (gate_up).
+// The combine of direct pairs folded into the down GEMM (MoeGemmArgs::tickets): called by warp 0
+// of every CTA of pair `pair`, weight tile rt, after its y rows are written (or with none, for a
+// dropped id). The token's last CTA of this tile sums its 16 features over the slots.
 __device__ __forceinline__ void fold_direct_combine(const MoeGemmArgs& a, int pair, int rt, int lane) {
   __threadfence();  // this CTA's y rows, device-wide, before its ticket
   __syncwarp();
@@ -67,9 +68,8 @@ __device__ __forceinline__ void fold_direct_combine(const MoeGemmArgs& a, int pa
 // of a dependent L1/L2 load per chunk. Same products and sums: results identical to the unstaged path.
 constexpr int kStageMaxK = 4096;
 
-template <int kNT, int kWarps, bool kSwiglu, int kDepth = 0, bool kStage = false>
+template <int kNT, int kWarps, bool kSwiglu, bool kDeep = false, bool kStage = false>
 __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
-  constexpr bool kDeep = kDepth > 0;
   static_assert(kSplit % kWarps == 0, "a warp runs whole parts");
   static_assert(!kDeep || kNT == 1, "the deep pipeline is for one token tile");
   static_assert(!kStage || kDeep, "staging is for the deep one-token-tile pipeline");
@@ -77,8 +77,7 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   // Chunks in flight per warp: ~2 KB of weights and activations per lane-batch whatever kNT is (a
   // multiple of kSlots, so each unrolled chunk's part is known at compile time).
   constexpr int kShallow = (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) > kSlots ? (kNT == 1 ? 4 : kNT == 2 ? 2 : 1) : kSlots;
-  static_assert(kDepth % kSlots == 0, "each unrolled chunk's part is known at compile time");
-  constexpr int kUnroll = kDeep ? kDepth : kShallow;
+  constexpr int kUnroll = kDeep ? 8 : kShallow;
   // Launched with PDL (docs/kernels.md): the gate_up GEMM waits here for the route; the down GEMM
   // (whose route tiles were final before the gate_up GEMM let it launch) first pulls its weights into
   // L2 while the gate_up GEMM drains, then waits for the activations.
@@ -262,13 +261,13 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   }
 }
 
-template <int kNT, int kWarps, int kDepth = 0, bool kStage = false>
+template <int kNT, int kWarps, bool kDeep = false, bool kStage = false>
 __global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_gate_up_swiglu_decode(MoeGemmArgs a) {
-  mx_decode_tile<kNT, kWarps, true, kDepth, kStage>(a);
+  mx_decode_tile<kNT, kWarps, true, kDeep, kStage>(a);
 }
-template <int kNT, int kWarps, int kDepth = 0, bool kStage = false>
+template <int kNT, int kWarps, bool kDeep = false, bool kStage = false>
 __global__ void __launch_bounds__(32 * kWarps) bf16_mxfp4w_moe_down_decode(MoeGemmArgs a) {
-  mx_decode_tile<kNT, kWarps, false, kDepth, kStage>(a);
+  mx_decode_tile<kNT, kWarps, false, kDeep, kStage>(a);
 }
 
 using DecodeKernel = void (*)(MoeGemmArgs);
@@ -306,42 +305,6 @@ void launch_decode(DecodeKernel four[3], const SingleTileKernels& single, const 
   OSSRT_CUDA_CALL(launch_pdl(kernel, grid, dim3(32 * warps), stream, a));
 }
 
-// Chunks in flight per warp for one token tile (kDepth): 8 unless the developer switches
-// OSSRT_CUDA_MOE_GATE_UP_DEPTH / OSSRT_CUDA_MOE_DOWN_DEPTH say 12 or 24 (A/B timing), read once.
-// At K = 2,880 (45 chunks) a 4-warp CTA's warp streams 11-12 chunks and a 2-warp CTA's 22-23:
-// depth 12 and 24 put all of them in flight at once.
-int decode_depth(bool gate_up) {
-  static const int depths[2] = {[] {
-                                  const char* v = std::getenv("OSSRT_CUDA_MOE_DOWN_DEPTH");
-                                  return v ? std::atoi(v) : 8;
-                                }(),
-                                [] {
-                                  const char* v = std::getenv("OSSRT_CUDA_MOE_GATE_UP_DEPTH");
-                                  return v ? std::atoi(v) : 8;
-                                }()};
-  return depths[gate_up ? 1 : 0];
-}
-
-// The one-token-tile kernels at kDepth chunks in flight, and their choice by depth.
-template <int kDepth>
-SingleTileKernels gate_up_single() {
-  return {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, kDepth>, bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, kDepth>,
-          bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, kDepth, true>,
-          bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, kDepth, true>};
-}
-template <int kDepth>
-SingleTileKernels down_single() {
-  return {bf16_mxfp4w_moe_down_decode<1, 4, kDepth>, bf16_mxfp4w_moe_down_decode<1, 2, kDepth>,
-          bf16_mxfp4w_moe_down_decode<1, 4, kDepth, true>, bf16_mxfp4w_moe_down_decode<1, 2, kDepth, true>};
-}
-SingleTileKernels single_tile_kernels(bool gate_up) {
-  switch (decode_depth(gate_up)) {
-    case 12: return gate_up ? gate_up_single<12>() : down_single<12>();
-    case 24: return gate_up ? gate_up_single<24>() : down_single<24>();
-    default: return gate_up ? gate_up_single<8>() : down_single<8>();
-  }
-}
-
 void check_decode_args(const MoeGemmArgs& a, int n_tiles, const char* name) {
   OSSRT_CU_CHECK(a.n > 0 && a.n % kMxRowTile == 0 && a.k > 0 && a.k % kMxColChunk == 0, name, ": N ", a.n,
                  " must be a positive multiple of ", kMxRowTile, " and K ", a.k, " of ", kMxColChunk);
@@ -355,17 +318,23 @@ void check_decode_args(const MoeGemmArgs& a, int n_tiles, const char* name) {
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
   check_decode_args(a, n_tiles, "bf16_mxfp4w_moe_gate_up_swiglu_decode");
   if (a.max_tiles == 0) return;
-  DecodeKernel four[3] = {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, 8>, bf16_mxfp4w_moe_gate_up_swiglu_decode<2, 4>,
-                          bf16_mxfp4w_moe_gate_up_swiglu_decode<4, 4>};
-  launch_decode(four, single_tile_kernels(true), a, n_tiles, stream);
+  DecodeKernel four[3] = {bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true>,
+                          bf16_mxfp4w_moe_gate_up_swiglu_decode<2, 4>, bf16_mxfp4w_moe_gate_up_swiglu_decode<4, 4>};
+  const SingleTileKernels single{
+      bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true>, bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, true>,
+      bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 4, true, true>, bf16_mxfp4w_moe_gate_up_swiglu_decode<1, 2, true, true>};
+  launch_decode(four, single, a, n_tiles, stream);
 }
 
 void launch_bf16_mxfp4w_moe_down_decode(const MoeGemmArgs& a, int n_tiles, cudaStream_t stream) {
   check_decode_args(a, n_tiles, "bf16_mxfp4w_moe_down_decode");
   if (a.max_tiles == 0) return;
-  DecodeKernel four[3] = {bf16_mxfp4w_moe_down_decode<1, 4, 8>, bf16_mxfp4w_moe_down_decode<2, 4>,
+  DecodeKernel four[3] = {bf16_mxfp4w_moe_down_decode<1, 4, true>, bf16_mxfp4w_moe_down_decode<2, 4>,
                           bf16_mxfp4w_moe_down_decode<4, 4>};
-  launch_decode(four, single_tile_kernels(false), a, n_tiles, stream);
+  const SingleTileKernels single{bf16_mxfp4w_moe_down_decode<1, 4, true>, bf16_mxfp4w_moe_down_decode<1, 2, true>,
+                                 bf16_mxfp4w_moe_down_decode<1, 4, true, true>,
+                                 bf16_mxfp4w_moe_down_decode<1, 2, true, true>};
+  launch_decode(four, single, a, n_tiles, stream);
 }
 
 }  // namespace ossrt::cuda
