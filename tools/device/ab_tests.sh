@@ -30,6 +30,6 @@ for variant in "$@"; do
   for spec in $TESTS; do
     bin=${spec%%:*}
     echo "== $label $bin: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$LOGS/$label.$bin.log" | tr '\n' ' ')"
-    grep -E "^\[metric\]|^\[  FAILED  \] [A-Z]|logits below|reference draws" "$LOGS/$label.$bin.log" | cut -c1-220 | head -14
+    grep -E "^\[metric\]|^\[  FAILED  \] [A-Z]|logits below|logits apart|reference draws|Failure$|  Actual|Which is|Expected" "$LOGS/$label.$bin.log" | cut -c1-220 | head -24
   done
 done
