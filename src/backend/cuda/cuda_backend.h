@@ -147,6 +147,10 @@ class CudaBackend final : public Backend {
   void release_kv_storage();
   void copy_to_device(void* dst, const void* src, size_t bytes);
   const KvStorage& kv_storage(KvGroup group) const;
+  // Layer `layer` of a KV group's caches, element type and fp8 scales into a kernel's arguments
+  // (the cache writers' and the attention's argument structs name them alike).
+  template <typename KernelArgs>
+  static void set_layer_cache(KernelArgs& a, const KvStorage& kv, KvGroup group, int layer);
   // rope_and_cache_write's checked arguments (the fused QKV op uses them too).
   cuda::RopeCacheWriteArgs rope_cache_args(Tensor& qkv, const RopeParams& rope, const AttentionParams& params);
   // linear() with an FP8 weight (upload_linear in Fp8 / Mxfp4Fp8): decode sizes on our GEMV, larger

@@ -25,6 +25,18 @@ struct CudaBackend::KvStorage {
   const Group& group(KvGroup g) const { return g == KvGroup::Full ? full : window; }
 };
 
+template <typename KernelArgs>
+void CudaBackend::set_layer_cache(KernelArgs& a, const KvStorage& kv, KvGroup group, int layer) {
+  const KvStorage::Group& g = kv.group(group);
+  a.k_cache = g.k[size_t(layer)];
+  a.v_cache = g.v[size_t(layer)];
+  a.kv_elem = g.elem;
+  if (g.elem == cuda::KvCacheElem::Fp8E4m3) {
+    a.k_scale = g.k_scale[size_t(layer)];
+    a.v_scale = g.v_scale[size_t(layer)];
+  }
+}
+
 // An FP8 linear weight (upload_linear in Fp8 / Mxfp4Fp8): the Tensor's data are e4m3 codes [n, k_pad]
 // (zeros past k); scales [scale rows][k_pad / 128] row-major, each part on its own grid (parts);
 // blas_scales the same in the layout cuBLASLt takes (cublas_fp8.h; scales itself or a transposed copy).

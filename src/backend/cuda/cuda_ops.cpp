@@ -272,13 +272,7 @@ cuda::RopeCacheWriteArgs CudaBackend::rope_cache_args(Tensor& qkv, const RopePar
   a.qkv = static_cast<__nv_bfloat16*>(qkv.data);
   a.positions = dp.positions;
   a.slots = p.group == KvGroup::Full ? dp.full_slots : dp.window_slots;
-  a.k_cache = g.k[size_t(p.layer_in_group)];
-  a.v_cache = g.v[size_t(p.layer_in_group)];
-  a.kv_elem = g.elem;
-  if (g.elem == cuda::KvCacheElem::Fp8E4m3) {
-    a.k_scale = g.k_scale[size_t(p.layer_in_group)];
-    a.v_scale = g.v_scale[size_t(p.layer_in_group)];
-  }
+  set_layer_cache(a, kv, p.group, p.layer_in_group);
   a.num_tokens = t;
   a.num_q_heads = p.num_q_heads;
   a.num_kv_heads = p.num_kv_heads;
@@ -375,13 +369,7 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   a.qkv = static_cast<const uint16_t*>(qkv.data);
   a.qkv_row_stride = qkv.row_elems();
   a.sinks = static_cast<const uint16_t*>(sinks.data);
-  a.k_cache = g.k[size_t(p.layer_in_group)];
-  a.v_cache = g.v[size_t(p.layer_in_group)];
-  a.kv_elem = g.elem;
-  if (g.elem == cuda::KvCacheElem::Fp8E4m3) {
-    a.k_scale = g.k_scale[size_t(p.layer_in_group)];
-    a.v_scale = g.v_scale[size_t(p.layer_in_group)];
-  }
+  set_layer_cache(a, kv, p.group, p.layer_in_group);
   a.num_blocks = g.num_blocks;
   a.out = static_cast<uint16_t*>(out.data);
   if (dp.max_seq_tokens == 1) {
