@@ -16,10 +16,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "attention_problem.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "core/dtype.h"
@@ -29,15 +29,11 @@
 namespace ossrt::cuda {
 namespace {
 
-using test::cuda_ok;
-using test::DeviceArray;
-using test::DevicePlanStorage;
+using namespace test;  // attention_problem.h, device_array.h
 
-constexpr int kHq = 64, kHkv = 8, kD = 64;
+constexpr int kHq = 64, kHkv = kGptOssKvHeads, kD = kAttnD;
 constexpr int64_t kQkvStride = int64_t(kHq + 2 * kHkv) * kD;
-constexpr int kGptOssWindow = 128;
-constexpr float kSmScale = 0.125f;
-constexpr uint16_t kBf16NaN = 0x7fc0;
+constexpr float kSmScale = kAttnSmScale;
 
 bool gpu_available() {
   int n = 0;
@@ -46,136 +42,6 @@ bool gpu_available() {
 
 #define REQUIRE_GPU() \
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device"
-
-struct SeqSpec {
-  int cached;      // tokens already in the cache (context_begin)
-  int new_tokens;  // query tokens this step
-};
-
-struct Case {
-  std::vector<SeqSpec> seqs;
-  bool sliding_group = false;  // read the window block table (sliding layers) instead of the full one
-  int window = 0;
-  int block_size = 16;
-  uint64_t seed = 1;
-  int num_kv_heads = kHkv;  // 8 query heads each: 8 = gpt-oss-20b, 2 = the "tiny" preset
-};
-
-// Prefill runs both tilings and both softmax variants (check_case); Prefill16 / Prefill32 force one tiling.
-enum class Kernel { Prefill, Prefill16, Prefill32, Decode, Auto };
-
-// A step's plan, cache contents and q, on the host, plus the values the reference reads.
-struct Problem {
-  Case spec;
-  StepPlan plan;
-  int num_blocks = 0;
-  std::vector<uint16_t> qkv, sinks, k_cache, v_cache;
-  std::vector<std::vector<float>> keys, values;  // per sequence [pos][kv_head][d], bf16-exact
-  int hkv() const { return spec.num_kv_heads; }
-  int hq() const { return spec.num_kv_heads * kAttnQHeadsPerKvHead; }
-  int64_t qkv_stride() const { return int64_t(hq() + 2 * hkv()) * kD; }
-};
-
-float bf16_value(std::mt19937_64& rng, float lo, float hi) {
-  return round_to_bf16(std::uniform_real_distribution<float>(lo, hi)(rng));
-}
-
-Problem make_problem(const Case& c) {
-  Problem p;
-  p.spec = c;
-  std::mt19937_64 rng(c.seed);
-  const int bs = c.block_size;
-  StepPlan& plan = p.plan;
-  plan.block_size = bs;
-
-  // Logical blocks each sequence keeps in the group under test; sliding tables start at the block
-  // holding the first key the step's first query can see (older blocks are released).
-  struct Range {
-    int first_block, end_block;
-  };
-  std::vector<Range> ranges;
-  int needed = 0;
-  for (const SeqSpec& s : c.seqs) {
-    const int total = s.cached + s.new_tokens;
-    const int first_key = c.sliding_group && c.window > 0 ? std::max(0, s.cached - c.window + 1) : 0;
-    const Range r{first_key / bs, (total + bs - 1) / bs};
-    ranges.push_back(r);
-    needed += r.end_block - r.first_block;
-  }
-  // Physical blocks: a shuffled pool with spare blocks that stay NaN.
-  p.num_blocks = needed + 7;
-  std::vector<int32_t> physical(p.num_blocks);
-  for (int i = 0; i < p.num_blocks; ++i) physical[i] = i;
-  std::shuffle(physical.begin(), physical.end(), rng);
-
-  const size_t cache_elems = size_t(p.num_blocks) * p.hkv() * bs * kD;
-  p.k_cache.assign(cache_elems, kBf16NaN);
-  p.v_cache.assign(cache_elems, kBf16NaN);
-  int next_physical = 0;
-  int token_begin = 0;
-  for (size_t si = 0; si < c.seqs.size(); ++si) {
-    const SeqSpec& s = c.seqs[si];
-    const int total = s.cached + s.new_tokens;
-    const Range r = ranges[si];
-    SeqStep step;
-    step.token_begin = token_begin;
-    step.num_tokens = s.new_tokens;
-    step.context_begin = s.cached;
-    std::vector<int32_t> table;
-    for (int b = r.first_block; b < r.end_block; ++b) table.push_back(physical[next_physical++]);
-    // The group not under test gets a table of -1: reading it would mask every key and fail.
-    const int full_len = (total + bs - 1) / bs;
-    step.full_table_begin = int(plan.full_block_table.size());
-    step.window_table_begin = int(plan.window_block_table.size());
-    if (c.sliding_group) {
-      plan.window_block_table.insert(plan.window_block_table.end(), table.begin(), table.end());
-      plan.full_block_table.insert(plan.full_block_table.end(), full_len, -1);
-      step.window_first_block = r.first_block;
-    } else {
-      plan.full_block_table.insert(plan.full_block_table.end(), table.begin(), table.end());
-      step.window_first_block = 0;
-    }
-    step.full_table_len = int(plan.full_block_table.size()) - step.full_table_begin;
-    step.window_table_len = int(plan.window_block_table.size()) - step.window_table_begin;
-    plan.seqs.push_back(step);
-
-    // Cache contents of every position the group keeps.
-    std::vector<float> keys(size_t(total) * p.hkv() * kD, NAN), values(size_t(total) * p.hkv() * kD, NAN);
-    for (int pos = r.first_block * bs; pos < total; ++pos) {
-      const int block = table[pos / bs - r.first_block];
-      for (int g = 0; g < p.hkv(); ++g) {
-        for (int d = 0; d < kD; ++d) {
-          const float kv = bf16_value(rng, -1.f, 1.f), vv = bf16_value(rng, -1.f, 1.f);
-          const size_t slot = ((size_t(block) * p.hkv() + g) * bs + pos % bs) * kD + d;
-          p.k_cache[slot] = f32_to_bf16(kv);
-          p.v_cache[slot] = f32_to_bf16(vv);
-          keys[(size_t(pos) * p.hkv() + g) * kD + d] = kv;
-          values[(size_t(pos) * p.hkv() + g) * kD + d] = vv;
-        }
-      }
-    }
-    p.keys.push_back(std::move(keys));
-    p.values.push_back(std::move(values));
-    for (int i = 0; i < s.new_tokens; ++i) {
-      plan.token_ids.push_back(0);
-      plan.positions.push_back(s.cached + i);
-      plan.token_seq.push_back(int(si));
-      plan.full_slots.push_back(-1);
-      plan.window_slots.push_back(-1);
-    }
-    token_begin += s.new_tokens;
-  }
-
-  // q scaled up so the softmax is far from uniform; k/v columns of qkv are NaN (never read).
-  const int T = plan.num_tokens();
-  p.qkv.assign(size_t(T) * p.qkv_stride(), kBf16NaN);
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < p.hq() * kD; ++i)
-      p.qkv[size_t(t) * p.qkv_stride() + i] = f32_to_bf16(bf16_value(rng, -3.f, 3.f));
-  // Sinks from clearly negligible to dominant.
-  for (int h = 0; h < p.hq(); ++h) p.sinks.push_back(f32_to_bf16(bf16_value(rng, -2.f, 6.f)));
-  return p;
-}
 
 // fp64 reference: out[t, h*64 + d].
 std::vector<double> reference_row(const Problem& p, int t, int head) {
@@ -205,74 +71,6 @@ std::vector<double> reference_row(const Problem& p, int t, int head) {
   }
   for (double& o : out) o /= denom;
   return out;
-}
-
-struct DeviceProblem {
-  DevicePlanStorage plan;
-  DeviceArray<uint16_t> qkv, sinks, k_cache, v_cache;
-  explicit DeviceProblem(const Problem& p)
-      : plan(p.plan), qkv(p.qkv), sinks(p.sinks), k_cache(p.k_cache), v_cache(p.v_cache) {}
-};
-
-AttentionArgs make_args(const Problem& p, const DeviceProblem& dev, const DevicePlan& plan, uint16_t* out) {
-  AttentionArgs a;
-  a.plan = plan;
-  a.sliding = p.spec.sliding_group;
-  a.window = p.spec.window;
-  a.num_q_heads = p.hq();
-  a.num_kv_heads = p.hkv();
-  a.sm_scale = kSmScale;
-  a.qkv = dev.qkv.get();
-  a.qkv_row_stride = p.qkv_stride();
-  a.sinks = dev.sinks.get();
-  a.k_cache = dev.k_cache.get();
-  a.v_cache = dev.v_cache.get();
-  a.num_blocks = p.num_blocks;
-  a.out = out;
-  return a;
-}
-
-// Runs one kernel on the problem; returns the output [T, Hq*64] as float. num_splits 0 = the
-// launcher's recommendation.
-// Decode merges its splits in pass 1's last split CTA (tickets, as the backend runs it) unless
-// fold_merge is false (the separate merge kernel); either way every ticket must come back to zero.
-std::vector<float> run_attention(const Problem& p, const DeviceProblem& dev, const DevicePlan& plan, Kernel kernel,
-                                 int num_splits = 0, int prefill_variant = kPrefillDefaultVariant,
-                                 bool fold_merge = true, int min_keys_per_split = kAttnDefaultMinKeysPerSplit) {
-  const size_t out_elems = size_t(plan.num_tokens) * p.hq() * kD;
-  DeviceArray<uint16_t> out(std::vector<uint16_t>(out_elems, kBf16NaN));
-  AttentionArgs a = make_args(p, dev, plan, out.get());
-  a.min_keys_per_split = min_keys_per_split;
-  a.num_splits = num_splits > 0
-                     ? num_splits
-                     : attention_decode_splits(plan.num_seqs, p.hkv(), plan.max_context, 132, min_keys_per_split);
-  const size_t ws_bytes = attention_decode_workspace_bytes(plan.num_seqs, p.hq(), a.num_splits);
-  DeviceArray<char> workspace(ws_bytes);
-  a.workspace = workspace.get();
-  a.workspace_bytes = ws_bytes;
-  const size_t tickets_n = size_t(std::max(plan.num_seqs, 1)) * p.hkv();
-  DeviceArray<int32_t> tickets(std::vector<int32_t>(tickets_n, 0));
-  if (fold_merge) {
-    a.tickets = tickets.get();
-    a.tickets_capacity = int64_t(tickets_n);
-  }
-  switch (kernel) {
-    case Kernel::Prefill: launch_bf16_sdpa_sinks_d64_prefill(a, nullptr); break;
-    case Kernel::Prefill16:
-      launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, PrefillTiling::Tokens16, prefill_variant);
-      break;
-    case Kernel::Prefill32:
-      launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, PrefillTiling::Tokens32, prefill_variant);
-      break;
-    case Kernel::Decode: launch_bf16_sdpa_sinks_d64_decode(a, nullptr); break;
-    case Kernel::Auto: launch_bf16_sdpa_sinks_d64(a, nullptr); break;
-  }
-  cuda_ok(cudaDeviceSynchronize(), "attention kernel");
-  for (int32_t v : tickets.download()) EXPECT_EQ(v, 0) << "a decode merge ticket left set";
-  const std::vector<uint16_t> bits = out.download();
-  std::vector<float> result(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) result[i] = bf16_to_f32(bits[i]);
-  return result;
 }
 
 // Every output element is finite (all rows are written, nothing NaN leaked in), and the rows in
@@ -329,14 +127,6 @@ void check_case(const Case& c, Kernel kernel, const std::vector<int>& rows = {})
       expect_matches_reference(p, run_attention(p, dev, dev.plan.view, tiled, 0, variant), rows, &refs);
     }
   }
-}
-
-Case full_causal(std::vector<SeqSpec> seqs, uint64_t seed) { return Case{std::move(seqs), false, 0, 16, seed}; }
-Case sliding(std::vector<SeqSpec> seqs, uint64_t seed) { return Case{std::move(seqs), true, kGptOssWindow, 16, seed}; }
-// The window applied on the full table: every older key is present in the cache, so only the mask
-// keeps it out (a kernel that ignored the window would read real, finite keys and fail).
-Case window_on_full_table(std::vector<SeqSpec> seqs, uint64_t seed) {
-  return Case{std::move(seqs), false, kGptOssWindow, 16, seed};
 }
 
 TEST(AttentionKernels, SingleTokenSequence) {
@@ -534,13 +324,6 @@ TEST(AttentionKernels, DecodeAtTheLongestContext) {
   REQUIRE_GPU();
   // gpt-oss's whole context: one query at position 131,071 over 131,072 keys (32 splits of 4,096).
   check_case(full_causal({{131071, 1}}, 56), Kernel::Decode);
-}
-
-std::vector<SeqSpec> random_decode_batch(int n, int max_context, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<SeqSpec> seqs;
-  for (int i = 0; i < n; ++i) seqs.push_back({int(rng() % max_context), 1});
-  return seqs;
 }
 
 TEST(AttentionKernels, DecodeBatch1And256) {

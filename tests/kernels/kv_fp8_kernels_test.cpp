@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_problem.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
@@ -44,14 +45,11 @@ namespace ossrt {
 namespace {
 
 using cuda::KvCacheElem;
-using test::cuda_ok;
-using test::DeviceArray;
-using test::DevicePlanStorage;
+using namespace test;  // attention_problem.h, cuda_test_util.h, device_array.h
 
-constexpr int kD = 64, kQPerKv = 8, kGptOssKvHeads = 8, kWindow = 128;
-constexpr float kSmScale = 0.125f;
-constexpr uint8_t kNaNCode = 0x7f;  // e4m3 NaN: the "never written / never read" filler
-constexpr uint16_t kBf16NaN = 0x7fc0;
+constexpr int kD = kAttnD;
+constexpr float kSmScale = kAttnSmScale;
+constexpr uint8_t kNaNCode = kE4m3NaNCode;  // e4m3 NaN: the "never written / never read" filler
 
 // Per KV head: 1.0 and scales above and below it, powers of two and not (gpt-oss has 8 KV heads; the
 // tiny preset takes the first 2).
@@ -180,124 +178,9 @@ TEST(CudaKvFp8, RopeKvWriteStoresTheCpuBackendsCodes) {
 
 // ---------------------------------------------------------------- attention
 
-struct SeqSpec {
-  int cached;      // tokens already in the cache (context_begin)
-  int new_tokens;  // query tokens this step
-};
-
-struct Case {
-  std::vector<SeqSpec> seqs;
-  bool sliding_group = false;  // read the window block table (sliding layers) instead of the full one
-  int window = 0;
-  int block_size = 16;
-  uint64_t seed = 1;
-  int num_kv_heads = kGptOssKvHeads;  // 8 query heads each
-  std::string name;
-};
-
-Case full_causal(std::vector<SeqSpec> s, uint64_t seed, std::string name) {
-  return Case{std::move(s), false, 0, 16, seed, kGptOssKvHeads, std::move(name)};
-}
-Case sliding(std::vector<SeqSpec> s, uint64_t seed, std::string name) {
-  return Case{std::move(s), true, kWindow, 16, seed, kGptOssKvHeads, std::move(name)};
-}
-Case window_on_full_table(std::vector<SeqSpec> s, uint64_t seed, std::string name) {
-  return Case{std::move(s), false, kWindow, 16, seed, kGptOssKvHeads, std::move(name)};
-}
-
-// A step's plan, its fp8 cache (codes and per-head scales) and q, on the host.
-struct Problem {
-  Case spec;
-  StepPlan plan;
-  int num_blocks = 0;
-  std::vector<uint16_t> qkv, sinks;  // bf16
-  std::vector<uint8_t> k8, v8;       // e4m3 codes, kNaNCode where nothing was cached
-  std::vector<float> k_scale, v_scale;
-  int hkv() const { return spec.num_kv_heads; }
-  int hq() const { return spec.num_kv_heads * kQPerKv; }
-  int64_t qkv_stride() const { return int64_t(hq() + 2 * hkv()) * kD; }
-};
-
-Problem make_problem(const Case& c) {
-  Problem p;
-  p.spec = c;
-  p.k_scale = first(kKScales, c.num_kv_heads);
-  p.v_scale = first(kVScales, c.num_kv_heads);
-  std::mt19937_64 rng(c.seed);
-  const int bs = c.block_size;
-  StepPlan& plan = p.plan;
-  plan.block_size = bs;
-  struct Range {
-    int first_block, end_block;
-  };
-  std::vector<Range> ranges;
-  int needed = 0;
-  for (const SeqSpec& s : c.seqs) {
-    const int total = s.cached + s.new_tokens;
-    const int first_key = c.sliding_group && c.window > 0 ? std::max(0, s.cached - c.window + 1) : 0;
-    ranges.push_back({first_key / bs, (total + bs - 1) / bs});
-    needed += ranges.back().end_block - ranges.back().first_block;
-  }
-  p.num_blocks = needed + 7;  // spare blocks stay NaN
-  std::vector<int32_t> physical(size_t(p.num_blocks));
-  std::iota(physical.begin(), physical.end(), 0);
-  std::shuffle(physical.begin(), physical.end(), rng);
-  const size_t cache_elems = size_t(p.num_blocks) * size_t(p.hkv()) * size_t(bs) * kD;
-  p.k8.assign(cache_elems, kNaNCode);
-  p.v8.assign(cache_elems, kNaNCode);
-  std::normal_distribution<float> unit(0.0f, 1.0f);
-  int next_physical = 0, token_begin = 0;
-  for (size_t si = 0; si < c.seqs.size(); ++si) {
-    const SeqSpec& s = c.seqs[si];
-    const int total = s.cached + s.new_tokens;
-    const Range r = ranges[si];
-    SeqStep step;
-    step.token_begin = token_begin;
-    step.num_tokens = s.new_tokens;
-    step.context_begin = s.cached;
-    std::vector<int32_t> table;
-    for (int b = r.first_block; b < r.end_block; ++b) table.push_back(physical[size_t(next_physical++)]);
-    // The group not under test gets a table of -1: reading it would mask every key.
-    const int full_len = (total + bs - 1) / bs;
-    step.full_table_begin = int(plan.full_block_table.size());
-    step.window_table_begin = int(plan.window_block_table.size());
-    if (c.sliding_group) {
-      plan.window_block_table.insert(plan.window_block_table.end(), table.begin(), table.end());
-      plan.full_block_table.insert(plan.full_block_table.end(), full_len, -1);
-      step.window_first_block = r.first_block;
-    } else {
-      plan.full_block_table.insert(plan.full_block_table.end(), table.begin(), table.end());
-    }
-    step.full_table_len = int(plan.full_block_table.size()) - step.full_table_begin;
-    step.window_table_len = int(plan.window_block_table.size()) - step.window_table_begin;
-    plan.seqs.push_back(step);
-    // The codes of K and V values of about 1.5 x the head's scale (spread over e4m3's binades).
-    for (int pos = r.first_block * bs; pos < total; ++pos) {
-      const int block = table[size_t(pos / bs - r.first_block)];
-      for (int g = 0; g < p.hkv(); ++g)
-        for (int d = 0; d < kD; ++d) {
-          const size_t slot =
-              ((size_t(block) * size_t(p.hkv()) + size_t(g)) * size_t(bs) + size_t(pos % bs)) * kD + size_t(d);
-          p.k8[slot] = e4m3_from_f32(1.5f * unit(rng));
-          p.v8[slot] = e4m3_from_f32(1.5f * unit(rng));
-        }
-    }
-    for (int i = 0; i < s.new_tokens; ++i) {
-      plan.token_ids.push_back(0);
-      plan.positions.push_back(s.cached + i);
-      plan.token_seq.push_back(int(si));
-      plan.full_slots.push_back(-1);
-      plan.window_slots.push_back(-1);
-    }
-    token_begin += s.new_tokens;
-  }
-  const int T = plan.num_tokens();
-  p.qkv.assign(size_t(T) * size_t(p.qkv_stride()), kBf16NaN);  // k / v columns: never read
-  std::uniform_real_distribution<float> q(-2.0f, 2.0f), sink(-2.0f, 6.0f);
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < p.hq() * kD; ++i) p.qkv[size_t(t) * size_t(p.qkv_stride()) + size_t(i)] = f32_to_bf16(q(rng));
-  for (int h = 0; h < p.hq(); ++h) p.sinks.push_back(f32_to_bf16(sink(rng)));
-  return p;
+// The problem of case c over an fp8 cache, the first num_kv_heads of kKScales / kVScales its scales.
+Problem fp8_problem(const Case& c) {
+  return test::make_problem(c, KvCacheElem::Fp8E4m3, first(kKScales, c.num_kv_heads), first(kVScales, c.num_kv_heads));
 }
 
 AttentionParams params_of(const Problem& p) {
@@ -326,71 +209,6 @@ std::vector<float> cpu_attention(const Problem& p) {
   return out;
 }
 
-struct DeviceProblem {
-  DevicePlanStorage plan;
-  DeviceArray<uint16_t> qkv, sinks;
-  DeviceArray<uint8_t> k8, v8;
-  DeviceArray<float> k_scale, v_scale;
-  explicit DeviceProblem(const Problem& p)
-      : plan(p.plan), qkv(p.qkv), sinks(p.sinks), k8(p.k8), v8(p.v8), k_scale(p.k_scale), v_scale(p.v_scale) {}
-};
-
-enum class Kernel { Decode, Prefill16, Prefill32, Auto };
-
-struct Launch {
-  Kernel kernel = Kernel::Auto;
-  int num_splits = 0;  // decode: 0 = attention_decode_splits' count
-  bool fold_merge = true;
-  int min_keys_per_split = cuda::kAttnDefaultMinKeysPerSplit;
-  int prefill_variant = cuda::kPrefillDefaultVariant;
-};
-
-std::vector<float> gpu_attention(const Problem& p, const DeviceProblem& dev, const Launch& l) {
-  const cuda::DevicePlan& plan = dev.plan.view;
-  DeviceArray<uint16_t> out(std::vector<uint16_t>(size_t(plan.num_tokens) * size_t(p.hq()) * kD, kBf16NaN));
-  cuda::AttentionArgs a;
-  a.plan = plan;
-  a.sliding = p.spec.sliding_group;
-  a.window = p.spec.window;
-  a.num_q_heads = p.hq(), a.num_kv_heads = p.hkv();
-  a.sm_scale = kSmScale;
-  a.qkv = dev.qkv.get();
-  a.qkv_row_stride = p.qkv_stride();
-  a.sinks = dev.sinks.get();
-  a.k_cache = dev.k8.get(), a.v_cache = dev.v8.get();
-  a.kv_elem = KvCacheElem::Fp8E4m3;
-  a.k_scale = dev.k_scale.get(), a.v_scale = dev.v_scale.get();
-  a.num_blocks = p.num_blocks;
-  a.out = out.get();
-  a.min_keys_per_split = l.min_keys_per_split;
-  a.num_splits = l.num_splits > 0 ? l.num_splits
-                                  : cuda::attention_decode_splits(plan.num_seqs, p.hkv(), plan.max_context, 132,
-                                                                  l.min_keys_per_split);
-  const size_t ws_bytes = cuda::attention_decode_workspace_bytes(plan.num_seqs, p.hq(), a.num_splits);
-  DeviceArray<char> workspace(ws_bytes);
-  a.workspace = workspace.get();
-  a.workspace_bytes = ws_bytes;
-  const size_t tickets_n = size_t(std::max(plan.num_seqs, 1)) * size_t(p.hkv());
-  DeviceArray<int32_t> tickets(std::vector<int32_t>(tickets_n, 0));
-  if (l.fold_merge) a.tickets = tickets.get(), a.tickets_capacity = int64_t(tickets_n);
-  switch (l.kernel) {
-    case Kernel::Decode: cuda::launch_bf16_sdpa_sinks_d64_decode(a, nullptr); break;
-    case Kernel::Prefill16:
-      cuda::launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, cuda::PrefillTiling::Tokens16, l.prefill_variant);
-      break;
-    case Kernel::Prefill32:
-      cuda::launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, cuda::PrefillTiling::Tokens32, l.prefill_variant);
-      break;
-    case Kernel::Auto: cuda::launch_bf16_sdpa_sinks_d64(a, nullptr); break;
-  }
-  cuda_ok(cudaDeviceSynchronize(), "attention kernel");
-  for (int32_t v : tickets.download()) EXPECT_EQ(v, 0) << "a decode merge ticket left set";
-  const std::vector<uint16_t> bits = out.download();
-  std::vector<float> result(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) result[i] = bf16_to_f32(bits[i]);
-  return result;
-}
-
 // Every output finite (every row written, nothing read from a NaN slot), relative L2 against the
 // CPU op < 1e-2 over all rows and < 2e-2 per (token, head) row: the bf16 path's bar against its
 // fp64 reference (attention_test), here against the fp32 oracle on the same codes.
@@ -416,13 +234,6 @@ void expect_close_to_cpu(const std::vector<float>& got, const std::vector<float>
   EXPECT_LT(worst_row, 2e-2) << what;
 }
 
-std::vector<SeqSpec> random_decode_batch(int n, int max_context, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<SeqSpec> seqs;
-  for (int i = 0; i < n; ++i) seqs.push_back({int(rng() % uint64_t(max_context)), 1});
-  return seqs;
-}
-
 TEST(CudaKvFp8, DecodeAttentionMatchesTheCpuOpOnTheSameCodes) {
   OSSRT_SKIP_WITHOUT_GPU();
   // A 20,000-key context beside a short one, at split counts 1 to 32 (slices that end mid-block, a
@@ -430,14 +241,15 @@ TEST(CudaKvFp8, DecodeAttentionMatchesTheCpuOpOnTheSameCodes) {
   for (const Case& c : {full_causal({{19999, 1}, {200, 1}}, 201, "full, 20k + 200"),
                         sliding({{19999, 1}, {200, 1}}, 202, "sliding, 20k + 200"),
                         window_on_full_table({{19999, 1}, {127, 1}, {129, 1}}, 203, "window on the full table")}) {
-    const Problem p = make_problem(c);
+    const Problem p = fp8_problem(c);
     const DeviceProblem dev(p);
     const std::vector<float> want = cpu_attention(p);
     for (const int splits : {1, 2, 3, 8, 13, 32}) {
       const std::string what = fmt::format("{}, decode, {} splits", c.name, splits);
-      const std::vector<float> folded = gpu_attention(p, dev, {Kernel::Decode, splits, true});
+      const std::vector<float> folded = run_attention(p, dev, dev.plan.view, Kernel::Decode, splits);
       expect_close_to_cpu(folded, want, what);
-      const std::vector<float> apart = gpu_attention(p, dev, {Kernel::Decode, splits, false});
+      const std::vector<float> apart =
+          run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, cuda::kPrefillDefaultVariant, false);
       EXPECT_EQ(std::memcmp(folded.data(), apart.data(), folded.size() * sizeof(float)), 0)
           << what << ": the folded merge differs from the merge kernel";
     }
@@ -446,17 +258,20 @@ TEST(CudaKvFp8, DecodeAttentionMatchesTheCpuOpOnTheSameCodes) {
   const std::vector<SeqSpec> batch = random_decode_batch(64, 3000, 204);
   for (const int min_keys : {cuda::kAttnDefaultMinKeysPerSplit, 64}) {
     for (const Case& c : {full_causal(batch, 205, "full, batch of 64"), sliding(batch, 206, "sliding, batch of 64")}) {
-      const Problem p = make_problem(c);
-      expect_close_to_cpu(gpu_attention(p, DeviceProblem(p), {Kernel::Decode, 0, true, min_keys}), cpu_attention(p),
-                          fmt::format("{}, splits of at least {} keys", c.name, min_keys));
+      const Problem p = fp8_problem(c);
+      const DeviceProblem dev(p);
+      expect_close_to_cpu(
+          run_attention(p, dev, dev.plan.view, Kernel::Decode, 0, cuda::kPrefillDefaultVariant, true, min_keys),
+          cpu_attention(p), fmt::format("{}, splits of at least {} keys", c.name, min_keys));
     }
   }
   for (const int kv_heads : {2, kGptOssKvHeads}) {
     Case c = full_causal({{100, 1}, {333, 1}, {4000, 1}}, 208, fmt::format("{} KV heads, block size 32", kv_heads));
     c.num_kv_heads = kv_heads;
     c.block_size = 32;
-    const Problem p = make_problem(c);
-    expect_close_to_cpu(gpu_attention(p, DeviceProblem(p), {Kernel::Auto}), cpu_attention(p), c.name);
+    const Problem p = fp8_problem(c);
+    const DeviceProblem dev(p);
+    expect_close_to_cpu(run_attention(p, dev, dev.plan.view, Kernel::Auto), cpu_attention(p), c.name);
   }
 }
 
@@ -479,16 +294,14 @@ TEST(CudaKvFp8, PrefillAttentionMatchesTheCpuOpOnTheSameCodes) {
   tiny.block_size = 32;
   cases.push_back(tiny);
   for (const Case& c : cases) {
-    const Problem p = make_problem(c);
+    const Problem p = fp8_problem(c);
     const DeviceProblem dev(p);
     const std::vector<float> want = cpu_attention(p);
-    expect_close_to_cpu(gpu_attention(p, dev, {Kernel::Auto}), want, c.name + ", auto");
+    expect_close_to_cpu(run_attention(p, dev, dev.plan.view, Kernel::Auto), want, c.name + ", auto");
     for (const Kernel k : {Kernel::Prefill16, Kernel::Prefill32})
       for (int variant = 0; variant < cuda::kPrefillVariants; ++variant) {
-        Launch l{k};
-        l.prefill_variant = variant;
         expect_close_to_cpu(
-            gpu_attention(p, dev, l), want,
+            run_attention(p, dev, dev.plan.view, k, 0, variant), want,
             fmt::format("{}, {} tokens a CTA, variant {}", c.name, k == Kernel::Prefill16 ? 16 : 32, variant));
       }
   }
