@@ -630,7 +630,12 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
       EXPECT_EQ(qkv_out[1], qkv_out[2]) << "fused vs plain qkv, " << what;
       EXPECT_EQ(attn_out[1], attn_out[2]) << "fused vs plain attention (the cached k, v), " << what;
       OSSRT_EXPECT_CLOSE(qkv_out[1], qkv_out[0], 1e-2, "fused qkv vs CPU, " + what);
-      OSSRT_EXPECT_CLOSE(attn_out[1], attn_out[0], 1e-2, "fused attention vs CPU, " + what);
+      // With an fp8 cache the CPU quantizes K and V from its f32 qkv, the GPU from its bf16 qkv: where
+      // the two sit on either side of an e4m3 rounding boundary the codes differ by one step (6-12%),
+      // which moves the full layers' output past the bf16 bar (measured on the H200: rel L2 0.0118).
+      // The codes themselves are checked exactly on equal inputs (CudaKvFp8.*), and fused = plain above.
+      const double attn_tol = kv == KvCacheDtype::Fp8E4m3 && g == KvGroup::Full ? 2.5e-2 : 1e-2;
+      OSSRT_EXPECT_CLOSE(attn_out[1], attn_out[0], attn_tol, "fused attention vs CPU, " + what);
     }
   }
 }
