@@ -16,6 +16,10 @@
 // (instead of comparing with the reference's own greedy path and stopping at its first near tie)
 // checks every token: a scheduling, KV or graph bug puts a token far below the reference's max and
 // fails. At least half the tokens must also be the exact argmax, so a sloppier tolerance can't hide.
+// One case the margin cannot cover: a router near-tie on the path (a token's 2nd and 3rd expert logits
+// within bf16 noise) routes the token differently in the batched step and in the reference, and moves
+// later logits by 0.1-0.3. There the CPU's f32 forward of the same weights decides (f32_oracle.h): the
+// engine's token must be within the margin of ITS argmax, and at most 1 token in 20 may need it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +30,7 @@
 #include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/kernels/sample_philox.cuh"
 #include "cuda_test_util.h"
+#include "f32_oracle.h"
 #include "sample_reference.h"
 #include "sampling/token_constraint.h"
 
@@ -65,6 +70,7 @@ std::vector<Case> mixed_cases() {
 struct ReferenceStore {
   std::unique_ptr<SmallModel> model;
   std::unique_ptr<SingleSequenceRunner> runner;
+  std::unique_ptr<test::F32Oracle> oracle;
 };
 ReferenceStore* g_references = nullptr;
 
@@ -78,6 +84,15 @@ SingleSequenceRunner& reference_runner() {
   return *store.runner;
 }
 
+// The same weights' f32 forward on the CPU (f32_oracle.h), the judge where the GPU reference and the
+// engine disagree by more than the bf16 noise.
+test::F32Oracle& f32_oracle() {
+  reference_runner();
+  ReferenceStore& store = *g_references;
+  if (!store.oracle) store.oracle = std::make_unique<test::F32Oracle>(store.model->weights, kMaxStepTokens);
+  return *store.oracle;
+}
+
 class EngineCuda : public ::testing::Test {
  protected:
   static void TearDownTestSuite() {
@@ -87,7 +102,7 @@ class EngineCuda : public ::testing::Test {
 };
 
 struct Agreement {
-  int sequences = 0, tokens = 0, exact = 0, within_near_tie = 0;
+  int sequences = 0, tokens = 0, exact = 0, within_near_tie = 0, f32_judged = 0;
   float worst_deficit = 0;
 };
 
@@ -114,11 +129,27 @@ void expect_reference_agrees(const Case& c, const std::vector<int32_t>& got, boo
     } else if (deficit < kNearTieMargin) {
       ++agreement.within_near_tie;
     } else {
-      ADD_FAILURE() << what << ": token " << i << " is " << tok << ", " << deficit
-                    << " logits below the reference's argmax " << (best - logits.begin());
-      return;
+      // Beyond the bf16 noise of the GPU reference: the f32 forward decides. A router near-tie on the
+      // path (f32_oracle.h) lets the engine's batched step and the eager reference route a token to
+      // different experts; the engine is right if its token is within the margin of the f32 argmax.
+      // A scheduling, KV or graph bug is far below both.
+      const test::F32Oracle::Verdict f32 = f32_oracle().after(c.prompt, got, i);
+      const float f32_deficit = f32.deficit(tok);
+      std::printf(
+          "[metric] %s: token %zu is %d, %.4f logits below the GPU reference's argmax %d; f32 oracle: %.4f below its "
+          "argmax %d, smallest router gap on the path %.5f (at the last position %.5f)\n",
+          what.c_str(), i, tok, deficit, int(best - logits.begin()), f32_deficit,
+          int(std::max_element(f32.logits.begin(), f32.logits.end()) - f32.logits.begin()), f32.min_router_gap,
+          f32.last_router_gap);
+      if (f32_deficit >= kNearTieMargin) {
+        ADD_FAILURE() << what << ": token " << i << " is " << tok << ", " << deficit
+                      << " logits below the GPU reference's argmax " << (best - logits.begin()) << " and "
+                      << f32_deficit << " below the f32 oracle's";
+        return;
+      }
+      ++agreement.f32_judged;
     }
-    agreement.worst_deficit = std::max(agreement.worst_deficit, deficit);
+    if (deficit < kNearTieMargin) agreement.worst_deficit = std::max(agreement.worst_deficit, deficit);
     if (i + 1 < got.size())
       logits = runner.run(std::span<const int32_t>(&got[i], 1), 1, SingleSequenceRunner::Logits::LastRow);
   }
@@ -127,9 +158,11 @@ void expect_reference_agrees(const Case& c, const std::vector<int32_t>& got, boo
 void expect_mostly_exact(const Agreement& a, const std::string& what) {
   std::printf(
       "[metric] %s: %d sequences, %d tokens re-scored: %d the reference's argmax, %d within %.3g of it "
-      "(worst %.3g below)\n",
-      what.c_str(), a.sequences, a.tokens, a.exact, a.within_near_tie, kNearTieMargin, a.worst_deficit);
+      "(worst %.3g below), %d judged by the f32 oracle\n",
+      what.c_str(), a.sequences, a.tokens, a.exact, a.within_near_tie, kNearTieMargin, a.worst_deficit, a.f32_judged);
   EXPECT_GT(a.tokens, 0) << what;
+  // Router near-ties are rare (a few positions in a hundred); a path that needs the f32 judge often is a bug.
+  EXPECT_LE(a.f32_judged * 20, a.tokens) << what << ": too many tokens outside the GPU reference's bf16 margin";
   EXPECT_GE(a.exact * 2, a.tokens) << what << ": fewer than half the tokens are the reference's argmax";
 }
 

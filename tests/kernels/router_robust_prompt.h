@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/registry/registry.h"
+#include "f32_oracle.h"
 #include "model/gpt_oss.h"
 #include "model/single_sequence.h"
 
@@ -35,32 +36,10 @@ struct RouterRobustPrompt {
 
 inline RouterRobustPrompt router_robust_prompt(const HostModelWeights& w, int n, double min_gap, uint64_t seed) {
   const GptOssConfig& c = w.config;
-  const int k = c.experts_per_token;
-  const int64_t E = c.num_experts, H = c.hidden_size;
-  std::vector<std::vector<float>> router_w(size_t(c.num_layers)), router_b(size_t(c.num_layers));
-  for (int l = 0; l < c.num_layers; ++l) {
-    router_w[size_t(l)].resize(size_t(E * H));
-    w.layers[size_t(l)].router_w.to_f32(0, E * H, router_w[size_t(l)].data());
-    router_b[size_t(l)].resize(size_t(E));
-    w.layers[size_t(l)].router_b.to_f32(0, E, router_b[size_t(l)].data());
-  }
   auto cpu = make_backend("cpu");
   GptOssModel model(*cpu, w, ModelLimits{1, 1});
-  double token_gap = 0;
-  model.set_observer([&](const std::string& name, const Tensor& t) {
-    const std::string suffix = ".mlp_in";
-    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return;
-    const size_t layer = size_t(std::stoi(name.substr(5)));  // "layer<N>.mlp_in"
-    const float* x = static_cast<const float*>(t.data);      // one row: the step has one token
-    std::vector<double> logits(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) {
-      double acc = router_b[layer][size_t(e)];
-      for (int64_t h = 0; h < H; ++h) acc += double(router_w[layer][size_t(e * H + h)]) * double(x[h]);
-      logits[size_t(e)] = acc;
-    }
-    std::sort(logits.begin(), logits.end(), std::greater<>());
-    token_gap = std::min(token_gap, logits[size_t(k - 1)] - logits[size_t(k)]);
-  });
+  RouterGapProbe probe(w);
+  probe.attach(model);
   SingleSequenceRunner runner(model, n + 1);
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> draw(0, c.vocab_size - 1);
@@ -68,9 +47,9 @@ inline RouterRobustPrompt router_robust_prompt(const HostModelWeights& w, int n,
   out.min_gap = std::numeric_limits<double>::infinity();
   auto try_token = [&](int p, int32_t tok) {
     runner.rewind(p);
-    token_gap = std::numeric_limits<double>::infinity();
+    probe.reset();
     runner.run(std::span<const int32_t>(&tok, 1), 1, SingleSequenceRunner::Logits::LastRow);
-    return token_gap;
+    return probe.gap();
   };
   for (int p = 0; p < n; ++p) {
     int32_t best = 0;
