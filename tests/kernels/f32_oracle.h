@@ -74,17 +74,14 @@ class RouterGapProbe {
 class F32Oracle {
  public:
   F32Oracle(const HostModelWeights& w, int max_tokens)
-      : cpu_(make_backend("cpu")),
-        model_(*cpu_, w, ModelLimits{1, 1}),
-        runner_(model_, max_tokens),
-        probe_(w) {
+      : cpu_(make_backend("cpu")), model_(*cpu_, w, ModelLimits{1, 1}), runner_(model_, max_tokens), probe_(w) {
     probe_.attach(model_);
   }
 
   struct Verdict {
-    std::vector<float> logits;  // the f32 logits that choose path[n]
-    double min_router_gap = 0;  // the smallest router gap over every position fed
-    double last_router_gap = 0; // ... at the last position fed (the one producing `logits`)
+    std::vector<float> logits;   // the f32 logits that choose path[n]
+    double min_router_gap = 0;   // the smallest router gap over every position fed
+    double last_router_gap = 0;  // ... at the last position fed (the one producing `logits`)
     float deficit(int32_t token) const {
       return *std::max_element(logits.begin(), logits.end()) - logits[size_t(token)];
     }
