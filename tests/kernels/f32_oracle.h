@@ -55,7 +55,7 @@ class RouterGapProbe {
     const size_t layer = size_t(std::stoi(name.substr(5)));  // "layer<N>.mlp_in"
     const int64_t E = experts_, H = hidden_;
     const float* x = static_cast<const float*>(t.data) + (t.shape[0] - 1) * H;  // the last row
-    std::vector<double> logits(size_t(E));
+    std::vector<double> logits(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) {
       double acc = router_b_[layer][size_t(e)];
       for (int64_t h = 0; h < H; ++h) acc += double(router_w_[layer][size_t(e * H + h)]) * double(x[h]);
