@@ -7,6 +7,8 @@
 #
 # Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4] [BATCHES="1 8 64"] [CONTEXT=1024] [DEADLINE_S=200]
 #        tools/device/decode_ab.sh label=VAR=value[,VAR=value] ...   (label=  with no settings: as is)
+# The setting OSSRT_AB_BIN=name runs $PACK/bin/name instead of ossrt (a second build packed with
+# cuda_pack.sh's EXTRA_BINARIES, for kernels that have no switch: A and B in the same call).
 set -uo pipefail
 MODEL=${MODEL:-gpt-oss-20b}
 QUANT=${QUANT:-mxfp4}
@@ -28,8 +30,10 @@ for variant in "$@"; do
   [ "$(left)" -gt 30 ] || { echo "-- $label skipped: no time left"; continue; }
   envs=()
   [ -n "$settings" ] && IFS=',' read -ra envs <<< "$settings"
+  bin=ossrt
+  for e in "${envs[@]}"; do case $e in OSSRT_AB_BIN=*) bin=${e#OSSRT_AB_BIN=} ;; esac; done
   echo "== $label: ${settings:-(as is)}"
-  env "${envs[@]}" timeout "$(left)" "$PACK/bin/ossrt" bench cost --model "$MODEL" --load-format dummy --backend cuda \
+  env "${envs[@]}" timeout "$(left)" "$PACK/bin/$bin" bench cost --model "$MODEL" --load-format dummy --backend cuda \
     --quantization "$QUANT" --no-prefill --contexts "$CONTEXT" --batch-sizes "$BATCH_LIST" --repeats 1 --no-progress \
     --warmup-steps 5 --decode-steps 40 --result-dir "/tmp/ab_$label" > "/tmp/ab_$label.log" 2>&1
   echo "   exit $?"

@@ -112,11 +112,14 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   // bf16: the cp.async ring of two tiles the MMAs read; fp8: the ring holds codes (k8_s, v8_s) and
   // the MMAs read the one tile they are dequantized into.
   constexpr int kStages = kFp8 ? 1 : 2;
-  pdl_wait();  // launched with PDL (docs/kernels.md): q and the cache come from the kernels before
-  pdl_launch_dependents();
+  // Launched with PDL (docs/kernels.md). Before pdl_wait() the CTA reads only what no kernel of the
+  // step writes: the plan and block tables (uploaded before the step) and the cache rows of keys
+  // before `pos` (written by earlier steps; this step's QKV kernel writes only the slot of `pos`).
+  // So the first two tiles but the row of `pos` are requested before the wait, and after it only q
+  // and that row: the previous kernel's tail hides the cache's DRAM latency.
   const int split = blockIdx.x, kv_head = blockIdx.y, seq_index = blockIdx.z;
   const SeqStep seq = a.plan.seqs[seq_index];
-  if (seq.num_tokens != 1) return;  // padding (0 tokens); the launcher rejects > 1
+  if (seq.num_tokens != 1) return;  // padding (0 tokens; another CTA waits); the launcher rejects > 1
   const int pos = seq.context_begin;
   const int lo = first_visible_key(pos, a.window);
   const int per = keys_per_split(pos - lo + 1, a.num_splits, a.min_keys_per_split);
@@ -137,6 +140,55 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   float scale_log2 = a.sm_scale * kLog2e;
   if constexpr (kFp8) scale_log2 *= a.k_scale[kv_head];  // q.(code x s) = s (q.code)
 
+  // Tile loader: a row is kRowChunks 16-byte chunks (8 bf16, 4 fp8); thread copies chunk
+  // tid % kRowChunks of rows tid / kRowChunks + kLoadRows i, K and V. Keys past the slice or outside
+  // the block table are zero-filled and marked invalid (masked). The row of key `skip` is left for
+  // load_key_row (it is written by the kernel before this one).
+  using Elem = std::conditional_t<kFp8, uint8_t, uint16_t>;
+  constexpr int kChunkElems = 16 / int(sizeof(Elem));
+  constexpr int kRowChunks = kD / kChunkElems, kLoadRows = kThreads / kRowChunks;
+  const Elem* k_cache = static_cast<const Elem*>(a.k_cache);
+  const Elem* v_cache = static_cast<const Elem*>(a.v_cache);
+  const int load_row = tid / kRowChunks, load_chunk = (tid % kRowChunks) * kChunkElems;
+  auto copy_row = [&](int stage, int r, int64_t off, int chunk) {
+    const bool ok = off >= 0;
+    const Elem* k_src = ok ? k_cache + off + chunk : k_cache;
+    const Elem* v_src = ok ? v_cache + off + chunk : v_cache;
+    if constexpr (kFp8) {
+      cp_async_16(&k8_s[stage][r][chunk], k_src, ok);
+      cp_async_16(&v8_s[stage][r][chunk], v_src, ok);
+    } else {
+      cp_async_16(&k_s[stage][r][chunk], k_src, ok);
+      cp_async_16(&v_s[stage][r][chunk], v_src, ok);
+    }
+  };
+  auto load_tile = [&](int stage, int key0, int skip) {
+#pragma unroll
+    for (int i = 0; i < kTileKeys / kLoadRows; ++i) {
+      const int r = load_row + kLoadRows * i;
+      const int j = key0 + r;
+      const int64_t off = j < end ? kv_row_offset(a, seq, kv_head, j) : -1;
+      if (j != skip) copy_row(stage, r, off, load_chunk);
+      if (load_chunk == 0) valid_s[stage][r] = off >= 0;
+    }
+  };
+  // Key j's row (in the tile starting at key0) by the first kRowChunks threads.
+  auto load_key_row = [&](int stage, int key0, int j) {
+    if (tid < kRowChunks) copy_row(stage, j - key0, kv_row_offset(a, seq, kv_head, j), tid * kChunkElems);
+  };
+
+  const int tiles = (end - begin + kTileKeys - 1) / kTileKeys;
+  const bool has_pos = end == pos + 1;  // the slice ends at the query's own key
+  const int pos_tile = (pos - begin) / kTileKeys;
+  load_tile(0, begin, pos);
+  cp_async_commit();
+  if (tiles > 1) load_tile(1, begin + kTileKeys, pos);
+  cp_async_commit();
+  pdl_wait();  // q and the row of `pos` come from the kernel before
+  pdl_launch_dependents();
+  if (has_pos && pos_tile < 2) load_key_row(pos_tile, begin + pos_tile * kTileKeys, pos);
+  cp_async_commit();
+
   // Q fragments (A operand, 16 x 64): row g = query head g of this KV head, rows 8-15 zero.
   uint32_t qa[kD / 16][4];
   {
@@ -150,44 +202,18 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
     }
   }
 
-  // Tile loader: a row is kRowChunks 16-byte chunks (8 bf16, 4 fp8); thread copies chunk
-  // tid % kRowChunks of rows tid / kRowChunks + kLoadRows i, K and V. Keys past the slice or outside
-  // the block table are zero-filled and marked invalid (masked).
-  using Elem = std::conditional_t<kFp8, uint8_t, uint16_t>;
-  constexpr int kChunkElems = 16 / int(sizeof(Elem));
-  constexpr int kRowChunks = kD / kChunkElems, kLoadRows = kThreads / kRowChunks;
-  const Elem* k_cache = static_cast<const Elem*>(a.k_cache);
-  const Elem* v_cache = static_cast<const Elem*>(a.v_cache);
-  const int load_row = tid / kRowChunks, load_chunk = (tid % kRowChunks) * kChunkElems;
-  auto load_tile = [&](int stage, int key0) {
-#pragma unroll
-    for (int i = 0; i < kTileKeys / kLoadRows; ++i) {
-      const int r = load_row + kLoadRows * i;
-      const int j = key0 + r;
-      const int64_t off = j < end ? kv_row_offset(a, seq, kv_head, j) : -1;
-      const bool ok = off >= 0;
-      const Elem* k_src = ok ? k_cache + off + load_chunk : k_cache;
-      const Elem* v_src = ok ? v_cache + off + load_chunk : v_cache;
-      if constexpr (kFp8) {
-        cp_async_16(&k8_s[stage][r][load_chunk], k_src, ok);
-        cp_async_16(&v8_s[stage][r][load_chunk], v_src, ok);
-      } else {
-        cp_async_16(&k_s[stage][r][load_chunk], k_src, ok);
-        cp_async_16(&v_s[stage][r][load_chunk], v_src, ok);
-      }
-      if (load_chunk == 0) valid_s[stage][r] = ok;
-    }
-  };
-
   float m = -INFINITY, l = 0.f;  // row g's running max (log2 domain) and this thread's partial sum
   float acc[kD / 8][4] = {};     // O rows g (elements 0, 1) and g + 8 (2, 3; stay zero), 8 dim tiles
-  const int tiles = (end - begin + kTileKeys - 1) / kTileKeys;
-  load_tile(0, begin);
-  cp_async_commit();
   for (int t = 0; t < tiles; ++t) {
-    if (t + 1 < tiles) load_tile((t + 1) & 1, begin + (t + 1) * kTileKeys);
-    cp_async_commit();   // possibly empty group, keeps the wait count uniform
-    cp_async_wait<1>();  // tile t has landed
+    // Tiles 0 and 1 (and the row of pos) were requested above: tile 0 waits for all of them. Tile
+    // t >= 1 was requested by the previous iteration, before the group this one commits.
+    if (t == 0) {
+      cp_async_wait<0>();
+    } else {
+      if (t + 1 < tiles) load_tile((t + 1) & 1, begin + (t + 1) * kTileKeys, -1);
+      cp_async_commit();   // possibly empty group, keeps the wait count uniform
+      cp_async_wait<1>();  // tile t has landed
+    }
     __syncthreads();
     const int ring = t & 1;
     if constexpr (kFp8) {
@@ -260,6 +286,11 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
   float v_scale = 1.f;
   if constexpr (kFp8) v_scale = a.v_scale[kv_head];  // P.(code x s) = s (P.code)
+  const int used = used_splits(pos - lo + 1, a.num_splits, a.min_keys_per_split);
+  // One split (window layers, short contexts) with the folded merge: merge_head_splits's arithmetic
+  // on this CTA's one partial, straight from registers (the same operations in the same order, so the
+  // same bits), without the workspace round trip, fences and ticket.
+  const bool alone = used == 1 && a.tickets != nullptr;
   for (int i = tid; i < kGroup * kD; i += kThreads) {
     const int h = i / kD, d = i % kD;
     float mx = -INFINITY;
@@ -272,19 +303,30 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
         o += acc_s[w][h][d] * f;
       }
     }
-    const int64_t state = (int64_t(seq_index) * a.num_q_heads + kv_head * kGroup + h) * a.num_splits + split;
     if constexpr (kFp8) o *= v_scale;
+    if (alone) {
+      const int head = kv_head * kGroup + h;
+      const float sink_log2 = bf16_bits_to_float(a.sinks[head]) * kLog2e;
+      const float top = fmaxf(sink_log2, mx);
+      const float f = exp2f(mx - top);  // mx = -inf (every key masked): 0
+      float denom = exp2f(sink_log2 - top);
+      denom += lsum * f;
+      const float out = (0.f + o * f) / denom;
+      reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(seq.token_begin) * a.num_q_heads * kD + head * kD + d] =
+          __float2bfloat16_rn(out);
+      continue;
+    }
+    const int64_t state = (int64_t(seq_index) * a.num_q_heads + kv_head * kGroup + h) * a.num_splits + split;
     part.acc[state * kD + d] = o;
     if (d == 0) part.m[state] = mx, part.l[state] = lsum;
   }
-  if (a.tickets == nullptr) return;  // pass 2 merges
+  if (a.tickets == nullptr || alone) return;  // pass 2 merges, or this CTA did
 
   // Folded merge: the last of the sequence's used splits of this KV head merges its 8 heads (one
   // warp per 2 heads), with pass 2's arithmetic, and resets the ticket.
   __shared__ bool last_s;
   __threadfence();  // this split's partials, device-wide, before its ticket
   __syncthreads();
-  const int used = used_splits(pos - lo + 1, a.num_splits, a.min_keys_per_split);
   int32_t* ticket = a.tickets + int64_t(seq_index) * a.num_kv_heads + kv_head;
   if (tid == 0) last_s = atomicAdd(ticket, 1) == used - 1;
   __syncthreads();
