@@ -108,7 +108,6 @@ __device__ __forceinline__ void merge_head_splits(const AttentionArgs& a, const 
 
 template <KvCacheElem kElem>
 __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
-  pdl_trigger_early();  // the O projection reads only weights before its wait
   constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
   // bf16: the cp.async ring of two tiles the MMAs read; fp8: the ring holds codes (k8_s, v8_s) and
   // the MMAs read the one tile they are dequantized into.
@@ -339,7 +338,6 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
 
 // One warp per query head; lane i owns dims 2i, 2i+1.
 __global__ void __launch_bounds__(kGroup * 32) bf16_sdpa_sinks_d64_decode_combine(AttentionArgs a) {
-  pdl_trigger_early();  // the O projection reads only weights before its wait
   pdl_wait();
   pdl_launch_dependents();
   const int seq_index = blockIdx.x;

@@ -116,24 +116,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
-// Early trigger: pdl_launch_dependents() as a kernel's first instruction, so the next kernel's CTAs
-// take free SM slots and run their pre-wait part (weight requests, plan reads) while this kernel still
-// waits for ITS predecessor: the pre-wait parts of several kernels overlap the one that runs. Still
-// transitive (each kernel's wait returns only after its predecessor completed, which happens after that
-// one's own wait), and no deadlock (a grid launches only once every CTA of the one before it is
-// resident). The condition: the NEXT kernel's pre-wait part must not read anything the kernel BEFORE
-// this one writes (it may now run before that kernel completes). Kernels whose successors read only
-// weights, the step's plan or KV rows of earlier steps before their wait use it; the MoE's gate_up
-// GEMM does not (the down GEMM reads the router's expert ids before its wait).
-#ifndef OSSRT_PDL_EARLY_TRIGGER
-#define OSSRT_PDL_EARLY_TRIGGER 1
-#endif
-__device__ __forceinline__ void pdl_trigger_early() {
-#if OSSRT_PDL_EARLY_TRIGGER
-  pdl_launch_dependents();
-#endif
-}
-
 // launch_pdl_smem: the same with `smem` bytes of dynamic shared memory.
 template <typename... Params, typename... Args>
 cudaError_t launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

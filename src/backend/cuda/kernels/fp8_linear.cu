@@ -170,7 +170,6 @@ __device__ __forceinline__ void fp8_chunk(float (&acc)[kM], const uint4& wv, con
 // SMs (as bf16_gemv, gemv.cu).
 template <int kM>
 __global__ void __launch_bounds__(kThreads, kM == 1 ? 5 : 1) bf16_fp8w_gemv(Fp8GemvArgs a) {
-  pdl_trigger_early();  // the next kernel reads only weights, the plan and old KV rows before its wait
   constexpr int kBatch = batch_for_rows(kM);
   extern __shared__ __align__(16) unsigned char smem[];
   const int kb_pad = a.k_pad / kFp8Block;
@@ -419,7 +418,6 @@ __device__ __forceinline__ float mma_output(const Fp8GemvArgs& a, const float* r
 // must be this kernel's bit for bit: change them there too.
 // At most 85 registers: 3 CTAs an SM (QKV's 320 tiles in one wave on 132 SMs).
 __global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a) {
-  pdl_trigger_early();  // the next kernel reads only weights, the plan and old KV rows before its wait
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ float red[kWarps][4][32];
   const int stride = mma_token_stride(a.k_pad), kb_pad = a.k_pad / kFp8Block;
@@ -520,7 +518,6 @@ __device__ __forceinline__ void qkv_rope_write_pair(const RopeCacheWriteArgs& r,
 }
 
 __global__ void __launch_bounds__(kThreads, 2) bf16_fp8w_gemv_mma_qkv_rope(Fp8QkvRopeArgs q) {
-  pdl_trigger_early();  // the next kernel reads only weights, the plan and old KV rows before its wait
   const Fp8GemvArgs& a = q.linear;
   const RopeCacheWriteArgs& r = q.rope;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -777,7 +774,6 @@ __device__ __forceinline__ float split_output(const Fp8GemvArgs& a, int tile, in
 // bf16_fp8w_gemv_mma at one token row: CTA blockIdx.x = (tile, K half), tile = blockIdx.x / kSplitCtas.
 // At most 128 registers: 4 CTAs (16 warps) an SM, so O's 360 CTAs are one wave on 132 SMs.
 __global__ void __launch_bounds__(kSplitThreads, 4) bf16_fp8w_gemv_mma_split(Fp8GemvArgs a) {
-  pdl_trigger_early();  // the next kernel reads only weights, the plan and old KV rows before its wait
   extern __shared__ __align__(16) unsigned char smem[];
   uint8_t* xs = smem;
   float* ss = reinterpret_cast<float*>(smem + a.k_pad);
@@ -814,7 +810,6 @@ __global__ void __launch_bounds__(kSplitThreads, 4) bf16_fp8w_gemv_mma_split(Fp8
 // critical path).
 // At most 102 registers: 5 CTAs an SM, so gpt-oss's 640 CTAs are one wave on 132 SMs.
 __global__ void __launch_bounds__(kSplitThreads, 5) bf16_fp8w_gemv_mma_qkv_rope_split(Fp8QkvRopeArgs q) {
-  pdl_trigger_early();  // the next kernel reads only weights, the plan and old KV rows before its wait
   const Fp8GemvArgs& a = q.linear;
   const RopeCacheWriteArgs& r = q.rope;
   extern __shared__ __align__(16) unsigned char smem[];

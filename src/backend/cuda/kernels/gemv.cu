@@ -51,7 +51,6 @@ constexpr int kMmaRows = 16;
 constexpr int kMmaBatch = 4;  // 32-column chunks in flight per warp
 
 __global__ void __launch_bounds__(kThreads) bf16_gemv_mma(GemvArgs a) {
-  pdl_trigger_early();  // the next kernel reads only weights, the plan and old KV rows before its wait
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int chunks = a.k / 32;
   const int tiles = (a.n + kMmaRows - 1) / kMmaRows;

@@ -46,7 +46,6 @@ template <int kM, int kWarpsPerRow, int kCtaWarps>
 __device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* wrow, bool row_ok, int k, int m,
                                              float (&acc)[kM]) {
   static_assert(kCtaWarps % kWarpsPerRow == 0, "whole rows per CTA");
-  pdl_trigger_early();  // after a GEMV or the router: a norm, attention, RoPE or the MoE route (wait first)
   constexpr int kStride = 32 * kWarpsPerRow;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int part = warp % kWarpsPerRow;
@@ -107,7 +106,6 @@ __device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* 
 template <int kRows>
 __device__ __forceinline__ void gemv_rows_dot_one_token(const uint16_t* x, const uint16_t* const (&w)[kRows], int k,
                                                         float (&sum)[kRows]) {
-  pdl_trigger_early();  // attention (the plan and old KV rows before its wait) comes next
   const int lane = threadIdx.x % 32;
   const int chunks = k / 8;
   int c = lane;

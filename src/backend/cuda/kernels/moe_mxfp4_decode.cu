@@ -81,13 +81,9 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   // Launched with PDL (docs/kernels.md): the gate_up GEMM waits here for the route; the down GEMM
   // (whose route tiles were final before the gate_up GEMM let it launch) first pulls its weights into
   // L2 while the gate_up GEMM drains, then waits for the activations.
-  // The gate_up GEMM must not trigger early: the down GEMM reads the router's expert ids before its
-  // wait. After the down GEMM comes a norm or the combine, which wait first.
   if constexpr (kSwiglu) {
     pdl_wait();
     pdl_launch_dependents();
-  } else {
-    pdl_trigger_early();
   }
   const int tile = blockIdx.x;
   int expert, row0, row_end;

@@ -38,7 +38,6 @@ __device__ float block_sum(float v) {
 
 // Any hidden size: one block per row, the residual row re-read in the second pass from L1/L2.
 __global__ void f32_rmsnorm(RmsNormArgs a) {
-  pdl_trigger_early();  // the next kernel reads only weights before its wait
   pdl_wait();
   pdl_launch_dependents();
   const int64_t base = int64_t(blockIdx.x) * a.hidden;
@@ -73,7 +72,6 @@ __global__ void f32_rmsnorm(RmsNormArgs a) {
 // sum of squares and the output, and the weight is loaded before the reduction waits. Same
 // arithmetic as f32_rmsnorm except the order of the sum of squares (per thread, then the block).
 __global__ void __launch_bounds__(kThreads) f32_rmsnorm_vec4(RmsNormArgs a) {
-  pdl_trigger_early();  // the next kernel reads only weights before its wait
   pdl_wait();
   pdl_launch_dependents();
   const int64_t base = int64_t(blockIdx.x) * a.hidden;

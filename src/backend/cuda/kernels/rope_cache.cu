@@ -17,7 +17,6 @@ constexpr int kThreads = 768;
 // element type (an fp8 cache stores the codes of the fp32 rotation and of v, rope_cache.cuh).
 template <KvCacheElem kElem>
 __global__ void __launch_bounds__(kThreads) bf16_rope_kv_cache_write(RopeCacheWriteArgs a) {
-  pdl_trigger_early();  // attention reads only the plan and old KV rows before its wait
   constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
   pdl_wait();  // launched with PDL: qkv comes from the kernel before
   pdl_launch_dependents();
