@@ -338,17 +338,19 @@ TEST(Eagle3Cuda, EngineGreedyOutputIsPlainDecodings) {
     const std::vector<float> logits = runner.run(prefix, 0, SingleSequenceRunner::Logits::LastRow);
     const float gap = std::fabs(logits[size_t(a[i])] - logits[size_t(b[i])]);
     if (gap < kNearTieMargin) continue;
-    // Beyond the bf16 noise: the f32 forward of the same weights decides (f32_oracle.h; a router
-    // near-tie routes a token differently in a verify step and in a plain one). The eagle3 run's token
-    // must be within the margin of the f32 argmax; a drafting or rollback bug is far below it.
+    // Beyond the bf16 noise: a router near-tie routes a token differently in a verify step and in a
+    // plain one (f32_oracle.h). Accepted if the f32 forward of the same weights picks the eagle3 run's
+    // token, or if the position whose logits chose it has a router gap under the bf16 noise; a drafting
+    // or rollback bug is far below the f32 argmax at positions without one.
     const test::F32Oracle::Verdict f32 = oracle.after(cs.prompt, a, i);
     std::printf(
         "[metric] %s: token %zu is %d with eagle3, %d plainly, %.4f apart on the GPU reference; f32 oracle: %d is "
-        "%.4f below its argmax, smallest router gap on the path %.5f\n",
-        cs.id.c_str(), i, b[i], a[i], gap, b[i], f32.deficit(b[i]), f32.min_router_gap);
-    EXPECT_LT(f32.deficit(b[i]), kNearTieMargin)
+        "%.4f below its argmax, router gap where it was chosen %.5f\n",
+        cs.id.c_str(), i, b[i], a[i], gap, b[i], f32.deficit(b[i]), f32.last_router_gap);
+    EXPECT_TRUE(f32.deficit(b[i]) < kNearTieMargin || f32.last_router_gap < test::kBf16RouterNoise)
         << cs.id << ": token " << i << " is " << b[i] << " with eagle3, " << a[i] << " plainly, " << gap
-        << " logits apart on the GPU reference and " << f32.deficit(b[i]) << " below the f32 argmax";
+        << " logits apart on the GPU reference, " << f32.deficit(b[i]) << " below the f32 argmax, router gap "
+        << f32.last_router_gap;
     ++f32_judged;
   }
   std::printf(
