@@ -19,7 +19,8 @@
 // One case the margin cannot cover: a router near-tie on the path (a token's 2nd and 3rd expert logits
 // within bf16 noise) routes the token differently in the batched step and in the reference, and moves
 // later logits by 0.1-0.3. There the CPU's f32 forward of the same weights decides (f32_oracle.h): the
-// engine's token must be within the margin of ITS argmax, and at most 1 token in 20 may need it.
+// engine's token must be within the margin of ITS argmax or chosen at a position with a router gap under
+// the bf16 noise, and at most 1 token in 20 may need it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,10 +130,10 @@ void expect_reference_agrees(const Case& c, const std::vector<int32_t>& got, boo
     } else if (deficit < kNearTieMargin) {
       ++agreement.within_near_tie;
     } else {
-      // Beyond the bf16 noise of the GPU reference: the f32 forward decides. A router near-tie on the
-      // path (f32_oracle.h) lets the engine's batched step and the eager reference route a token to
-      // different experts; the engine is right if its token is within the margin of the f32 argmax.
-      // A scheduling, KV or graph bug is far below both.
+      // Beyond the bf16 noise of the GPU reference: a router near-tie (f32_oracle.h) lets the engine's
+      // batched step and the eager reference route a token to different experts. Accepted if the f32
+      // forward picks the engine's token, or if the position that chose it has a near-tie; a
+      // scheduling, KV or graph bug puts tokens far below both, at positions without one.
       const test::F32Oracle::Verdict f32 = f32_oracle().after(c.prompt, got, i);
       const float f32_deficit = f32.deficit(tok);
       std::printf(
@@ -141,10 +142,10 @@ void expect_reference_agrees(const Case& c, const std::vector<int32_t>& got, boo
           what.c_str(), i, tok, deficit, int(best - logits.begin()), f32_deficit,
           int(std::max_element(f32.logits.begin(), f32.logits.end()) - f32.logits.begin()), f32.min_router_gap,
           f32.last_router_gap);
-      if (f32_deficit >= kNearTieMargin) {
+      if (f32_deficit >= kNearTieMargin && f32.last_router_gap >= test::kBf16RouterNoise) {
         ADD_FAILURE() << what << ": token " << i << " is " << tok << ", " << deficit
                       << " logits below the GPU reference's argmax " << (best - logits.begin()) << " and "
-                      << f32_deficit << " below the f32 oracle's";
+                      << f32_deficit << " below the f32 oracle's, with no router near-tie where it was chosen";
         return;
       }
       ++agreement.f32_judged;
