@@ -30,7 +30,9 @@
 # attention_full,attention_sliding) / KERNEL_DECODE / KERNEL_PREFILL / KERNEL_CONTEXT (decode context,
 # default 1024) / KERNEL_SUFFIX (result folder kernels<suffix>, for a second context in one call);
 # QUANT (default bf16) is the --quantization of every command (docs/quantization.md), MODEL (default
-# gpt-oss-20b) its model; SERVE_PROMPTS_8K=0 skips serve's 8k/1k point.
+# gpt-oss-20b) its model; SERVE_PROMPTS_8K=0 skips serve's 8k/1k point, SERVE_CONCURRENCY_8K (default 64)
+# sets its concurrency (1: the TTFT of one 8k prompt alone); SERVE_FLAGS adds serve flags (e.g.
+# "--kv-cache-dtype fp8").
 set -uo pipefail
 [ $# -gt 0 ] || { sed -n 2,30p "$0"; exit 2; }
 PARTS=("$@")
@@ -68,7 +70,7 @@ GPU_SLUG=$(echo "$GPU_NAME" | tr 'A-Z' 'a-z' | sed -E 's/nvidia //; s/[^a-z0-9]+
 QUANT=${QUANT:-bf16}
 # The model of every command (gpt-oss-120b: mxfp4 or mxfp4-fp8 fit one H200).
 MODEL=${MODEL:-gpt-oss-20b}
-RUN=$(date -u +%Y%m%d)_${GPU_SLUG}_${MODEL}-dummy_${QUANT}_${COMMIT:0:12}${DIRTY}
+RUN=$(date -u +%Y%m%d)_${GPU_SLUG}_${MODEL}-dummy_${QUANT}${RUN_SUFFIX:-}_${COMMIT:0:12}${DIRTY}  # RUN_SUFFIX: e.g. _kvfp8
 RESULTS=/tmp/ossrt-bench-results
 mkdir -p "$RESULTS/$RUN"
 echo "== $RUN: $GPU_NAME, commit $COMMIT$DIRTY, parts: ${PARTS[*]}"
@@ -79,7 +81,9 @@ PORT=18080
 SERVER=
 
 start_server() {  # waits for /health (dummy 20b: weights generated and uploaded), at most $1 seconds
-  "$OSSRT" serve "${MODEL_FLAGS[@]}" --host 127.0.0.1 --port $PORT --max-num-seqs 256 > /tmp/serve.log 2>&1 &
+  # SERVE_FLAGS: more serve flags for the whole run (e.g. "--kv-cache-dtype fp8"), split on spaces.
+  local extra=(); [ -n "${SERVE_FLAGS:-}" ] && read -ra extra <<< "$SERVE_FLAGS"
+  "$OSSRT" serve "${MODEL_FLAGS[@]}" --host 127.0.0.1 --port $PORT --max-num-seqs 256 "${extra[@]}" > /tmp/serve.log 2>&1 &
   SERVER=$!
   local t0; t0=$(date +%s)
   while ! curl -sf 127.0.0.1:$PORT/health > /dev/null; do
@@ -114,7 +118,7 @@ part_serve() {
     --num-prompts "${SERVE_PROMPTS:-4,16,128,512}" --warmup 2 --seed 0 --slo ttft=2000,tpot=50 --no-itl \
     --result-dir "$RESULTS/$RUN/serve_1k_1k"
   [ "${SERVE_PROMPTS_8K:-128}" = 0 ] || run_step "bench serve 8k/1k" 200 "$OSSRT" bench serve --base-url http://127.0.0.1:$PORT --dataset random \
-    --input-len 8192 --output-len 1024 --ignore-eos --max-concurrency 64 --num-prompts "${SERVE_PROMPTS_8K:-128}" \
+    --input-len 8192 --output-len 1024 --ignore-eos --max-concurrency "${SERVE_CONCURRENCY_8K:-64}" --num-prompts "${SERVE_PROMPTS_8K:-128}" \
     --warmup 2 --seed 1 --slo ttft=10000,tpot=50 --no-itl --result-dir "$RESULTS/$RUN/serve_8k_1k"
   curl -s 127.0.0.1:$PORT/metrics > "$RESULTS/$RUN/serve_metrics.txt"
   stop_server

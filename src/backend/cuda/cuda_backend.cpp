@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <string>
+#include <utility>
 
 #include "backend/cuda/cublas_fp8.h"
 #include "backend/cuda/cublas_linear.h"
@@ -143,6 +146,24 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   // OSSRT_CUDA_GRAPHS=0: every step eager (vLLM's --enforce-eager), to tell a graph problem from a kernel one.
   if (const char* graphs = std::getenv("OSSRT_CUDA_GRAPHS")) graphs_enabled_ = graphs[0] != '0';
   if (const char* split = std::getenv("OSSRT_CUDA_FP8_GEMV_SPLIT")) fp8_gemv_split_ = split[0] != '0';
+  if (const char* ablate = std::getenv("OSSRT_CUDA_ABLATE")) {
+    static const std::pair<const char*, Ablate> kOps[] = {
+        {"norm", kAblateNorm},     {"qkv", kAblateQkv},        {"attention", kAblateAttention},
+        {"linear", kAblateLinear}, {"lm_head", kAblateLmHead}, {"router", kAblateRouter},
+        {"moe", kAblateMoe}};
+    std::string list = ablate;
+    for (size_t begin = 0; begin <= list.size();) {
+      const size_t end = std::min(list.find(',', begin), list.size());
+      const std::string op = list.substr(begin, end - begin);
+      begin = end + 1;
+      if (op.empty()) continue;
+      const auto* it = std::find_if(std::begin(kOps), std::end(kOps), [&](const auto& o) { return op == o.first; });
+      OSSRT_CHECK(it != std::end(kOps),
+                  "OSSRT_CUDA_ABLATE: unknown op '{}' (norm, qkv, attention, linear, lm_head, router, moe)", op);
+      ablate_ |= it->second;
+    }
+    spdlog::warn("cuda: OSSRT_CUDA_ABLATE={}: those ops launch nothing, outputs are garbage (timing only)", list);
+  }
   if (const char* window = std::getenv("OSSRT_CUDA_PROFILE_DECODE_STEPS")) {
     OSSRT_CHECK(std::sscanf(window, "%d:%d", &profile_first_, &profile_count_) == 2 && profile_first_ >= 0 &&
                     profile_count_ > 0,

@@ -190,6 +190,22 @@ class CudaBackend final : public Backend {
   // the constructor (partials; tickets 0 between launches). OSSRT_CUDA_FP8_GEMV_SPLIT=0 (developer
   // switch, read at start, for A/B timing) runs the one-CTA-a-tile kernels; the bits are the same.
   bool fp8_gemv_split_ = true;
+  // OSSRT_CUDA_ABLATE=op[,op...] (developer switch, read at start; docs/kernels.md): the named ops
+  // launch nothing, so the step time without them says what each costs inside the PDL chain of a
+  // decode step, which a per-kernel profile (ncu serializes kernels) cannot. Outputs are garbage:
+  // for timing runs on dummy weights only. Ops: norm, qkv, attention, linear (every linear but the
+  // unembedding), lm_head, router, moe.
+  enum Ablate : unsigned {
+    kAblateNorm = 1,
+    kAblateQkv = 2,
+    kAblateAttention = 4,
+    kAblateLinear = 8,
+    kAblateLmHead = 16,
+    kAblateRouter = 32,
+    kAblateMoe = 64
+  };
+  unsigned ablate_ = 0;
+  bool ablated(Ablate op) const { return (ablate_ & op) != 0; }
   float* fp8_split_partials_ = nullptr;
   int32_t* fp8_split_tickets_ = nullptr;
 

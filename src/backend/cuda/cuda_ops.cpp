@@ -71,6 +71,7 @@ void CudaBackend::embedding(const Tensor& table, Tensor& out) {
 
 void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   bind_device();
+  if (ablated(kAblateNorm)) return;
   check_float(x, "rmsnorm", "x");
   check_float(w, "rmsnorm", "w");
   check_float(out, "rmsnorm", "out");
@@ -85,6 +86,7 @@ void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& o
 
 void CudaBackend::add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) {
   bind_device();
+  if (ablated(kAblateNorm)) return;
   check_on_device(residual, "add_rmsnorm", "residual");
   OSSRT_CHECK(residual.dtype == DType::F32, "add_rmsnorm: the residual stream must be f32");
   check_float(delta, "add_rmsnorm", "delta");
@@ -143,6 +145,7 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   bind_device();
+  if (ablated(w.dim(0) > 65536 ? kAblateLmHead : kAblateLinear)) return;  // the unembedding: vocab rows
   check_on_device(x, "linear", "x");
   check_on_device(w, "linear", "w");
   check_float(out, "linear", "out");
@@ -290,6 +293,7 @@ void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, cons
 void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const Tensor* bias, const RopeParams& rope,
                                        const AttentionParams& p, Tensor& qkv) {
   bind_device();
+  if (ablated(kAblateQkv)) return;
   // One-token steps (batch-1 decode): the projection, rotation and cache write in one kernel, with
   // the arithmetic of the one-row GEMV and the RoPE kernel. Otherwise the two ops.
   const bool one_token_step = plan_->host_plan().num_tokens() == 1 && x.dim(0) == 1;
@@ -345,6 +349,7 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
 
 void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& p, Tensor& out) {
   bind_device();
+  if (ablated(kAblateAttention)) return;
   check_on_device(qkv, "attention", "qkv");
   check_on_device(sinks, "attention", "sinks");
   check_on_device(out, "attention", "out");
@@ -399,6 +404,7 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
 
 void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) {
   bind_device();
+  if (ablated(kAblateRouter)) return;
   check_on_device(x, "router_topk", "x");
   check_on_device(w, "router_topk", "w");
   check_float(b, "router_topk", "b");
@@ -449,6 +455,7 @@ void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b,
 void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& ids, const Tensor& weights,
                       const SwigluParams& swiglu, Tensor& out) {
   bind_device();
+  if (ablated(kAblateMoe)) return;
   check_on_device(x, "moe", "x");
   check_on_device(ids, "moe", "ids");
   check_on_device(weights, "moe", "weights");
