@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/step_plan.h"
+#include "core/dtype.h"
 #include "core/host_tensor.h"
 #include "core/tensor.h"
 
@@ -202,15 +203,30 @@ class Backend {
   virtual void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) = 0;
   // residual += delta
   virtual void add(Tensor& residual, const Tensor& delta) = 0;
-  // dst = src (same dtype and element count). The default goes through host memory, which is
-  // exact on any backend but synchronous: a device backend should override it with a copy on its
-  // queue before a step that copies (GptOssModel's hidden-state capture) runs inside a CUDA graph.
+  // dst = src, same element count. Same dtype: the bytes. F32 <-> BF16: converted (to bf16 by
+  // rounding to nearest even), so a bf16 activation can join an f32 residual and back (the EAGLE-3
+  // head). The default goes through host memory, which is exact on any backend but synchronous: a
+  // device backend overrides it with a copy on its queue (the CUDA backend's is graph-capturable),
+  // since GptOssModel's hidden-state capture copies inside steps that run as CUDA graphs.
   virtual void copy(const Tensor& src, Tensor& dst) {
-    OSSRT_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy: src {} and dst {} differ", src.shape_str(),
-                dst.shape_str());
-    std::vector<uint8_t> host(src.bytes());
-    to_host(src, host.data());
-    from_host(dst, host.data());
+    OSSRT_CHECK(src.numel() == dst.numel(), "copy: src {} and dst {} differ", src.shape_str(), dst.shape_str());
+    if (src.dtype == dst.dtype) {
+      std::vector<uint8_t> host(src.bytes());
+      to_host(src, host.data());
+      from_host(dst, host.data());
+      return;
+    }
+    const auto is_float = [](DType d) { return d == DType::F32 || d == DType::BF16; };
+    OSSRT_CHECK(is_float(src.dtype) && is_float(dst.dtype), "copy: from {} to {} (only f32 <-> bf16 convert)",
+                dtype_name(src.dtype), dtype_name(dst.dtype));
+    const std::vector<float> values = to_host_f32(src);
+    if (dst.dtype == DType::F32) {
+      from_host(dst, values.data());
+      return;
+    }
+    std::vector<uint16_t> bf16(values.size());
+    for (size_t i = 0; i < values.size(); ++i) bf16[i] = f32_to_bf16(values[i]);
+    from_host(dst, bf16.data());
   }
   // out = x w^T (+ bias). With a quantized weight (upload_linear in Fp8 / Mxfp4Fp8), x is quantized
   // the same way first, per row and per 128 channels.

@@ -10,6 +10,7 @@
 // "prompt_lookup_min": 1, "prompt_lookup_max": 4}, {"method": "suffix", ...} with vLLM's
 // suffix_decoding_* fields (engine/suffix_drafter.h), {"method": "draft_model", "model": ...}
 // (engine/draft_model_drafter.h) or {"method": "eagle3", "model": <head dir>} (engine/eagle3_drafter.h).
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -72,6 +73,13 @@ struct Draft {
   std::vector<std::vector<float>> probs;
 };
 
+// A drafter's own KV cache on the target's device (Drafter::kv_memory): bytes per token the target's
+// cache holds, and bytes beside them.
+struct DrafterKvMemory {
+  size_t bytes_per_target_token = 0;
+  size_t fixed_bytes = 0;
+};
+
 // One sequence's rows of a target step that has just been verified (Drafter::observe_step).
 struct StepRows {
   uint64_t sequence = 0;
@@ -99,6 +107,13 @@ class Drafter {
   // out). A drafter that reads the target's activations of those rows (EAGLE-3) takes them now:
   // the next step overwrites them.
   virtual void observe_step(std::span<const StepRows> rows) { (void)rows; }
+  // What the drafter's own KV cache takes of the memory the engine's plan shares out (docs/engine.md
+  // "Memory plan"): the engine takes it out of the KV budget before sizing the target's cache, then
+  // calls allocate_kv with the tokens that cache holds. Zero (the default) for a drafter without a
+  // cache on the device, or whose cache is host memory taken as it is written (the CPU backend's).
+  virtual DrafterKvMemory kv_memory() const { return {}; }
+  // After the memory plan, before the first step: the target's cache holds `target_tokens` tokens.
+  virtual void allocate_kv(int64_t target_tokens) { (void)target_tokens; }
 };
 
 // Prompt lookup (vLLM's "ngram"): the longest suffix of the sequence, from prompt_lookup_max tokens

@@ -13,10 +13,14 @@
 // are overwritten by the next step's real rows: the head's cache rolls back with the target's.
 // propose() hands the chain out while the sequence's tokens are still those it was made for.
 //
-// The head's cache has a slot of max_model_len positions per sequence it follows (up to max_seqs at
-// once; the CPU backend's KV storage takes memory only as positions are written). A sequence is
-// followed from its first computed row (position 0): one that starts later (a prefix-cache hit; the
-// runtime turns prefix caching off for eagle3) or finds no free slot decodes without guesses.
+// The head's cache is paged: a pool of blocks, handed to the sequences it follows (up to max_seqs at
+// once) as their rows grow and back when they end. By default the pool holds max_model_len
+// positions for every followed sequence (the CPU backend's KV storage takes memory only as
+// positions are written). On a device (CUDA), where storage is allocated up front, the engine's
+// memory plan sizes it instead (kv_memory / allocate_kv): as many tokens as the target's cache holds
+// plus each followed sequence's chain rows. A sequence is followed from its first computed row
+// (position 0): one that starts later (a prefix-cache hit; the runtime turns prefix caching off for
+// eagle3), finds no free slot or no free block decodes without guesses.
 // Greedy guesses are point masses (Draft::probs empty), exact for sampled requests too.
 #include <cstdint>
 #include <span>
@@ -33,31 +37,49 @@ class Eagle3Drafter : public Drafter {
  public:
   // `target` captures the head's aux layers (set here); `head` has a backend of its own and limits of
   // at least the target's step tokens and max_seqs logit rows. Both outlive the drafter.
+  // `num_blocks`: the head's first pool (0: max_seqs x max_model_len positions); allocate_kv
+  // replaces it where kv_memory() is not zero.
   Eagle3Drafter(GptOssModel& target, Eagle3Head& head, int num_speculative_tokens, int max_model_len, int max_seqs,
-                int block_size = 16);
+                int block_size = 16, int num_blocks = 0);
   Draft propose(const DraftRequest& request) override;
   void observe_step(std::span<const StepRows> rows) override;
   void finished(uint64_t sequence, std::span<const int32_t> tokens, int prompt_len) override;
+  // Zero when the head's backend is the CPU's (lazily backed storage); else its cache's bytes per
+  // position, and the chain rows' blocks of max_seqs sequences (and the backend's scratch block).
+  DrafterKvMemory kv_memory() const override;
+  // Where kv_memory() is not zero: a pool of target_tokens positions plus the chain rows' blocks.
+  void allocate_kv(int64_t target_tokens) override;
+  int num_blocks() const { return num_blocks_; }
 
   int64_t head_rows_run() const { return head_rows_; }  // rows of the head computed (real and chain)
   int followed() const;                                 // sequences holding a slot
-  // Sequences that started (a row at position 0) while every slot was taken: they decode plainly.
+  // Sequences that started (a row at position 0) while every slot was taken, or that found no free
+  // block as they grew: they decode plainly.
   int64_t sequences_unfollowed() const { return unfollowed_; }
 
  private:
   struct SeqState {
-    int slot = -1;     // -1: not followed (no slot, or its rows did not start at position 0)
-    int head_len = 0;  // positions [0, head_len) of the slot hold the rows of real target states
+    int slot = -1;            // -1: not followed (no slot, or its rows did not start at position 0)
+    int head_len = 0;         // positions [0, head_len) hold the rows of real target states
+    std::vector<int> blocks;  // the head's cache blocks of positions [0, blocks.size() x block_size)
     std::vector<int32_t> draft;
     size_t draft_for = 0;  // the token count the draft continues
   };
   void release(SeqState& s);
-  int slot_block(int slot, int position) const { return slot * blocks_per_slot_ + position / block_size_; }
+  // Blocks for positions [0, positions) from the pool; false (nothing taken) when it has too few.
+  bool reserve_blocks(SeqState& s, int positions);
+  int slot_of(const SeqState& s, int position) const {
+    return s.blocks[size_t(position / block_size_)] * block_size_ + position % block_size_;
+  }
+  // Blocks a followed sequence's chain rows may need beyond its real rows.
+  int chain_blocks() const { return (k_ - 1 + block_size_ - 1) / block_size_; }
+  void reset_pool(int num_blocks);
 
   GptOssModel& target_;
   Eagle3Head& head_;
-  int k_, capacity_, block_size_, blocks_per_slot_;
+  int k_, capacity_, block_size_, max_seqs_, num_blocks_ = 0;
   std::vector<int> free_slots_;
+  std::vector<int> free_blocks_;
   std::unordered_map<uint64_t, SeqState> seqs_;
   std::vector<std::vector<float>> captured_;  // host copies of the step's captured states, per aux layer
   std::vector<float> states_;                 // the head step's input rows [T, n * H_t]

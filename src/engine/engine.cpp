@@ -102,6 +102,18 @@ EngineMemory plan_memory(StepModel& model, const EngineConfig& config) {
     report.reserve = m.reserve;
     request.kv_budget_bytes = budget;
   }
+  // A drafter's cache on the device (the EAGLE-3 head's) shares the budget: the target's cache gets
+  // the part that leaves the drafter room for as many tokens as the target holds (its per-token
+  // bytes after the fixed ones), so the two together stay within what was measured or given.
+  const DrafterKvMemory draft = config.drafter ? config.drafter->kv_memory() : DrafterKvMemory{};
+  if (draft.bytes_per_target_token > 0 && config.num_full_blocks == 0) {
+    const double target_per_token = 2.0 * double(mc.num_full_layers()) * double(request.kv_heads) *
+                                    double(mc.head_dim) * double(request.full_elem_bytes);
+    OSSRT_CHECK(target_per_token > 0, "engine: a drafter's KV cache needs a target with full-attention layers");
+    const double left = std::max(0.0, double(request.kv_budget_bytes) - double(draft.fixed_bytes));
+    request.kv_budget_bytes =
+        size_t(left * target_per_token / (target_per_token + double(draft.bytes_per_target_token)));
+  }
   try {
     out.kv = plan_kv_memory(mc, request);
   } catch (const Error& e) {
@@ -139,6 +151,8 @@ EngineMemory plan_memory(StepModel& model, const EngineConfig& config) {
     out.max_model_len = model_len;
   }
   report.kv_bytes = out.kv.total_bytes;
+  if (draft.bytes_per_target_token > 0)
+    report.draft_kv_bytes = draft.fixed_bytes + draft.bytes_per_target_token * size_t(out.kv.full_token_capacity());
   report.full_kv_dtype = kv_cache_dtype_name(out.kv.full_elem_bytes, out.kv.window_elem_bytes);
   report.window_kv_dtype = kv_cache_dtype_name(out.kv.window_elem_bytes, out.kv.window_elem_bytes);
   report.kv_tokens = capacity;
@@ -203,6 +217,7 @@ Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* borrowed, EngineConf
   shape.head_dim = mc.head_dim;
   model_.allocate_kv_cache(shape);  // replaces the profiling step's small cache
   if (drafter_) {
+    drafter_->allocate_kv(memory_plan_.full_token_capacity());  // its share of the plan (kv_memory)
     OSSRT_CHECK(config_.speculative.num_speculative_tokens > 0,
                 "engine: a drafter needs speculative.num_speculative_tokens > 0");
     spec_accepted_per_position_.assign(size_t(config_.speculative.num_speculative_tokens), 0);

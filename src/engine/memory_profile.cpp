@@ -62,12 +62,14 @@ std::string MemoryReport::one_line() const {
                                               gib(capacity), profile_tokens, profile_seqs)
                                 : std::string("as configured");
   return fmt::format(
-      "memory plan ({}): weights {:.2f} GiB, activations and workspaces {:.2f} GiB, other in use {:.2f} GiB, "
-      "reserve {:.2f} GiB, KV cache {:.2f} GiB = {} tokens in the {} full-attention layers{} + {:.1f} MiB per "
-      "sequence in the window layers{}; max_model_len {}, max concurrency {:.1f} sequences at that length",
-      source, gib(weights), gib(workspaces), gib(other_in_use), gib(reserve), gib(kv_bytes), kv_tokens, num_full_layers,
-      full_kv_dtype.empty() ? "" : " (" + full_kv_dtype + ")", double(window_bytes_per_sequence) / 1048576.0,
-      window_kv_dtype.empty() ? "" : " (" + window_kv_dtype + ")", max_model_len, max_concurrency);
+             "memory plan ({}): weights {:.2f} GiB, activations and workspaces {:.2f} GiB, other in use {:.2f} GiB, "
+             "reserve {:.2f} GiB, KV cache {:.2f} GiB = {} tokens in the {} full-attention layers{} + {:.1f} MiB per "
+             "sequence in the window layers{}; max_model_len {}, max concurrency {:.1f} sequences at that length",
+             source, gib(weights), gib(workspaces), gib(other_in_use), gib(reserve), gib(kv_bytes), kv_tokens,
+             num_full_layers, full_kv_dtype.empty() ? "" : " (" + full_kv_dtype + ")",
+             double(window_bytes_per_sequence) / 1048576.0, window_kv_dtype.empty() ? "" : " (" + window_kv_dtype + ")",
+             max_model_len, max_concurrency) +
+         (draft_kv_bytes > 0 ? fmt::format("; drafter KV cache {:.2f} GiB", gib(draft_kv_bytes)) : std::string());
 }
 
 std::string describe_memory_plan(const KvMemoryPlan& p, const GptOssConfig& c) {

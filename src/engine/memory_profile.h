@@ -44,7 +44,10 @@ struct MemoryReport {
   size_t workspaces = 0;    // the backend's activations and workspaces (the profiled peak)
   size_t other_in_use = 0;  // CUDA context, libraries, other processes
   size_t reserve = 0;
-  size_t kv_bytes = 0;    // the planned KV cache (per rank)
+  size_t kv_bytes = 0;  // the planned KV cache (per rank)
+  // A drafter's own KV cache on the device (the EAGLE-3 head's on CUDA), taken out of the budget
+  // before kv_bytes was planned; 0 when there is none.
+  size_t draft_kv_bytes = 0;
   int64_t kv_tokens = 0;  // positions the full-attention layers' pool holds
   size_t window_bytes_per_sequence = 0;
   int num_full_layers = 0;

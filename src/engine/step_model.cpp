@@ -16,9 +16,7 @@ size_t SingleModelStep::kv_full_block_bytes(const KvCacheShape& shape) const {
 void SingleModelStep::allocate_kv_cache(const KvCacheShape& shape) { model_.backend().allocate_kv_cache(shape); }
 
 // run_step lets the backend run the step its own way (CUDA: a captured graph for decode-only plans).
-Tensor SingleModelStep::run_step(const StepPlan& plan) {
-  return model_.backend().run_step(plan, [this](const StepPlan& p) { return model_.forward(p); });
-}
+Tensor SingleModelStep::run_step(const StepPlan& plan) { return model_.run_step(plan); }
 
 std::string SingleModelStep::describe() const { return model_.backend().name(); }
 

@@ -53,7 +53,10 @@ struct Eagle3Head::Workspace {
   Tensor states, states_normed;  // [T, n * H_t]
   Tensor x;                      // [T, H] the head's residual stream
   Tensor emb, emb_normed, hid_normed;
-  Tensor qkv, qkv_hidden;  // [T, (Hq + 2 Hkv) D]
+  // [T, (Hq + 2 Hkv) D]: the two halves' projections summed in the residual dtype (the CUDA
+  // backend's add takes an f32 sum), then qkv in the activation dtype for RoPE and the cache (the
+  // same tensor as qkv_sum where the two dtypes are one, as on the CPU).
+  Tensor qkv_sum, qkv_hidden, qkv;
   Tensor attn, attn_out, mlp_in, mlp_out;
   Tensor route_ids, route_weights;  // [T, 1]
   Tensor last, last_normed;         // [R, H] the logit rows' output, before and after the final norm
@@ -144,8 +147,9 @@ Eagle3Head::Eagle3Head(Backend& backend, const Eagle3HostWeights& host, int max_
   ws.emb = backend.alloc(res, {T, H});
   ws.emb_normed = backend.alloc(act, {T, H});
   ws.hid_normed = backend.alloc(act, {T, H});
-  ws.qkv = backend.alloc(act, {T, (Hq + 2 * Hkv) * D});
+  ws.qkv_sum = backend.alloc(res, {T, (Hq + 2 * Hkv) * D});
   ws.qkv_hidden = backend.alloc(act, {T, (Hq + 2 * Hkv) * D});
+  ws.qkv = act == res ? ws.qkv_sum : backend.alloc(act, {T, (Hq + 2 * Hkv) * D});
   ws.attn = backend.alloc(act, {T, Hq * D});
   ws.attn_out = backend.alloc(act, {T, H});
   ws.mlp_in = backend.alloc(act, {T, H});
@@ -192,6 +196,7 @@ std::vector<int32_t> Eagle3Head::step_from_previous(const StepPlan& plan) {
               plan.logit_rows.size(), last_rows_);
   Workspace& ws = *ws_;
   Tensor x = ws.x.rows(0, T);
+  // The normed output is in the activation dtype: copy converts it to the residual's where they differ.
   backend_.copy(config_.norm_output ? ws.last_normed.rows(0, T) : ws.last.rows(0, T), x);
   backend_.begin_step(plan);
   return run(plan, x);
@@ -206,18 +211,20 @@ std::vector<int32_t> Eagle3Head::run(const StepPlan& plan, const Tensor& hidden)
   const float eps = float(c.rms_norm_eps);
   Tensor x = hidden;  // the residual stream starts as the hidden state (ws.x)
   Tensor emb = ws.emb.rows(0, T), emb_normed = ws.emb_normed.rows(0, T), hid_normed = ws.hid_normed.rows(0, T);
-  Tensor qkv = ws.qkv.rows(0, T), qkv_hidden = ws.qkv_hidden.rows(0, T), attn = ws.attn.rows(0, T);
+  Tensor qkv_sum = ws.qkv_sum.rows(0, T), qkv_hidden = ws.qkv_hidden.rows(0, T), qkv = ws.qkv.rows(0, T);
+  Tensor attn = ws.attn.rows(0, T);
   Tensor attn_out = ws.attn_out.rows(0, T), mlp_in = ws.mlp_in.rows(0, T), mlp_out = ws.mlp_out.rows(0, T);
   Tensor ids = ws.route_ids.rows(0, T), weights = ws.route_weights.rows(0, T);
 
   backend_.embedding(w.embed, emb);
   backend_.rmsnorm(emb, w.input_layernorm, eps, emb_normed);
   backend_.rmsnorm(x, w.hidden_norm, eps, hid_normed);
-  if (c.norm_before_residual) backend_.copy(hid_normed, x);
+  if (c.norm_before_residual) backend_.copy(hid_normed, x);  // converted to the residual dtype where it differs
   // qkv([e | hn]) = W[:, :H] e + W[:, H:] hn
-  backend_.linear(emb_normed, w.qkv_from_embed, nullptr, qkv);
+  backend_.linear(emb_normed, w.qkv_from_embed, nullptr, qkv_sum);
   backend_.linear(hid_normed, w.qkv_from_hidden, nullptr, qkv_hidden);
-  backend_.add(qkv, qkv_hidden);
+  backend_.add(qkv_sum, qkv_hidden);
+  if (qkv.data != qkv_sum.data) backend_.copy(qkv_sum, qkv);  // f32 -> bf16 on CUDA
   AttentionParams ap;
   ap.group = KvGroup::Full;
   ap.layer_in_group = 0;

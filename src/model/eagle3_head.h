@@ -17,6 +17,8 @@
 // the column halves of q/k/v, summed; the MLP is the backend's MoE op with one expert that every row
 // routes to with weight 1, alpha 1 and no clamp, whose "(up + 1)" is cancelled by an up bias of -1
 // (exact but for one rounding of up - 1 + 1); attention has sinks of -1e30 (no sink: exp underflows to 0).
+// Buffers follow the backend's activation_dtype() / residual_dtype() as GptOssModel's do (CPU: f32;
+// CUDA: bf16 activations, f32 residual stream and q/k/v sum, converted by Backend::copy).
 #include <cstdint>
 #include <memory>
 #include <span>

@@ -218,6 +218,13 @@ void GptOssModel::capture_layer_output(int layer, const Tensor& x) {
   }
 }
 
+Tensor GptOssModel::run_step(const StepPlan& plan) {
+  Tensor logits = backend_.run_step(plan, [this](const StepPlan& p) { return forward(p); });
+  // A replayed graph copied the padded plan's rows; the plan's own rows come first.
+  if (!capture_layers_.empty()) captured_rows_ = plan.num_tokens();
+  return logits;
+}
+
 Tensor GptOssModel::forward(const StepPlan& plan) {
   const GptOssConfig& c = config_;
   const int64_t T = plan.num_tokens(), R = int64_t(plan.logit_rows.size());

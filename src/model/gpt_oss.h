@@ -88,13 +88,20 @@ class GptOssModel {
   // only: a sharded model's ranks each call it on their own thread, with the same plan (or their DP
   // group's), and meet in the collectives it makes.
   Tensor forward(const StepPlan& plan);
+  // forward() through Backend::run_step, as the engine steps: the CUDA backend replays a captured
+  // graph for decode-only plans, which runs forward()'s kernels (the capture's copies included)
+  // without calling it, so this is also what keeps captured() at the plan's rows then.
+  Tensor run_step(const StepPlan& plan);
 
   void set_observer(ActivationObserver observer) { observer_ = std::move(observer); }
 
   // Hidden-state capture for EAGLE-3 drafting (engine/eagle3_drafter.h): from the next forward on,
   // the residual stream after each listed decoder layer (the layer's output, HF's
   // hidden_states[layer + 1]) is copied, every token row of the step, into a buffer of its own.
-  // Layers are 0-based in [0, num_layers); an empty list turns capture off.
+  // Layers are 0-based in [0, num_layers); an empty list turns capture off. The copies run on the
+  // backend's queue inside the step (the CUDA backend's copy is graph-capturable); set the layers
+  // before the first step on a backend that captures graphs (the drafter does, before the engine's
+  // profiling step): a graph captured earlier replays without them.
   void set_capture_layers(std::vector<int> layers);
   const std::vector<int>& capture_layers() const { return capture_layers_; }
   // Layer capture_layers()[i]'s output of the last forward: [T, hidden] in residual_dtype(), its

@@ -139,9 +139,13 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
   // own (its cache is its one attention layer), reading the target's captured hidden states
   // (engine/eagle3_drafter.h).
   auto load_eagle3 = [&]() -> std::shared_ptr<Drafter> {
-    // RuntimeOptions::validate refused --backend cuda and more than one rank.
+    // RuntimeOptions::validate refused more than one rank. On CUDA the head is a second backend on the
+    // target's device: its weights and workspaces are allocated here, before the engine's profiling
+    // step, so the plan measures them as memory in use; its cache is sized by the plan
+    // (Eagle3Drafter::kv_memory / allocate_kv).
     o.eagle3_weights = load_eagle3_head(speculative.draft_model, o.weights);
     BackendOptions b;
+    b.device_index = backend_options.device_index;
     b.threads = options.threads;
     b.max_step_tokens = options.max_num_batched_tokens;
     b.max_seqs = options.max_num_seqs;
@@ -149,8 +153,10 @@ std::unique_ptr<ModelRuntime> ModelRuntime::build(const RuntimeOptions& given, P
     // A step holds at most one row per sequence it drafts for, and never more sequences than tokens.
     o.eagle3_head = std::make_unique<Eagle3Head>(*o.eagle3_backend, o.eagle3_weights, options.max_num_batched_tokens,
                                                  std::min(options.max_num_seqs, options.max_num_batched_tokens));
+    // A device cache is allocated up front: one block until the engine's plan gives it its share.
+    const int first_blocks = o.eagle3_backend->device() == Device::CPU ? 0 : 1;
     return std::make_shared<Eagle3Drafter>(*o.model, *o.eagle3_head, speculative.num_speculative_tokens, max_len,
-                                           options.max_num_seqs);
+                                           options.max_num_seqs, options.block_size, first_blocks);
   };
   if (parts == Parts::ModelAndEngine) {
     EngineConfig engine;

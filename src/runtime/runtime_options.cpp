@@ -25,10 +25,6 @@ void RuntimeOptions::validate() const {
   // measured on a GPU: refused before anything loads rather than left to run out of memory.
   OSSRT_CHECK(speculative.method != "draft_model" || backend != "cuda",
               "--speculative-config draft_model: not on --backend cuda yet (cpu only)");
-  // The head runs through the op interface, but the CUDA path has not been run: the capture's copy is
-  // a host round trip there (not graph-safe), and the head's dtypes follow the CPU backend's.
-  OSSRT_CHECK(speculative.method != "eagle3" || backend != "cuda",
-              "--speculative-config eagle3: not on --backend cuda yet (cpu only)");
   OSSRT_CHECK(speculative.method != "eagle3" || parallel.is_single(),
               "--speculative-config eagle3: one rank only for now (no tensor or expert parallelism)");
 }

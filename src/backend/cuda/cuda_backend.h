@@ -87,6 +87,9 @@ class CudaBackend final : public Backend {
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) override;
   void add(Tensor& residual, const Tensor& delta) override;
+  // On the stream, never through the host: cudaMemcpyAsync device to device for one dtype, a
+  // conversion kernel for f32 <-> bf16; both are captured into CUDA graphs like the other ops.
+  void copy(const Tensor& src, Tensor& dst) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
   void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) override;
   void qkv_rope_cache_write(const Tensor& x, const Tensor& w, const Tensor* bias, const RopeParams& rope,

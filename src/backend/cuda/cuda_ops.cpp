@@ -129,6 +129,20 @@ void CudaBackend::add(Tensor& residual, const Tensor& delta) {
   OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
 }
 
+void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+  bind_device();
+  check_float(src, "copy", "src");
+  check_float(dst, "copy", "dst");
+  OSSRT_CHECK(src.numel() == dst.numel(), "copy: src {} and dst {} differ", src.shape_str(), dst.shape_str());
+  if (src.numel() == 0) return;
+  if (src.dtype == dst.dtype) {
+    OSSRT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  const cuda::ConvertArgs a{src.data, dst.data, src.numel(), src.dtype == DType::F32};
+  OSSRT_CUDA_CHECK(cuda::launch_convert_f32_bf16(a, stream_));
+}
+
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   bind_device();
   if (ablated(w.dim(0) > 65536 ? kAblateLmHead : kAblateLinear)) return;  // the unembedding: vocab rows

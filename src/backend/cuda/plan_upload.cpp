@@ -74,9 +74,12 @@ void validate_step_plan(const StepPlan& p, const PlanCapacity& cap, const KvCach
                 "step plan: sequence {} full table [{}, +{}) must cover {} blocks within {} entries", s,
                 q.full_table_begin, q.full_table_len, full_needed, p.full_block_table.size());
     const int64_t last_block = (end - 1) / bs;
-    OSSRT_CHECK(q.window_table_begin >= 0 && q.window_first_block >= 0 && q.window_first_block <= last_block &&
-                    int64_t(q.window_first_block) + q.window_table_len > last_block &&
-                    size_t(q.window_table_begin) + size_t(q.window_table_len) <= p.window_block_table.size(),
+    // A cache without window layers (the EAGLE-3 head's one full layer) has no window table to check.
+    const bool has_window_layers = !kv || kv->num_sliding_layers > 0;
+    OSSRT_CHECK(!has_window_layers ||
+                    (q.window_table_begin >= 0 && q.window_first_block >= 0 && q.window_first_block <= last_block &&
+                     int64_t(q.window_first_block) + q.window_table_len > last_block &&
+                     size_t(q.window_table_begin) + size_t(q.window_table_len) <= p.window_block_table.size()),
                 "step plan: sequence {} window table [{}, +{}) from block {} must reach block {} within {} entries", s,
                 q.window_table_begin, q.window_table_len, q.window_first_block, last_block,
                 p.window_block_table.size());

@@ -1,3 +1,7 @@
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
 #include "backend/cuda/kernels/gather.cuh"
 
 namespace ossrt::cuda {
@@ -12,7 +16,27 @@ __global__ void gather_rows(GatherRowsArgs a) {
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }
 
+// Grid-stride, one element a thread a turn: an occasional small copy (the EAGLE-3 head's), not a
+// bandwidth path.
+__global__ void convert_f32_bf16(ConvertArgs a) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n; i += stride) {
+    if (a.in_f32)
+      static_cast<__nv_bfloat16*>(a.out)[i] = __float2bfloat16_rn(static_cast<const float*>(a.in)[i]);
+    else
+      static_cast<float*>(a.out)[i] = __bfloat162float(static_cast<const __nv_bfloat16*>(a.in)[i]);
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_convert_f32_bf16(const ConvertArgs& args, cudaStream_t stream) {
+  if (args.n <= 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((args.n + kThreads - 1) / kThreads, 4096);
+  convert_f32_bf16<<<int(blocks), kThreads, 0, stream>>>(args);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_gather_rows(const GatherRowsArgs& args, cudaStream_t stream) {
   if (args.num_rows <= 0) return cudaSuccess;

@@ -16,4 +16,14 @@ struct GatherRowsArgs {
 
 cudaError_t launch_gather_rows(const GatherRowsArgs& args, cudaStream_t stream);
 
+// out[i] = in[i] for n elements, f32 -> bf16 (round to nearest even) or bf16 -> f32 (exact).
+struct ConvertArgs {
+  const void* in;
+  void* out;
+  int64_t n;
+  bool in_f32;  // true: f32 -> bf16; false: bf16 -> f32
+};
+
+cudaError_t launch_convert_f32_bf16(const ConvertArgs& args, cudaStream_t stream);
+
 }  // namespace ossrt::cuda
