@@ -239,12 +239,6 @@ TEST(Eagle3Cuda, CaptureInsideDecodeGraphsIsWhatEagerStepsCapture) {
 
 // ---------------------------------------------------------------- the engine
 
-struct Case {
-  std::string id;
-  std::vector<int32_t> prompt;
-  int max_tokens;
-};
-
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (int i = 0; i < 6; ++i)

@@ -52,12 +52,6 @@ std::unique_ptr<SmallModel> cuda_small_model() {
 }
 CudaBackend& cuda(SmallModel& m) { return static_cast<CudaBackend&>(*m.backend); }
 
-struct Case {
-  std::string id;
-  std::vector<int32_t> prompt;
-  int max_tokens;
-};
-
 // The CPU engine tests' 16 requests: prompts of 1..61 tokens (crossing the 16-token window), 2..17 out.
 std::vector<Case> mixed_cases() {
   std::vector<Case> cases;

@@ -406,12 +406,6 @@ TEST(Eagle3Load, RefusesHeadsThatDoNotFitTheTarget) {
 
 // ---------------------------------------------------------------- the engine
 
-struct Case {
-  std::string id;
-  std::vector<int32_t> prompt;
-  int max_tokens;
-};
-
 // Prompts of 20 to 140 tokens, up to 40 out: sequences that cross the 128-token window while they
 // draft, so rejected guesses roll back across window blocks.
 std::vector<Case> engine_cases() {

@@ -96,12 +96,6 @@ class ReplayDrafter : public Drafter {
   std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> known_;
 };
 
-struct Case {
-  std::string id;
-  std::vector<int32_t> prompt;
-  int max_tokens;
-};
-
 // 12 requests, prompts of 3 to 40 tokens (crossing the 16-token window), 6 to 28 tokens out. The
 // repeating prompts give the ngram drafter something to find.
 std::vector<Case> cases() {

@@ -126,6 +126,13 @@ inline std::vector<int32_t> draft_guesses(Drafter& d, uint64_t id, const std::ve
   return d.propose(r).tokens;
 }
 
+// One request of a batch the engine tests run (greedy: greedy_request(id, prompt, max_tokens)).
+struct Case {
+  std::string id;
+  std::vector<int32_t> prompt;
+  int max_tokens;
+};
+
 inline GenerationRequest greedy_request(std::string id, std::vector<int32_t> prompt, int max_tokens) {
   GenerationRequest r;
   r.id = std::move(id);
