@@ -78,7 +78,8 @@ double time_to_first_token(Engine& engine, GenerationRequest request) {
 
 // The token events of B requests decoding together (see measure_decode).
 struct DecodeTracker {
-  explicit DecodeTracker(int batch, int wanted) : B(batch), want(wanted), times(size_t(batch)), tokens(size_t(batch)) {}
+  explicit DecodeTracker(int batch, int wanted)
+      : B(batch), want(wanted), times(size_t(batch)), tokens(size_t(batch)), ids(size_t(batch)) {}
   void on_event(int s, const GenerationEvent& ev) {
     const Clock::time_point now = Clock::now();
     std::lock_guard lk(mu);
@@ -86,6 +87,7 @@ struct DecodeTracker {
       if (times[size_t(s)].empty()) ++started;
       times[size_t(s)].push_back(now);
       tokens[size_t(s)].push_back(int(ev.token_ids.size()));
+      ids[size_t(s)].insert(ids[size_t(s)].end(), ev.token_ids.begin(), ev.token_ids.end());
       if (!t0_set && started == B) {
         // The step in which the last request got its first token: from the next one on, every
         // running request decodes (no prefill is left).
@@ -110,7 +112,8 @@ struct DecodeTracker {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::vector<Clock::time_point>> times;
-  std::vector<std::vector<int>> tokens;
+  std::vector<std::vector<int>> tokens;       // tokens per event
+  std::vector<std::vector<int32_t>> ids;      // the output so far
   std::vector<size_t> at_t0;
   int started = 0, finished = 0;
   bool t0_set = false;
@@ -160,11 +163,14 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
   for (int s = 0; s < batch; ++s) prompts.push_back(random_prompt(rng, context, vocab));
   // One pass: the batch submitted, run until each request has `steps` token events after the last
   // one's first token (or one finishes), then cancelled.
-  auto run_pass = [&](DecodeTracker& tracker, const char* tag) {
+  // forced: each request's output is forced to this (GenerationRequest::forced_output), or empty.
+  auto run_pass = [&](DecodeTracker& tracker, const char* tag, const std::vector<std::vector<int32_t>>& forced) {
     std::vector<std::string> ids;
     for (int s = 0; s < batch; ++s) {
       ids.push_back(fmt::format("cost-decode{}-{}-{}-{}-{}", tag, quantization, context, batch, s));
-      const bool ok = engine.submit(make_request(ids.back(), prompts[size_t(s)], max_tokens),
+      GenerationRequest request = make_request(ids.back(), prompts[size_t(s)], max_tokens);
+      if (size_t(s) < forced.size()) request.forced_output = forced[size_t(s)];
+      const bool ok = engine.submit(std::move(request),
                                     [&tracker, s](const GenerationEvent& ev) { tracker.on_event(s, ev); });
       OSSRT_CHECK(ok, "the engine refused request {} of batch {} (queue full: raise --max-queue)", s, batch);
     }
@@ -179,16 +185,21 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
     OSSRT_CHECK(tracker.cv.wait_for(lk, kPointTimeout, [&] { return tracker.finished == batch; }),
                 "cancelled decode requests did not finish in time");
   };
+  // The measured pass's outputs are forced to the recorded ones: on weights whose plain and verify
+  // steps round differently (bf16, dummy weights) its greedy tokens would leave the recording at the
+  // first near-tie, and the drafter, which replays only while they match, would guess nothing more.
+  std::vector<std::vector<int32_t>> recorded;
   if (replay) {
     DecodeTracker recording(batch, want * record_factor);
-    run_pass(recording, "-recording");
+    run_pass(recording, "-recording", {});
     std::lock_guard lk(recording.mu);
     OSSRT_CHECK(recording.error.empty(), "decode batch {} at context {} failed: {}", batch, context, recording.error);
+    recorded = recording.ids;
   }
   const uint64_t preemptions_before = engine.stats().preemptions;
   const GeneratorStats spec_before = engine.stats();
   DecodeTracker tracker(batch, want);
-  run_pass(tracker, "");
+  run_pass(tracker, "", recorded);
   const GeneratorStats spec_after = engine.stats();
   std::lock_guard lk(tracker.mu);
   OSSRT_CHECK(tracker.error.empty(), "decode batch {} at context {} failed: {}", batch, context, tracker.error);

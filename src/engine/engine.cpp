@@ -537,6 +537,7 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   if (rows.empty()) return notify_drafter();
   const int64_t vocab = model_.config().vocab_size;
   std::vector<SampledToken> sampled = step_sampler_.sample(model_.sampling_backend(), logits, vocab, rows);
+  force_outputs(sampling_seqs, sampled);
 
   const Clock::time_point now = Clock::now();
   size_t row = 0;
@@ -585,6 +586,18 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
     observe(seq_ptr, alive ? accepted + 1 : -1);  // the newest real token's row and the accepted guesses'
   }
   notify_drafter();
+}
+
+void Engine::force_outputs(std::span<Sequence* const> seqs, std::span<SampledToken> sampled) const {
+  size_t row = 0;
+  for (const Sequence* seq : seqs) {
+    const std::vector<int32_t>& forced = seq->request.forced_output;
+    // Row r of the sequence samples output position num_output() + r (a verify row after r guesses).
+    for (int r = 0; r <= seq->num_draft; ++r, ++row) {
+      const size_t position = size_t(seq->num_output() + r);
+      if (position < forced.size()) sampled[row].id = forced[position];
+    }
+  }
 }
 
 SpeculativeVerdict Engine::verify(const Sequence& seq, const Tensor& logits, std::span<const SamplingRow> rows,

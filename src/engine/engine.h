@@ -124,6 +124,9 @@ class Engine : public Generator {
   void execute(const std::vector<ScheduledSequence>& scheduled);
   // Appends a drafter's guesses to running sequences that may speculate (Sequence::num_draft).
   void propose_drafts();
+  // GenerationRequest::forced_output: replaces the sampled ids of rows at forced positions (sampled
+  // holds the rows of seqs in order, 1 + num_draft each).
+  void force_outputs(std::span<Sequence* const> seqs, std::span<SampledToken> sampled) const;
   // The acceptance rule's verdict on a drafted sequence whose k + 1 rows start at first_row.
   SpeculativeVerdict verify(const Sequence& seq, const Tensor& logits, std::span<const SamplingRow> rows,
                             std::span<const SampledToken> sampled, size_t first_row);

@@ -23,6 +23,12 @@ struct GenerationRequest {
   // Optional: restricts the tokens sampled (structured outputs, reasoning budget). One object per
   // request: it holds the request's progress through its grammar.
   std::shared_ptr<TokenConstraint> constraint;
+  // Benchmarks only (`bench cost` with the replay drafter, docs/bench.md): output token i is
+  // forced_output[i] whatever was sampled, for i below its size; the model still computes and samples
+  // every row in full, so a step costs what it would. A drafter replaying this continuation then has
+  // exactly its set acceptance even where plain and verify steps round differently (bf16 on dummy
+  // weights, whose near-equal logits flip), which would otherwise end its replay at the first flip.
+  std::vector<int32_t> forced_output;
 };
 
 enum class FinishReason : uint8_t { None, Stop, Length, Abort, Error };
