@@ -12,6 +12,7 @@
 #include "bench_commands.h"
 #include "core/error.h"
 #include "runtime_flags.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ossrt::tools {
 
@@ -21,7 +22,24 @@ struct CostFlags {
   bench::CostBenchOptions o;
   bool no_progress = false, no_prefill = false, no_decode = false;
   std::vector<std::string> from_json;
+  std::string decode_text;
 };
+
+// --decode-text FILE: {"prompt": text, "continuation": text}, both encoded with the special tokens'
+// spellings as their ids (so the prompt may be a rendered Harmony conversation).
+void load_decode_text(const std::string& path, const std::string& tokenizer, bench::CostBenchOptions& o) {
+  std::ifstream in(path);
+  OSSRT_CHECK(in, "--decode-text {}: cannot open the file", path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  OSSRT_CHECK(!j.is_discarded() && j.is_object() && j.contains("prompt") && j["prompt"].is_string() &&
+                  j.contains("continuation") && j["continuation"].is_string(),
+              "--decode-text {}: expected a JSON object with string fields \"prompt\" and \"continuation\"", path);
+  const auto tok = Tokenizer::load(tokenizer.empty() ? default_tokenizer_path() : tokenizer);
+  o.decode_prompt = tok->encode_with_special(j["prompt"].get<std::string>());
+  o.decode_continuation = tok->encode_with_special(j["continuation"].get<std::string>());
+  OSSRT_CHECK(!o.decode_prompt.empty() && !o.decode_continuation.empty(), "--decode-text {}: an empty text", path);
+  o.decode_text_label = path;
+}
 
 bench::CostBenchResult load_and_merge(const std::vector<std::string>& paths) {
   std::vector<bench::CostBenchResult> runs;
@@ -40,6 +58,7 @@ void run(const CostFlags& f) {
   o.progress = !f.no_progress && isatty(STDERR_FILENO);
   if (f.no_prefill) o.input_lens.clear();
   if (f.no_decode) o.batch_sizes.clear();
+  if (!f.decode_text.empty()) load_decode_text(f.decode_text, o.runtime.tokenizer, o);
   // The files are rewritten after every point: a sweep cut short keeps what it measured.
   if (!o.result_dir.empty())
     o.on_point = [dir = o.result_dir](const bench::CostBenchResult& partial) {
@@ -109,6 +128,13 @@ void setup_bench_cost(CLI::App& bench) {
   cmd->add_option("--warmup-steps", o->warmup_steps, "Decode: steps of the whole batch before measuring")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str()
+      ->group("Cost");
+  cmd->add_option("--decode-text", f->decode_text,
+                  "Decode: a JSON file {\"prompt\": ..., \"continuation\": ...}: every request has that prompt "
+                  "(--contexts is ignored) and its output is forced to the continuation (the model still computes "
+                  "every step), so drafters that read the text (ngram, suffix) are measured on a real continuation "
+                  "on any weights, e.g. bench/prompts/code_edit.json")
+      ->check(CLI::ExistingFile)
       ->group("Cost");
   cmd->add_option("--prompt-seed", o->seed, "Seed of the random prompt token ids")
       ->capture_default_str()

@@ -125,12 +125,13 @@ struct DecodeTracker {
 // measured from each request's token times, then the requests are cancelled.
 DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int context, int batch, std::mt19937_64& rng,
                            int vocab, const std::string& quantization, int gpus) {
-  // The replay drafter (engine/replay_drafter.h) guesses from what an earlier request with the same
-  // prompt produced: a recording pass of the same prompts, long enough for the measured pass to
-  // draft every step (it emits up to 1 + k tokens a step), runs first.
+  // With speculation a step emits up to 1 + k tokens, so the requests' token budget and KV room are
+  // that many times the steps. The replay drafter (engine/replay_drafter.h) guesses from what an
+  // earlier request with the same prompt produced: a recording pass of the same prompts, long enough
+  // for the measured pass to draft every step, runs first.
   const SpeculativeConfig& spec = engine.config().speculative;
   const bool replay = spec.enabled() && spec.method == "replay";
-  const int record_factor = replay ? 1 + spec.num_speculative_tokens : 1;
+  const int record_factor = spec.enabled() ? 1 + spec.num_speculative_tokens : 1;
   DecodePoint p;
   p.quantization = quantization;
   p.context = context;
@@ -138,6 +139,14 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
   const int budget = std::max(1, engine.config().max_num_batched_tokens);
   const int prefill_steps = int((int64_t(batch) * context + budget - 1) / budget);
   const int want = o.warmup_steps + o.decode_steps + 1;
+  const bool text = !o.decode_prompt.empty();
+  p.text = o.decode_text_label;
+  const int max_emitted = want * record_factor;  // what a pass may emit before its window ends
+  if (text && int(o.decode_continuation.size()) < max_emitted) {
+    p.skipped = fmt::format("the continuation has {} tokens; {} steps may emit {}", o.decode_continuation.size(),
+                            want, max_emitted);
+    return p;
+  }
   // Each request keeps generating while the others prefill, then through the window; it is
   // cancelled after, so this only bounds it.
   const int64_t max_tokens64 = int64_t(prefill_steps) + batch + int64_t(want) * record_factor + 64;
@@ -160,7 +169,7 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
     return p;
   }
   std::vector<std::vector<int32_t>> prompts;
-  for (int s = 0; s < batch; ++s) prompts.push_back(random_prompt(rng, context, vocab));
+  for (int s = 0; s < batch; ++s) prompts.push_back(text ? o.decode_prompt : random_prompt(rng, context, vocab));
   // One pass: the batch submitted, run until each request has `steps` token events after the last
   // one's first token (or one finishes), then cancelled.
   // forced: each request's output is forced to this (GenerationRequest::forced_output), or empty.
@@ -189,12 +198,13 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
   // steps round differently (bf16, dummy weights) its greedy tokens would leave the recording at the
   // first near-tie, and the drafter, which replays only while they match, would guess nothing more.
   std::vector<std::vector<int32_t>> recorded;
+  if (text) recorded.assign(size_t(batch), o.decode_continuation);
   if (replay) {
     DecodeTracker recording(batch, want * record_factor);
-    run_pass(recording, "-recording", {});
+    run_pass(recording, "-recording", recorded);
     std::lock_guard lk(recording.mu);
     OSSRT_CHECK(recording.error.empty(), "decode batch {} at context {} failed: {}", batch, context, recording.error);
-    recorded = recording.ids;
+    if (!text) recorded = recording.ids;
   }
   const uint64_t preemptions_before = engine.stats().preemptions;
   const GeneratorStats spec_before = engine.stats();
@@ -290,7 +300,8 @@ nlohmann::json settings_json(const CostBenchOptions& o) {
           {"repeats", o.repeats},
           {"decode_steps", o.decode_steps},
           {"warmup_steps", o.warmup_steps},
-          {"seed", o.seed}};
+          {"seed", o.seed},
+          {"decode_text", o.decode_text_label}};
 }
 
 }  // namespace
@@ -383,7 +394,8 @@ CostBenchResult run_cost_bench(const CostBenchOptions& given) {
       result.prefill.push_back(std::move(p));
       if (o.on_point) o.on_point(result);
     }
-    for (int context : o.contexts) {
+    const std::vector<int> contexts = o.decode_prompt.empty() ? o.contexts : std::vector<int>{int(o.decode_prompt.size())};
+    for (int context : contexts) {
       for (int batch : o.batch_sizes) {
         DecodePoint p = measure_decode(engine, o, context, batch, rng, vocab, q, gpus);
         if (o.progress)

@@ -36,6 +36,13 @@ struct CostBenchOptions {
   int decode_steps = 32;  // decode: measured steps per point
   int warmup_steps = 4;   // decode: steps of the full batch before measuring (graph capture, caches)
   uint64_t seed = 0;      // prompt token ids
+  // --decode-text: when set, every decode point's requests have this prompt (instead of `contexts`
+  // random ids: the point's context is its length) and their outputs are forced to this continuation
+  // (GenerationRequest::forced_output), so a drafter that reads the text (ngram, suffix) meets the
+  // continuation a real model would write, on any weights. A point whose pass could emit more tokens
+  // than the continuation holds is skipped.
+  std::vector<int32_t> decode_prompt, decode_continuation;
+  std::string decode_text_label;  // the file, for the report
   std::string result_dir;
   bool progress = false;  // one line per point on stderr as it finishes
   // Called with the result so far after every point (the command rewrites its files, so a sweep
@@ -69,6 +76,7 @@ struct DecodePoint {
   // included): 1 + accepted guesses per verify step (0: no guesses were verified), and the drafter.
   double mean_acceptance_length = 0;
   std::string drafter;
+  std::string text;  // --decode-text's file ("" = random prompt ids)
 };
 
 struct CostBenchResult {

@@ -58,9 +58,11 @@ std::string format_prefill_table(const CostBenchResult& r) {
 
 // A point's caveat, and what speculative decoding did in it.
 static std::string decode_note(const DecodePoint& p) {
-  if (p.drafter.empty()) return p.note;
-  const std::string spec = fmt::format("acceptance length {:.2f} ({})", p.mean_acceptance_length, p.drafter);
-  return p.note.empty() ? spec : p.note + "; " + spec;
+  std::string note = p.note;
+  auto add = [&note](const std::string& s) { note += (note.empty() ? "" : "; ") + s; };
+  if (!p.text.empty()) add("prompt and forced continuation: " + p.text);
+  if (!p.drafter.empty()) add(fmt::format("acceptance length {:.2f} ({})", p.mean_acceptance_length, p.drafter));
+  return note;
 }
 
 std::string format_decode_table(const CostBenchResult& r) {
@@ -107,7 +109,8 @@ nlohmann::json cost_result_json(const CostBenchResult& r) {
          {"skipped", p.skipped.empty() ? nlohmann::json() : nlohmann::json(p.skipped)},
          {"note", p.note.empty() ? nlohmann::json() : nlohmann::json(p.note)},
          {"mean_acceptance_length", p.drafter.empty() ? nlohmann::json() : nlohmann::json(p.mean_acceptance_length)},
-         {"drafter", p.drafter.empty() ? nlohmann::json() : nlohmann::json(p.drafter)}});
+         {"drafter", p.drafter.empty() ? nlohmann::json() : nlohmann::json(p.drafter)},
+         {"text", p.text.empty() ? nlohmann::json() : nlohmann::json(p.text)}});
   return {{"benchmark", "ossrt bench cost"},
           {"format_version", 1},
           {"date", r.date},
@@ -259,6 +262,7 @@ CostBenchResult cost_result_from_json(const nlohmann::json& j, const std::string
       x.skipped = text(p.value("skipped", nlohmann::json()));
       x.note = text(p.value("note", nlohmann::json()));
       x.drafter = text(p.value("drafter", nlohmann::json()));
+      x.text = text(p.value("text", nlohmann::json()));
       if (!x.drafter.empty()) x.mean_acceptance_length = p.at("mean_acceptance_length").get<double>();
       r.decode.push_back(std::move(x));
     }

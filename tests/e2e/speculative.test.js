@@ -5,7 +5,8 @@
 //    1 + accepted / drafts, when there were guesses);
 //  - structured outputs speculate (replay drafter): the same JSON as plain decoding, guesses accepted;
 //  - `bench serve` against a speculating server reports the run's spec_decode counters, equal to the
-//    difference of the server's own /metrics counters, with vLLM's mean acceptance length.
+//    difference of the server's own /metrics counters, with vLLM's mean acceptance length;
+//  - `bench cost --decode-text` measures ngram on a forced code-editing answer.
 // The tiny preset's dummy weights never repeat themselves, so the ngram drafter finds nothing to
 // guess here: these tests check the plumbing; the acceptance itself is the unit tests' subject
 // (engine_speculative_test, engine_speculative_sampling_test, bench_spec_decode_test).
@@ -122,6 +123,34 @@ test('bench cost with the replay drafter: the acceptance length follows the set 
     assert.ok(Math.abs(point.mean_acceptance_length - want) < 1e-9, JSON.stringify(point));
     assert.match(r.stdout, /acceptance length \d\.\d\d \(replay/);
     if (rate === 1) assert.ok(point.tok_s_per_user > 0);
+  }
+});
+
+test('bench cost --decode-text: ngram on a forced code-editing answer guesses from the prompt', { timeout: 300000 * timeScale }, () => {
+  // bench/prompts/code_edit.json asks to repeat a module with a rename; the outputs are forced to the
+  // edited module, so the ngram drafter finds most of the answer in the prompt (acceptance length
+  // well above 1) although the tiny preset's dummy weights would never write it. A window the
+  // continuation cannot cover is skipped with the reason.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ossrt-dtext-'));
+  const text = path.join(__dirname, '..', '..', 'bench', 'prompts', 'code_edit.json');
+  const run = (steps, out) => spawnSync(BIN, ['bench', 'cost', '--threads', '2', '--max-model-len', '4096', '--no-prefill',
+    '--batch-sizes', '1', '--decode-steps', String(steps), '--warmup-steps', '1', '--decode-text', text,
+    '--result-dir', path.join(dir, out), '--speculative-config', SPEC], { encoding: 'utf8', timeout: 240000 * timeScale });
+  try {
+    const r = run(16, 'ok');
+    assert.equal(r.status, 0, r.stderr + r.stdout);
+    const point = JSON.parse(fs.readFileSync(path.join(dir, 'ok', 'cost.json'), 'utf8')).decode[0];
+    assert.equal(point.skipped, null, JSON.stringify(point));
+    assert.equal(point.text, text);
+    assert.ok(point.context > 1000, JSON.stringify(point));  // the prompt's length, not --contexts
+    assert.ok(point.mean_acceptance_length > 1.5, JSON.stringify(point));
+    assert.match(r.stdout, /prompt and forced continuation: .*code_edit\.json; acceptance length \d\.\d\d \(ngram/);
+    const short = run(2000, 'short');
+    assert.equal(short.status, 0, short.stderr + short.stdout);
+    const skipped = JSON.parse(fs.readFileSync(path.join(dir, 'short', 'cost.json'), 'utf8')).decode[0];
+    assert.match(skipped.skipped, /^the continuation has \d+ tokens; 2002 steps may emit 8008$/);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });
 
