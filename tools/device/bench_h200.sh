@@ -11,7 +11,8 @@
 #   structured  64 concurrent chat streams of 256 tokens, JSON-Schema constrained (tools/device/schemas)
 #            against unconstrained, on one server (issue 18's target: within 5%)
 #   spec     speculative decoding with the replay drafter (a benchmark drafter, docs/engine.md): the
-#            cost of a 1 + 3 token verify step at batch 1, 8, 64 and batch-1 speed at set acceptance
+#            cost of a 1 + 3 token verify step at batch 1, 8, 64 and batch-1 speed at set acceptance;
+#            ngram on bench/prompts/code_edit.json (outputs forced to its answer) against plain
 #   cost32k  `bench cost` decode at context 32k (its prefill of up to 128 x 32k tokens needs a call
 #            of its own); merge the two on the CPU machine:
 #            ossrt bench cost --from-json <run>/cost_a/cost.json,<run>/cost_b/cost.json --result-dir <run>/cost
@@ -176,6 +177,12 @@ part_spec() {  # issue 17: speculative decoding's cost and speed with the replay
       --speculative-config "{\"method\": \"replay\", \"num_speculative_tokens\": 3, \"replay_acceptance_rate\": $rate}" \
       --result-dir "$RESULTS/$RUN/spec_replay_$rate"
   done
+  # ngram on a code-editing answer (bench/prompts/code_edit.json, outputs forced to it), against the
+  # same prompt decoded plainly.
+  local text=(--batch-sizes 1 --decode-text "$ROOT/bench/prompts/code_edit.json")
+  run_step "bench cost: code edit, plain" 120 "${common[@]}" "${text[@]}" --result-dir "$RESULTS/$RUN/spec_code_plain"
+  run_step "bench cost: code edit, ngram k = 3" 120 "${common[@]}" "${text[@]}" \
+    --speculative-config '{"method": "ngram", "num_speculative_tokens": 3}' --result-dir "$RESULTS/$RUN/spec_code_ngram"
 }
 
 for part in "${PARTS[@]}"; do

@@ -21,10 +21,15 @@ namespace ossrt::cuda {
 namespace {
 
 // K is split 4 ways (chunk kc to part kc % 4) and the parts are added in part order, always; a CTA
-// runs the parts on 4 warps or, when 4-warp CTAs would not all be resident at once (one token:
-// 1,440 CTAs for the 20b's gate_up against ~924 slots), on 2 warps of two parts each: one wave of
-// longer streams instead of a wave and a half. Same arithmetic either way, so the choice (made from
-// host-known sizes) never changes a result.
+// runs the parts on 4 warps or, for direct pairs (1-2 tokens) when 4-warp CTAs would not all be
+// resident at once (one token: 1,440 CTAs for the 20b's gate_up against ~924 slots), on 2 warps of
+// two parts each: longer streams in fewer waves. A routed grid (4 tokens or more, several waves
+// whatever the CTA size) runs 4-warp CTAs. Measured on the H200 (20b mxfp4-fp8 decode steps,
+// 2026-12-03, bench/results/20261203_h200_gpt-oss-20b-dummy_mxfp4-fp8_bcf4114f7001-dirty/moe_warps_ab): 2 warps
+// at batch 1 / 2 (direct) 1.67-1.68 / 2.33-2.35 ms against 1.67-1.71 / 2.39-2.40 with 4; 4 warps at
+// batch 4 / 8 / 16 (routed) 3.17 / 4.21-4.22 / 5.21-5.22 against 3.27-3.31 / 4.29-4.33 / 5.32-5.36 with 2
+// (120b: 2.42 against 2.48 at batch 1, 7.39 against 7.45 at 8). Same arithmetic either way, so the
+// choice (made from host-known sizes) never changes a result.
 constexpr int kSplit = 4;
 
 // kDeep (one token tile only, the one used): 8 weight chunks in flight per warp instead of 4, the
@@ -287,14 +292,14 @@ bool stage_direct_pairs() {
   return on;
 }
 
-// 4-warp CTAs, or 2-warp ones for one token tile when the 4-warp grid would not be resident at once.
+// 4-warp CTAs, or 2-warp ones for direct pairs whose 4-warp grid would not be resident at once (kSplit).
 void launch_decode(DecodeKernel four[3], const SingleTileKernels& single, const MoeGemmArgs& a, int n_tiles,
                    cudaStream_t stream) {
   const dim3 grid(a.max_tiles, a.n / kMxRowTile);
   DecodeKernel kernel = four[n_tiles == 1 ? 0 : n_tiles == 2 ? 1 : 2];
   int warps = 4;
-  if (n_tiles == 1) {
-    const bool staged = a.direct_ids && a.k <= kStageMaxK && stage_direct_pairs();
+  if (n_tiles == 1 && a.direct_ids) {
+    const bool staged = a.k <= kStageMaxK && stage_direct_pairs();
     kernel = staged ? single.four_staged : single.four;
     int device = 0, sms = 0, per_sm = 0;
     OSSRT_CUDA_CALL(cudaGetDevice(&device));
