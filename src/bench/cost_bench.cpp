@@ -112,8 +112,8 @@ struct DecodeTracker {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::vector<Clock::time_point>> times;
-  std::vector<std::vector<int>> tokens;       // tokens per event
-  std::vector<std::vector<int32_t>> ids;      // the output so far
+  std::vector<std::vector<int>> tokens;   // tokens per event
+  std::vector<std::vector<int32_t>> ids;  // the output so far
   std::vector<size_t> at_t0;
   int started = 0, finished = 0;
   bool t0_set = false;
@@ -143,8 +143,8 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
   p.text = o.decode_text_label;
   const int max_emitted = want * record_factor;  // what a pass may emit before its window ends
   if (text && int(o.decode_continuation.size()) < max_emitted) {
-    p.skipped = fmt::format("the continuation has {} tokens; {} steps may emit {}", o.decode_continuation.size(),
-                            want, max_emitted);
+    p.skipped = fmt::format("the continuation has {} tokens; {} steps may emit {}", o.decode_continuation.size(), want,
+                            max_emitted);
     return p;
   }
   // Each request keeps generating while the others prefill, then through the window; it is
@@ -179,8 +179,8 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
       ids.push_back(fmt::format("cost-decode{}-{}-{}-{}-{}", tag, quantization, context, batch, s));
       GenerationRequest request = make_request(ids.back(), prompts[size_t(s)], max_tokens);
       if (size_t(s) < forced.size()) request.forced_output = forced[size_t(s)];
-      const bool ok = engine.submit(std::move(request),
-                                    [&tracker, s](const GenerationEvent& ev) { tracker.on_event(s, ev); });
+      const bool ok =
+          engine.submit(std::move(request), [&tracker, s](const GenerationEvent& ev) { tracker.on_event(s, ev); });
       OSSRT_CHECK(ok, "the engine refused request {} of batch {} (queue full: raise --max-queue)", s, batch);
     }
     {
@@ -394,7 +394,8 @@ CostBenchResult run_cost_bench(const CostBenchOptions& given) {
       result.prefill.push_back(std::move(p));
       if (o.on_point) o.on_point(result);
     }
-    const std::vector<int> contexts = o.decode_prompt.empty() ? o.contexts : std::vector<int>{int(o.decode_prompt.size())};
+    const std::vector<int> contexts =
+        o.decode_prompt.empty() ? o.contexts : std::vector<int>{int(o.decode_prompt.size())};
     for (int context : contexts) {
       for (int batch : o.batch_sizes) {
         DecodePoint p = measure_decode(engine, o, context, batch, rng, vocab, q, gpus);

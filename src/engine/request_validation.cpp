@@ -17,8 +17,9 @@ std::optional<InvalidRequest> validate_generation_request(const GenerationReques
                                            r.prompt_ids[i], i, vocab));
   for (size_t i = 0; i < r.forced_output.size(); ++i)
     if (r.forced_output[i] < 0 || r.forced_output[i] >= vocab)
-      return invalid("forced_output", fmt::format("forced output token {} (at index {}) is outside the vocabulary [0, {})",
-                                                  r.forced_output[i], i, vocab));
+      return invalid("forced_output",
+                     fmt::format("forced output token {} (at index {}) is outside the vocabulary [0, {})",
+                                 r.forced_output[i], i, vocab));
   if (int64_t(r.prompt_ids.size()) >= limits.max_model_len)
     return invalid("prompt", fmt::format("the prompt has {} tokens but the maximum context length is {} tokens",
                                          r.prompt_ids.size(), limits.max_model_len));
