@@ -399,6 +399,50 @@ TEST(AttentionKernels, DecodeIsBatchInvariant) {
   expect_matches_reference(p, batched);
 }
 
+// Steps of short sequences (speculative verify steps: 1 + k tokens each) run the decode kernel with
+// one plan sequence per token row (DevicePlan::token_seqs, built as StepPlanUploader builds it;
+// CudaBackend::attention), every split in the grid and the cache rows requested after the PDL wait
+// (AttentionArgs::kv_after_wait): against the fp64 reference on the full and window tables and
+// across the window edge, and each row bit-identical to the decode kernel on that row alone at its
+// own split count (what plain decoding computes at that position).
+TEST(AttentionKernels, ShortSequencesAsDecodeRows) {
+  REQUIRE_GPU();
+  const std::vector<SeqSpec> seqs = {{1000, 4}, {126, 4}, {0, 3}, {300, 2}, {5000, 8}, {128, 4}};
+  for (const Case& c : {full_causal(seqs, 121), sliding(seqs, 122), window_on_full_table(seqs, 123)}) {
+    const Problem p = make_problem(c);
+    const DeviceProblem dev(p);
+    std::vector<SeqStep> rows;
+    for (const SeqStep& q : p.plan.seqs)
+      for (int i = 0; i < q.num_tokens; ++i) {
+        SeqStep row = q;
+        row.token_begin = q.token_begin + i;
+        row.num_tokens = 1;
+        row.context_begin = q.context_begin + i;
+        rows.push_back(row);
+      }
+    DeviceArray<SeqStep> row_seqs(rows);
+    DevicePlan plan = dev.plan.view;
+    plan.seqs = row_seqs.get();
+    plan.num_seqs = int(rows.size());
+    plan.max_seq_tokens = 1;
+    for (bool fold : {true, false}) {
+      SCOPED_TRACE(fold ? "merge folded" : "merge kernel");
+      const std::vector<float> out = run_attention(p, dev, plan, Kernel::Decode, kAttnMaxDecodeSplits,
+                                                   kPrefillDefaultVariant, fold, kAttnDefaultMinKeysPerSplit, true);
+      expect_matches_reference(p, out);
+      for (int r : {0, 3, 5, 11, 18, int(rows.size()) - 1}) {
+        DevicePlan alone = plan;
+        alone.seqs = row_seqs.get() + r;
+        alone.num_seqs = 1;
+        alone.max_context = rows[size_t(r)].context_begin + 1;
+        const std::vector<float> single = run_attention(p, dev, alone, Kernel::Decode);
+        const size_t at = size_t(rows[size_t(r)].token_begin) * size_t(p.hq()) * kD;
+        ASSERT_EQ(std::memcmp(&single[at], &out[at], size_t(p.hq()) * kD * sizeof(float)), 0) << "row " << r;
+      }
+    }
+  }
+}
+
 TEST(AttentionKernels, RejectsBadArguments) {
   // Validation happens on the host before any launch, so this runs without a GPU.
   const auto fake = [](uintptr_t at) { return reinterpret_cast<uint16_t*>(at); };

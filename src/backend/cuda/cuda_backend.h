@@ -228,6 +228,9 @@ class CudaBackend final : public Backend {
   int32_t* attn_tickets_ = nullptr;
   int64_t attn_tickets_capacity_ = 0;
   bool attn_fold_merge_ = true;
+  // Steps of sequences of 2..kTokenSeqsMaxTokens tokens through the decode attention, a row a
+  // sequence (CudaBackend::attention); OSSRT_CUDA_ATTN_SHORT_SEQS=0 sends them to the prefill kernel.
+  bool attn_short_seqs_as_decode_ = true;
   void* attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
   void* moe_workspace_ = nullptr;

@@ -377,7 +377,23 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   set_layer_cache(a, kv, p.group, p.layer_in_group);
   a.num_blocks = g.num_blocks;
   a.out = static_cast<uint16_t*>(out.data);
-  if (dp.max_seq_tokens == 1) {
+  // A step of short sequences (a verify step: 1 + k tokens each): each token row as a decode sequence
+  // of its own (DevicePlan::token_seqs), split-KV over its own visible keys, instead of the prefill
+  // kernel's one CTA per (sequence, KV head) streaming the whole context. The grid has every split
+  // (verify graphs have no context bucket); a row's slices depend only on its own length, so its
+  // attention is the one plain decoding computes for that position, bit for bit.
+  const bool rows_as_seqs =
+      dp.max_seq_tokens > 1 && dp.num_token_seqs == dp.num_tokens && attn_short_seqs_as_decode_ &&
+      cuda::attention_decode_workspace_bytes(dp.num_tokens, p.num_q_heads, cuda::kAttnMaxDecodeSplits) <=
+          attn_workspace_bytes_;
+  if (rows_as_seqs) {
+    a.plan.seqs = dp.token_seqs;
+    a.plan.num_seqs = dp.num_tokens;
+    a.plan.max_seq_tokens = 1;
+    a.kv_after_wait = true;
+    a.min_keys_per_split = attn_min_split_keys_;
+    a.num_splits = cuda::kAttnMaxDecodeSplits;
+  } else if (dp.max_seq_tokens == 1) {
     // Splits for the plan's max_context: each sequence slices its own keys by its own length, so
     // the result is batch-invariant. A captured decode graph sees max_context = its context bucket
     // (cuda_graphs.cpp), an upper bound of every context it replays with, so its grid stays valid;

@@ -13,7 +13,8 @@ namespace {
 
 // Byte offsets of each array inside the one device (and staging) block.
 struct Layout {
-  size_t token_ids, positions, token_seq, full_slots, window_slots, logit_rows, seqs, full_table, window_table, total;
+  size_t token_ids, positions, token_seq, full_slots, window_slots, logit_rows, seqs, token_seqs, full_table,
+      window_table, total;
 };
 
 Layout layout_for(const PlanCapacity& c) {
@@ -28,6 +29,7 @@ Layout layout_for(const PlanCapacity& c) {
   l.window_slots = off, off += tok;
   l.logit_rows = off, off += tok;
   l.seqs = off, off += round(size_t(c.max_seqs) * sizeof(SeqStep));
+  l.token_seqs = off, off += round(size_t(c.max_tokens) * sizeof(SeqStep));
   l.full_table = off, off += round(size_t(c.max_table_entries) * 4);
   l.window_table = off, off += round(size_t(c.max_table_entries) * 4);
   l.total = off;
@@ -116,6 +118,7 @@ StepPlanUploader::StepPlanUploader(DeviceBuffers& buffers, const PlanCapacity& c
   plan_.window_slots = i32(l.window_slots);
   plan_.logit_rows = i32(l.logit_rows);
   plan_.seqs = reinterpret_cast<const SeqStep*>(device_ + l.seqs);
+  plan_.token_seqs = reinterpret_cast<const SeqStep*>(device_ + l.token_seqs);
   plan_.full_block_table = i32(l.full_table);
   plan_.window_block_table = i32(l.window_table);
 }
@@ -133,6 +136,8 @@ const DevicePlan& StepPlanUploader::upload(const StepPlan& p, CUstream_st* strea
   plan_.max_seq_tokens = 0;
   for (const auto& s : p.seqs) plan_.max_seq_tokens = std::max(plan_.max_seq_tokens, s.num_tokens);
   plan_.num_logit_rows = int(p.logit_rows.size());
+  const bool token_seqs = plan_.max_seq_tokens > 1 && plan_.max_seq_tokens <= kTokenSeqsMaxTokens;
+  plan_.num_token_seqs = token_seqs ? plan_.num_tokens : 0;
   if (!copy) return plan_;
 
   // The previous step's copies read the staging buffer asynchronously: wait for them before
@@ -151,6 +156,18 @@ const DevicePlan& StepPlanUploader::upload(const StepPlan& p, CUstream_st* strea
   put(l.window_slots, p.window_slots.data(), p.window_slots.size() * 4);
   put(l.logit_rows, p.logit_rows.data(), p.logit_rows.size() * 4);
   put(l.seqs, p.seqs.data(), p.seqs.size() * sizeof(SeqStep));
+  if (token_seqs) {
+    token_seqs_.clear();
+    for (const SeqStep& q : p.seqs)
+      for (int i = 0; i < q.num_tokens; ++i) {
+        SeqStep row = q;
+        row.token_begin = q.token_begin + i;
+        row.num_tokens = 1;
+        row.context_begin = q.context_begin + i;
+        token_seqs_.push_back(row);
+      }
+    put(l.token_seqs, token_seqs_.data(), token_seqs_.size() * sizeof(SeqStep));
+  }
   put(l.full_table, p.full_block_table.data(), p.full_block_table.size() * 4);
   put(l.window_table, p.window_block_table.data(), p.window_block_table.size() * 4);
   OSSRT_CUDA_CHECK(cudaEventRecord(copied_, stream));

@@ -5,6 +5,7 @@
 // kernel ever indexes with a token id, slot or block id out of range.
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/kernels/device_plan.cuh"
@@ -46,6 +47,7 @@ class StepPlanUploader {
   PlanCapacity capacity_;
   DevicePlan plan_;
   StepPlan host_;
+  std::vector<SeqStep> token_seqs_;  // staging of DevicePlan::token_seqs
   char* device_ = nullptr;
   char* staging_ = nullptr;
   CUevent_st* copied_ = nullptr;  // recorded after the last upload: staging may be reused after it

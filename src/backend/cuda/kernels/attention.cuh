@@ -72,6 +72,10 @@ struct AttentionArgs {
   // the last split CTA of each (sequence, KV head) instead of a second kernel (one launch fewer).
   int32_t* tickets = nullptr;
   int64_t tickets_capacity = 0;
+  // Decode only: the plan's sequences are the rows of a step whose real sequences ran several tokens
+  // (DevicePlan::token_seqs), so keys before a row's own position may be this step's too, written by
+  // the kernel before: the CTA then requests no cache row before its PDL wait.
+  bool kv_after_wait = false;
 };
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys

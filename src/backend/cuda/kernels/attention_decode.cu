@@ -180,14 +180,23 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   const int tiles = (end - begin + kTileKeys - 1) / kTileKeys;
   const bool has_pos = end == pos + 1;  // the slice ends at the query's own key
   const int pos_tile = (pos - begin) / kTileKeys;
-  load_tile(0, begin, pos);
-  cp_async_commit();
-  if (tiles > 1) load_tile(1, begin + kTileKeys, pos);
-  cp_async_commit();
-  pdl_wait();  // q and the row of `pos` come from the kernel before
-  pdl_launch_dependents();
-  if (has_pos && pos_tile < 2) load_key_row(pos_tile, begin + pos_tile * kTileKeys, pos);
-  cp_async_commit();
+  if (a.kv_after_wait) {  // rows of this step's other tokens may precede pos: all after the wait
+    pdl_wait();
+    pdl_launch_dependents();
+    load_tile(0, begin, -1);
+    cp_async_commit();
+    if (tiles > 1) load_tile(1, begin + kTileKeys, -1);
+    cp_async_commit();
+  } else {
+    load_tile(0, begin, pos);
+    cp_async_commit();
+    if (tiles > 1) load_tile(1, begin + kTileKeys, pos);
+    cp_async_commit();
+    pdl_wait();  // q and the row of `pos` come from the kernel before
+    pdl_launch_dependents();
+    if (has_pos && pos_tile < 2) load_key_row(pos_tile, begin + pos_tile * kTileKeys, pos);
+  }
+  cp_async_commit();  // (the row of pos; empty with kv_after_wait) three groups either way
 
   // Q fragments (A operand, 16 x 64): row g = query head g of this KV head, rows 8-15 zero.
   uint32_t qa[kD / 16][4];

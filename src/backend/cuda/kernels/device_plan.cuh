@@ -33,7 +33,15 @@ struct DevicePlan {
   const int32_t* window_block_table = nullptr;  // flattened, indexed via SeqStep::window_table_begin
   const int32_t* logit_rows = nullptr;          // [num_logit_rows]
   int num_logit_rows = 0;
+  // Steps whose sequences run 2 to kTokenSeqsMaxTokens tokens (speculative verify steps, short
+  // chunks): one SeqStep per token row, as if each row were a decode sequence of its own (its
+  // context_begin = its position, num_tokens 1, its sequence's block tables), so the split-KV decode
+  // attention serves them (CudaBackend::attention). num_token_seqs = num_tokens then, else 0.
+  const SeqStep* token_seqs = nullptr;  // [num_tokens]
+  int num_token_seqs = 0;
 };
+
+inline constexpr int kTokenSeqsMaxTokens = 8;
 
 static_assert(sizeof(SeqStep) == 8 * sizeof(int32_t), "SeqStep is uploaded verbatim as 8 int32");
 
