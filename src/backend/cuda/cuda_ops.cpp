@@ -382,10 +382,9 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   // kernel's one CTA per (sequence, KV head) streaming the whole context. The grid has every split
   // (verify graphs have no context bucket); a row's slices depend only on its own length, so its
   // attention is the one plain decoding computes for that position, bit for bit.
-  const bool rows_as_seqs =
-      dp.max_seq_tokens > 1 && dp.num_token_seqs == dp.num_tokens && attn_short_seqs_as_decode_ &&
-      cuda::attention_decode_workspace_bytes(dp.num_tokens, p.num_q_heads, cuda::kAttnMaxDecodeSplits) <=
-          attn_workspace_bytes_;
+  const bool rows_as_seqs = dp.max_seq_tokens > 1 && dp.num_token_seqs == dp.num_tokens && attn_short_seqs_as_decode_ &&
+                            cuda::attention_decode_workspace_bytes(dp.num_tokens, p.num_q_heads,
+                                                                   cuda::kAttnMaxDecodeSplits) <= attn_workspace_bytes_;
   if (rows_as_seqs) {
     a.plan.seqs = dp.token_seqs;
     a.plan.num_seqs = dp.num_tokens;
