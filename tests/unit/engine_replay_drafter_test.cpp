@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "core/error.h"
 #include "engine/replay_drafter.h"
 #include "engine_test_model.h"
@@ -19,6 +21,20 @@ using Seq = std::vector<int32_t>;
 Seq concat(Seq a, const Seq& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// A small engine stepped by hand; with a rate, the replay drafter guessing 3 tokens at it.
+EngineConfig small_config(std::optional<double> replay_rate = std::nullopt) {
+  EngineConfig c;
+  c.max_num_seqs = 4;
+  c.max_num_batched_tokens = 64;
+  c.block_size = 4;
+  c.num_full_blocks = 256;
+  c.start_thread = false;
+  if (replay_rate)
+    c.speculative = parse_speculative_config(fmt::format(
+        R"({{"method": "replay", "num_speculative_tokens": 3, "replay_acceptance_rate": {}}})", *replay_rate));
+  return c;
 }
 }  // namespace
 
@@ -66,15 +82,7 @@ TEST(ReplayDrafter, ThroughTheEngineTheOutputIsUnchanged) {
   const int max_tokens = 16;
   const Seq want = reference_greedy(reference_model.model, prompt, max_tokens);
   for (double rate : {1.0, 0.5}) {
-    EngineConfig c;
-    c.max_num_seqs = 4;
-    c.max_num_batched_tokens = 64;
-    c.block_size = 4;
-    c.num_full_blocks = 256;
-    c.start_thread = false;
-    c.speculative = parse_speculative_config(
-        fmt::format(R"({{"method": "replay", "num_speculative_tokens": 3, "replay_acceptance_rate": {}}})", rate));
-    Engine engine(model.model, c);
+    Engine engine(model.model, small_config(rate));
     for (int round = 0; round < 2; ++round) {  // the first round records, the second replays
       EventLog log;
       engine.submit(greedy_request("r", prompt, max_tokens), log.callback("r"));
@@ -100,13 +108,7 @@ TEST(ForcedOutput, IsTheOutputAndTheModelContinuesFromIt) {
   Seq forced = random_prompt(6, 77);
   if (forced[0] == own[0]) forced[0] = (forced[0] + 1) % 500;  // the model would not pick it
   const Seq want = concat(forced, reference_greedy(reference_model.model, concat(prompt, forced), 6));
-  EngineConfig c;
-  c.max_num_seqs = 4;
-  c.max_num_batched_tokens = 64;
-  c.block_size = 4;
-  c.num_full_blocks = 256;
-  c.start_thread = false;
-  Engine engine(model.model, c);
+  Engine engine(model.model, small_config());
   EventLog log;
   GenerationRequest r = greedy_request("r", prompt, 12);
   r.forced_output = forced;
@@ -134,15 +136,7 @@ TEST(ForcedOutput, KeepsTheReplayDrafterOnItsRecording) {
   if (forced[0] == own[0]) forced[0] = (forced[0] + 1) % 500;
   for (const bool force_replay : {true, false}) {
     for (double rate : {1.0, 0.0}) {
-      EngineConfig c;
-      c.max_num_seqs = 4;
-      c.max_num_batched_tokens = 64;
-      c.block_size = 4;
-      c.num_full_blocks = 256;
-      c.start_thread = false;
-      c.speculative = parse_speculative_config(
-          fmt::format(R"({{"method": "replay", "num_speculative_tokens": 3, "replay_acceptance_rate": {}}})", rate));
-      Engine engine(model.model, c);
+      Engine engine(model.model, small_config(rate));
       for (int round = 0; round < 2; ++round) {  // records, then replays
         EventLog log;
         GenerationRequest r = greedy_request("r", prompt, max_tokens);
