@@ -168,6 +168,11 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
   if (regime == MoeRegime::SmallM) {
     launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(gate_up, direct ? 1 : n_tiles, stream);
     launch_bf16_mxfp4w_moe_down_decode(down, direct ? 1 : n_tiles, stream);
+  } else if (mxfp4_wgmma_enabled() && mxfp4_wgmma_fits(gate_up.n, gate_up.k) && mxfp4_wgmma_fits(down.n, down.k)) {
+    launch_mx_permute_cols(a.x, a.num_tokens, a.hidden, ws.x_perm, stream);
+    gate_up.a = ws.x_perm;
+    launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gate_up, stream);
+    launch_bf16_mxfp4w_moe_down_wgmma(down, stream);
   } else {
     launch_bf16_mxfp4w_moe_gate_up_swiglu(gate_up, stream);
     launch_bf16_mxfp4w_moe_down(down, stream);

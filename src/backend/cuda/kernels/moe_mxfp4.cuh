@@ -50,6 +50,17 @@ __host__ __device__ constexpr int mx_sign_bit(int v) {
   return (v & 1) * 16 + (v / 2 == 0 ? 9 : v / 2 == 1 ? 12 : v / 2 == 2 ? 11 : 10);
 }
 
+// The wgmma kernels' column order (moe_mxfp4_wgmma.cu): their MMA takes the weights as its register
+// operand straight from the layout, so its k index is the layout's permuted one, and the
+// activations (its shared-memory operand, whose k order the hardware fixes) are stored permuted to
+// match: column q (0..63) of each 64-column chunk sits at position 16 j + kk of the chunk, where
+// j = (q % 16) / 4 is the MMA step whose lanes 16c + 4j .. + 3 hold it and kk its k index there
+// (2c + q % 4 for q % 4 < 2, 8 + 2c + q % 4 - 2 otherwise, c = q / 16). Pairs (q even, q + 1) stay adjacent.
+__host__ __device__ constexpr int mx_wgmma_perm_col(int q) {
+  const int c = q / 16, j = (q % 16) / 4, r = q % 4;
+  return 16 * j + (r < 2 ? 2 * c + r : 8 + 2 * c + r - 2);
+}
+
 // Logical row of slot r (0..15) of row tile rt.
 __host__ __device__ constexpr int mx_logical_row(int rt, int r, bool gate_up_pairs) {
   return !gate_up_pairs ? 16 * rt + r : r < 8 ? 2 * (8 * rt + r) : 2 * (8 * rt + r - 8) + 1;

@@ -29,6 +29,7 @@ struct MoeWorkspace {
   int32_t* pair_to_pos = nullptr;  // [T*k] pair -> grouped row (-1 for an invalid expert id)
   uint16_t* act = nullptr;         // bf16 [T*k, I] SwiGLU activations, grouped order
   float* y = nullptr;              // f32 [T*k, H] expert outputs incl. down bias, grouped order
+  uint16_t* x_perm = nullptr;      // bf16 [T, H] x in the wgmma kernels' column order (mx_wgmma_perm_col)
   int max_tiles = 0;               // tile bound at kMoeTileM rows (the bf16 launcher's grid)
   int tile_capacity = 0;           // entries of tile_expert / tile_row (the bound at kMoeMinTileM rows)
   size_t bytes = 0;                // total size of the layout
@@ -62,6 +63,7 @@ inline MoeWorkspace carve_moe_workspace(void* base, int tokens, int top_k, int n
   ws.pair_to_pos = reinterpret_cast<int32_t*>(take(sizeof(int32_t) * pairs));
   ws.act = reinterpret_cast<uint16_t*>(take(sizeof(uint16_t) * pairs * intermediate));
   ws.y = reinterpret_cast<float*>(take(sizeof(float) * pairs * hidden));
+  ws.x_perm = reinterpret_cast<uint16_t*>(take(sizeof(uint16_t) * int64_t(tokens) * hidden));
   ws.bytes = cursor;
   return ws;
 }
@@ -116,6 +118,14 @@ void launch_bf16_bf16w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
 // (moe_mxfp4_prefill.cu).
 void launch_bf16_mxfp4w_moe_gate_up_swiglu(const MoeGemmArgs& args, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
+// MXFP4 weights, large M on wgmma (moe_mxfp4_wgmma.cu): 192 weight rows x the route's 64-row tiles.
+// Their activations are in the column order of mx_wgmma_perm_col: x permuted by
+// launch_mx_permute_cols, act written so by the gate_up GEMM (and read so only by this down GEMM).
+bool mxfp4_wgmma_fits(int n, int k);  // N a multiple of 192, K of 64
+bool mxfp4_wgmma_enabled();           // developer switch OSSRT_CUDA_MOE_WGMMA=0 (A/B timing), read once
+void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, cudaStream_t stream);
+void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& args, cudaStream_t stream);
+void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, cudaStream_t stream);
 // MXFP4 weights, small M: the route's tiles hold 8 * n_tiles rows (n_tiles = 1, 2 or 4), one CTA
 // per (tile, 16 weight rows), K split over its 4 warps (moe_mxfp4_decode.cu).
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& args, int n_tiles, cudaStream_t stream);

@@ -1,0 +1,230 @@
+// Large-M grouped GEMMs of the MXFP4 MoE on Hopper's warpgroup MMA (wgmma):
+//   bf16_mxfp4w_moe_gate_up_swiglu_wgmma : act[row] = swiglu(x[token(row)] W_gu[e]^T + b_gu[e])
+//   bf16_mxfp4w_moe_down_wgmma           : y[row]   = act[row] W_down[e]^T + b_down[e]
+// The weights are the MMA's A operand, taken from registers: warp w of a CTA owns one 16-row layout
+// tile (moe_mxfp4.cuh), and a lane's 16 bytes of a chunk dequantize (mx_dequant_word) into exactly
+// its A fragments for the chunk's 4 k16 steps, so the 4-bit weights are never expanded in shared
+// memory. The tokens of one route tile (64 rows) are the B operand: a 64 x 64 tile per k chunk in
+// shared memory, 128-byte swizzled, read by the wgmma through a descriptor. Because A's k order is
+// the layout's permuted one, the activations are stored permuted the same way (mx_wgmma_perm_col):
+// x by a copy kernel before the gate_up GEMM (mx_permute_cols), the SwiGLU output by the gate_up
+// GEMM's epilogue itself, so the down GEMM loads it as it is.
+// A CTA = 3 warpgroups = 192 weight rows (12 layout tiles) x 64 tokens; each warpgroup issues one
+// m64n64k16 MMA per k16 step into 32 f32 accumulators per thread. Weights, scales and activations
+// for the next kStages - 1 chunks stream through shared memory with cp.async; a chunk's MMAs are
+// waited for before the next chunk's barrier, and two CTAs share an SM so one's MMAs run while the
+// other dequantizes. A row's result depends only on its own data (the MMA computes each output on
+// its own), so a token is bit-identical alone or in any batch; the rounding differs from the
+// mma.sync kernels (moe_mxfp4_prefill.cu: other products' order), as theirs differs from each other.
+#include <algorithm>
+#include <cstdlib>
+
+#include "backend/cuda/kernels/attention_moe_common.cuh"
+#include "backend/cuda/kernels/moe_mxfp4_common.cuh"
+#include "backend/cuda/kernels/moe_passes.cuh"
+#include "backend/cuda/kernels/wgmma.cuh"
+
+namespace ossrt::cuda {
+namespace {
+
+constexpr int kWarpgroups = 3;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kBN = 64 * kWarpgroups;             // weight rows a CTA (the MMA's M, per warpgroup 64)
+constexpr int kRowTiles = kBN / kMxRowTile;       // 12 layout tiles, one a warp
+constexpr int kBM = kMoeTileM;                    // tokens a CTA: one route tile (the MMA's N)
+constexpr int kBK = kMxColChunk;                  // 64: one layout chunk, 4 k16 steps, 128-byte rows
+constexpr int kStages = 4;
+constexpr int kXUnits = kBM * kBK / 8;            // 16-byte pieces of a stage's activation tile
+static_assert(kBK * 2 == 128, "the swizzled tile's rows are 128 bytes");
+
+struct Stage {
+  uint16_t x[kBM * kBK];  // row r's 16-byte unit u at unit u ^ (r % 8) (the 128-byte swizzle)
+  uint8_t w[kRowTiles][kMxChunkBytes];
+  uint8_t s[kRowTiles][kMxChunkScaleBytes];
+};
+constexpr int kStageBytes = (int(sizeof(Stage)) + 1023) / 1024 * 1024;  // each x tile 1024-byte aligned
+constexpr int kSmemBytes = kStages * kStageBytes + 1024;               // + the base's alignment
+
+template <bool kSwiglu>
+__device__ __forceinline__ void mx_wgmma_tile(const MoeGemmArgs& a) {
+  const int tile = blockIdx.x;
+  if (tile >= *a.num_tiles) return;
+  const int expert = a.tile_expert[tile];
+  const int row0 = a.tile_row[tile];
+  const int row_end = a.offsets[expert + 1];
+
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  auto stage = [&](int i) { return reinterpret_cast<Stage*>(smem + i * kStageBytes); };
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
+  const int rt = blockIdx.y * kRowTiles + warp;  // = rows 16 (warp % 4) .. + 15 of warpgroup warp / 4's MMA
+  const int chunks = a.k / kBK;
+
+  // Activations: pieces tid and tid + kThreads of the 64 x 8 of a stage; rows past the group zero-filled.
+  const uint16_t* x_src[2];
+  int x_dst[2];
+  bool x_ok[2], x_mine[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int piece = tid + kThreads * i;
+    x_mine[i] = piece < kXUnits;
+    const int r = piece / 8, u = piece % 8;
+    const int pos = row0 + r;
+    x_ok[i] = x_mine[i] && pos < row_end;
+    int64_t src_row = pos;
+    if (a.pos_to_pair && x_ok[i]) src_row = a.pos_to_pair[pos] / a.top_k;
+    x_src[i] = a.a + (x_ok[i] ? src_row * a.k + u * 8 : 0);
+    x_dst[i] = r * kBK + ((u ^ (r % 8)) * 8);
+  }
+  const int64_t chunk0 = (int64_t(expert) * (a.n / kMxRowTile) + rt) * chunks;
+  const uint8_t* w_src = a.wq + chunk0 * kMxChunkBytes + lane * 16;
+  const uint8_t* s_src = a.wscale + chunk0 * kMxChunkScaleBytes + lane * 16;
+  auto load_stage = [&](int slot, int kc) {
+    Stage* st = stage(slot);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      if (x_mine[i]) cp_async_16(st->x + x_dst[i], x_ok[i] ? x_src[i] + kc * kBK : a.a, x_ok[i]);
+    cp_async_16(&st->w[warp][lane * 16], w_src + int64_t(kc) * kMxChunkBytes, true);
+    if (lane < 2) cp_async_16(&st->s[warp][lane * 16], s_src + int64_t(kc) * kMxChunkScaleBytes, true);
+  };
+
+  float acc[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < chunks) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int kc = 0; kc < chunks; ++kc) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of chunk kc have landed
+    fence_proxy_async_smem();      // ... and are visible to the MMA's (async proxy) reads
+    __syncthreads();               // everyone's; and every warpgroup's MMAs of chunk kc - 1 are done
+    if (kc + kStages - 1 < chunks) load_stage((kc + kStages - 1) % kStages, kc + kStages - 1);
+    cp_async_commit();
+    const Stage* st = stage(kc % kStages);
+    const uint4 wv = *reinterpret_cast<const uint4*>(&st->w[warp][lane * 16]);
+    const uint32_t sc = *reinterpret_cast<const uint16_t*>(&st->s[warp][((c / 2) * 8 + g) * 2]);
+    const uint32_t mg = mx_scale_bf16x2(sc & 0xFF), mg8 = mx_scale_bf16x2(sc >> 8);
+    uint32_t af[4][4];
+    mx_dequant_word(wv.x, mg, mg8, af[0]);
+    mx_dequant_word(wv.y, mg, mg8, af[1]);
+    mx_dequant_word(wv.z, mg, mg8, af[2]);
+    mx_dequant_word(wv.w, mg, mg8, af[3]);
+    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(st->x));
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) wgmma_m64n64k16_rs(acc, af[s], wgmma_desc_k128(x_addr + 32 * s));
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) wgmma_fence_operand(acc[i]);
+  }
+  cp_async_wait<0>();
+
+  // acc[4j + e]: slot g of tile rt, token 8j + 2c + e of the route tile; acc[4j + 2 + e]: slot g + 8.
+  const int64_t bias0 = int64_t(expert) * a.n;
+  if constexpr (kSwiglu) {
+    const int unit = 8 * rt + g;  // gate in slot g, up in slot g + 8
+    const float bg = mx_load_bias(a.bias, a.bias_bf16, bias0 + 2 * unit);
+    const float bu = mx_load_bias(a.bias, a.bias_bf16, bias0 + 2 * unit + 1);
+    const int64_t units = a.n / 2;
+    const int64_t col = unit / kBK * kBK + mx_wgmma_perm_col(unit % kBK);  // the down GEMM's k order
+    __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(a.act_out);
+#pragma unroll
+    for (int j = 0; j < kBM / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int pos = row0 + 8 * j + 2 * c + e;
+        if (pos < row_end)
+          act[int64_t(pos) * units + col] = __float2bfloat16_rn(
+              mx_swiglu(acc[4 * j + e] + bg, acc[4 * j + 2 + e] + bu, a.swiglu_alpha, a.swiglu_limit));
+      }
+  } else {
+    const int n_lo = kMxRowTile * rt + g, n_hi = n_lo + 8;
+    const float b_lo = mx_load_bias(a.bias, a.bias_bf16, bias0 + n_lo);
+    const float b_hi = mx_load_bias(a.bias, a.bias_bf16, bias0 + n_hi);
+#pragma unroll
+    for (int j = 0; j < kBM / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int pos = row0 + 8 * j + 2 * c + e;
+        if (pos < row_end) {
+          a.y_out[int64_t(pos) * a.n + n_lo] = acc[4 * j + e] + b_lo;
+          a.y_out[int64_t(pos) * a.n + n_hi] = acc[4 * j + 2 + e] + b_hi;
+        }
+      }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 2) bf16_mxfp4w_moe_gate_up_swiglu_wgmma(MoeGemmArgs a) {
+  mx_wgmma_tile<true>(a);
+}
+__global__ void __launch_bounds__(kThreads, 2) bf16_mxfp4w_moe_down_wgmma(MoeGemmArgs a) { mx_wgmma_tile<false>(a); }
+
+// out[r][64 kc + mx_wgmma_perm_col(q)] = x[r][64 kc + q]: a thread moves 8 columns (4 pairs).
+__global__ void mx_permute_cols(const uint16_t* __restrict__ x, int64_t pieces, int k, uint16_t* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pieces; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t at = i * 8;
+    const int64_t chunk0 = at / kBK * kBK;
+    const int q0 = int(at - chunk0);
+    const uint4 v = *reinterpret_cast<const uint4*>(x + at);
+    uint32_t* o = reinterpret_cast<uint32_t*>(out + chunk0);
+    o[mx_wgmma_perm_col(q0) / 2] = v.x;
+    o[mx_wgmma_perm_col(q0 + 2) / 2] = v.y;
+    o[mx_wgmma_perm_col(q0 + 4) / 2] = v.z;
+    o[mx_wgmma_perm_col(q0 + 6) / 2] = v.w;
+  }
+}
+
+void check_wgmma_args(const MoeGemmArgs& a, const char* name) {
+  OSSRT_CU_CHECK(mxfp4_wgmma_fits(a.n, a.k), name, ": N ", a.n, " must be a positive multiple of ", kBN, " and K ",
+                 a.k, " of ", kBK);
+  OSSRT_CU_CHECK(a.wq && a.wscale, name, ": null MXFP4 weights or scales");
+}
+
+template <typename Kernel>
+void launch_wgmma(Kernel kernel, const MoeGemmArgs& a, cudaStream_t stream) {
+  static const cudaError_t prepared =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  OSSRT_CUDA_CALL(prepared);
+  kernel<<<dim3(a.max_tiles, a.n / kBN), kThreads, kSmemBytes, stream>>>(a);
+}
+
+}  // namespace
+
+bool mxfp4_wgmma_fits(int n, int k) { return n > 0 && n % kBN == 0 && n / kBN <= 65535 && k > 0 && k % kBK == 0; }
+
+bool mxfp4_wgmma_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_WGMMA");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, cudaStream_t stream) {
+  OSSRT_CU_CHECK(k > 0 && k % kBK == 0, "mx_permute_cols: K ", k, " must be a positive multiple of ", kBK);
+  const int64_t pieces = int64_t(rows) * k / 8;
+  if (pieces == 0) return;
+  const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, 4096);
+  mx_permute_cols<<<int(blocks), 256, 0, stream>>>(x, pieces, k, out);
+  OSSRT_CHECK_LAUNCH("mx_permute_cols");
+}
+
+void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& a, cudaStream_t stream) {
+  check_wgmma_args(a, "bf16_mxfp4w_moe_gate_up_swiglu_wgmma");
+  if (a.max_tiles == 0) return;
+  launch_wgmma(bf16_mxfp4w_moe_gate_up_swiglu_wgmma, a, stream);
+  OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_gate_up_swiglu_wgmma");
+}
+
+void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& a, cudaStream_t stream) {
+  check_wgmma_args(a, "bf16_mxfp4w_moe_down_wgmma");
+  if (a.max_tiles == 0) return;
+  launch_wgmma(bf16_mxfp4w_moe_down_wgmma, a, stream);
+  OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_down_wgmma");
+}
+
+}  // namespace ossrt::cuda

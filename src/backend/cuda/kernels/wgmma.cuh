@@ -1,0 +1,58 @@
+#pragma once
+// Hopper warpgroup MMA (sm_90a `wgmma.mma_async`) and the pieces around it, as the MXFP4 large-M
+// MoE kernel uses them (moe_mxfp4_wgmma.cu). PTX ISA, "Asynchronous Warpgroup Level Matrix
+// Instructions": a warpgroup (4 consecutive warps, 128 threads) issues the MMA together; A comes
+// from registers (each warp a 16 x 16 slice in mma.m16n8k16's A fragment layout) or shared memory,
+// B from shared memory through a 64-bit matrix descriptor; D stays in registers, warp w holding rows
+// 16w + g and 16w + g + 8 (g = lane / 4) and, per 8 columns j, columns 8j + 2c, 8j + 2c + 1 (c = lane % 4):
+// d[4j + 0, 1] for row 16w + g, d[4j + 2, 3] for row 16w + g + 8.
+#include <cstdint>
+
+namespace ossrt::cuda {
+
+// Descriptor of a K-major bf16 tile whose rows are exactly 128 bytes (64 elements) with the
+// 128-byte swizzle (16-byte unit u of row r stored at unit u ^ (r % 8); tile base 1024-byte
+// aligned): start address / 16 in bits 0-13, leading byte offset 16 (unused by this layout) in bits
+// 16-29, stride byte offset 1024 (from one 8-row group to the next) in bits 32-45, swizzle mode 1
+// (128 bytes) in bits 62-63. The k16 step s of the tile starts 32 s bytes in.
+__device__ __forceinline__ uint64_t wgmma_desc_k128(uint32_t smem_addr) {
+  return uint64_t((smem_addr & 0x3FFFF) >> 4) | (uint64_t(16 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+// Orders this thread's generic-proxy writes to shared memory (st.shared, cp.async) before later
+// async-proxy reads (the wgmma's descriptor operands).
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Before the first wgmma that reads registers written since the last one (accumulators, A).
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of an accumulator across the asynchronous MMA
+// (the wgmma writes it behind the compiler's back until wgmma_wait).
+__device__ __forceinline__ void wgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// D[64 x 64] += A[64 x 16] (registers, bf16) * B[16 x 64] (shared memory, K-major, descriptor).
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc)
+      : "memory");
+}
+
+}  // namespace ossrt::cuda

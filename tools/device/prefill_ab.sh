@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# A/B of prefill latency: `ossrt bench cost` (dummy weights, one prompt at a time, the median of
+# --repeats after a warm-up, no decode points) at the given prompt lengths once per variant, a variant
+# being environment settings for the ossrt process (developer switches such as
+# OSSRT_CUDA_MOE_WGMMA=0, docs/kernels.md). Prints each variant's prefill table; the JSON lands in
+# $OUT/prefill_<label>.json. Device call from the repo root after tools/device/cuda_pack.sh, carry
+# [".carry/cuda"] (or the compressed .carry/cudaz unpacked first).
+#
+# Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4-fp8] [INPUT_LENS="1024 8192"] [REPEATS=3] [DEADLINE_S=200]
+#        tools/device/prefill_ab.sh label=VAR=value[,VAR=value] ...   (label=  with no settings: as is)
+set -uo pipefail
+MODEL=${MODEL:-gpt-oss-20b}
+QUANT=${QUANT:-mxfp4-fp8}
+INPUT_LENS=${INPUT_LENS:-1024 8192}
+REPEATS=${REPEATS:-3}
+DEADLINE_S=${DEADLINE_S:-200}
+START=$(date +%s)
+ROOT=$(pwd)
+PACK=$ROOT/.carry/cuda
+FINAL=${OUT:-/tmp/ossrt-out}
+mkdir -p "$FINAL"
+source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
+left() { echo $((START + DEADLINE_S - $(date +%s))); }
+echo "== prefill A/B: $MODEL $QUANT, prompts $INPUT_LENS, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
+LENS=$(echo "$INPUT_LENS" | tr ' ' ',')
+for variant in "$@"; do
+  label=${variant%%=*}
+  settings=${variant#*=}
+  [ "$(left)" -gt 30 ] || { echo "-- $label skipped: no time left"; continue; }
+  envs=()
+  [ -n "$settings" ] && IFS=',' read -ra envs <<< "$settings"
+  echo "== $label: ${settings:-(as is)}"
+  env "${envs[@]}" timeout "$(left)" "$PACK/bin/ossrt" bench cost --model "$MODEL" --load-format dummy --backend cuda \
+    --quantization "$QUANT" --input-lens "$LENS" --repeats "$REPEATS" --no-decode --no-progress \
+    --result-dir "/tmp/pf_$label" > "/tmp/pf_$label.log" 2>&1
+  echo "   exit $?"
+  grep -A6 "^Prefill:" "/tmp/pf_$label.log"
+  cp /tmp/pf_"$label"/*.json "$FINAL/prefill_$label.json" 2>/dev/null
+done
+echo "== done after $(( $(date +%s) - START )) s"
