@@ -184,10 +184,15 @@ void check_wgmma_args(const MoeGemmArgs& a, const char* name) {
   OSSRT_CU_CHECK(a.wq && a.wscale, name, ": null MXFP4 weights or scales");
 }
 
-template <typename Kernel>
-void launch_wgmma(Kernel kernel, const MoeGemmArgs& a, cudaStream_t stream) {
-  static const cudaError_t prepared =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+void launch_wgmma(void (*kernel)(MoeGemmArgs), const MoeGemmArgs& a, cudaStream_t stream) {
+  // Both kernels' shared-memory limit raised once, at the first launch (an eager prefill step).
+  static const cudaError_t prepared = [] {
+    const cudaError_t e = cudaFuncSetAttribute(bf16_mxfp4w_moe_gate_up_swiglu_wgmma,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    return e != cudaSuccess ? e
+                            : cudaFuncSetAttribute(bf16_mxfp4w_moe_down_wgmma,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  }();
   OSSRT_CUDA_CALL(prepared);
   kernel<<<dim3(a.max_tiles, a.n / kBN), kThreads, kSmemBytes, stream>>>(a);
 }
