@@ -116,7 +116,12 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
   const MoeRegime regime =
       a.regime == MoeRegime::Auto ? choose_mxfp4_regime(a.num_tokens, a.top_k, a.num_experts) : a.regime;
   const int n_tiles = mxfp4_small_m_tiles(a.num_tokens, a.top_k, a.num_experts);
-  const int tile_m = regime == MoeRegime::SmallM ? 8 * n_tiles : kMoeTileM;
+  // Large M on wgmma where the shapes fit it (gpt-oss's do), else on the mma.sync kernels.
+  const bool wgmma = regime == MoeRegime::LargeM && mxfp4_wgmma_enabled() &&
+                     mxfp4_wgmma_fits(2 * a.intermediate, a.hidden) && mxfp4_wgmma_fits(a.hidden, a.intermediate);
+  const int tile_m = regime == MoeRegime::SmallM ? 8 * n_tiles
+                     : wgmma                     ? mxfp4_wgmma_tile_m(a.num_tokens, a.top_k, a.num_experts)
+                                                 : kMoeTileM;
   // A few pairs (one or two decoding tokens): no route pass and no tile lookups. Each pair streams
   // its expert's weights on its own; two pairs on one expert (a batch of two) read them twice, mostly
   // from L2, since their CTAs run side by side. Same per-row arithmetic as the routed tiles.
@@ -168,11 +173,11 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
   if (regime == MoeRegime::SmallM) {
     launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(gate_up, direct ? 1 : n_tiles, stream);
     launch_bf16_mxfp4w_moe_down_decode(down, direct ? 1 : n_tiles, stream);
-  } else if (mxfp4_wgmma_enabled() && mxfp4_wgmma_fits(gate_up.n, gate_up.k) && mxfp4_wgmma_fits(down.n, down.k)) {
+  } else if (wgmma) {
     launch_mx_permute_cols(a.x, a.num_tokens, a.hidden, ws.x_perm, stream);
     gate_up.a = ws.x_perm;
-    launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gate_up, stream);
-    launch_bf16_mxfp4w_moe_down_wgmma(down, stream);
+    launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gate_up, tile_m, stream);
+    launch_bf16_mxfp4w_moe_down_wgmma(down, tile_m, stream);
   } else {
     launch_bf16_mxfp4w_moe_gate_up_swiglu(gate_up, stream);
     launch_bf16_mxfp4w_moe_down(down, stream);

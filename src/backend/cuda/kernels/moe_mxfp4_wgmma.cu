@@ -29,24 +29,37 @@ namespace {
 
 constexpr int kWarpgroups = 3;
 constexpr int kThreads = 128 * kWarpgroups;
-constexpr int kBN = 64 * kWarpgroups;             // weight rows a CTA (the MMA's M, per warpgroup 64)
-constexpr int kRowTiles = kBN / kMxRowTile;       // 12 layout tiles, one a warp
-constexpr int kBM = kMoeTileM;                    // tokens a CTA: one route tile (the MMA's N)
-constexpr int kBK = kMxColChunk;                  // 64: one layout chunk, 4 k16 steps, 128-byte rows
-constexpr int kStages = 4;
-constexpr int kXUnits = kBM * kBK / 8;            // 16-byte pieces of a stage's activation tile
+constexpr int kBN = 64 * kWarpgroups;        // weight rows a CTA (the MMA's M, per warpgroup 64)
+constexpr int kRowTiles = kBN / kMxRowTile;  // 12 layout tiles, one a warp
+constexpr int kBK = kMxColChunk;             // 64: one layout chunk, 4 k16 steps, 128-byte rows
 static_assert(kBK * 2 == 128, "the swizzled tile's rows are 128 bytes");
 
-struct Stage {
-  uint16_t x[kBM * kBK];  // row r's 16-byte unit u at unit u ^ (r % 8) (the 128-byte swizzle)
-  uint8_t w[kRowTiles][kMxChunkBytes];
-  uint8_t s[kRowTiles][kMxChunkScaleBytes];
+// kBM tokens a CTA (the MMA's N: one route tile of 64 or 128 rows). 64: two CTAs an SM, each chunk's
+// MMAs waited for before the next chunk (one CTA's MMAs run while the other dequantizes). 128: one
+// CTA an SM (64 accumulators a thread), the MMAs of chunk kc still running while chunk kc + 1 is
+// dequantized into the other A registers (wgmma_wait<1>), so a chunk's slot is refilled only two
+// chunks later; the dequantization is shared by twice the tokens.
+template <int kBM>
+struct WgmmaTile {
+  static constexpr bool kPipelined = kBM == 128;
+  static constexpr int kStages = kPipelined ? 5 : 4;
+  static constexpr int kAhead = kPipelined ? kStages - 2 : kStages - 1;  // chunks loaded ahead
+  static constexpr int kMinCtas = kPipelined ? 1 : 2;
+  static constexpr int kXPieces = kBM * kBK / 8;  // 16-byte pieces of a stage's activation tile
+  static constexpr int kXPerThread = (kXPieces + kThreads - 1) / kThreads;
+  struct Stage {
+    uint16_t x[kBM * kBK];  // row r's 16-byte unit u at unit u ^ (r % 8) (the 128-byte swizzle)
+    uint8_t w[kRowTiles][kMxChunkBytes];
+    uint8_t s[kRowTiles][kMxChunkScaleBytes];
+  };
+  static constexpr int kStageBytes = (int(sizeof(Stage)) + 1023) / 1024 * 1024;  // x tiles 1024-byte aligned
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;               // + the base's alignment
 };
-constexpr int kStageBytes = (int(sizeof(Stage)) + 1023) / 1024 * 1024;  // each x tile 1024-byte aligned
-constexpr int kSmemBytes = kStages * kStageBytes + 1024;               // + the base's alignment
 
-template <bool kSwiglu>
+template <int kBM, bool kSwiglu>
 __device__ __forceinline__ void mx_wgmma_tile(const MoeGemmArgs& a) {
+  using T = WgmmaTile<kBM>;
+  using Stage = typename T::Stage;
   const int tile = blockIdx.x;
   if (tile >= *a.num_tiles) return;
   const int expert = a.tile_expert[tile];
@@ -55,20 +68,20 @@ __device__ __forceinline__ void mx_wgmma_tile(const MoeGemmArgs& a) {
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  auto stage = [&](int i) { return reinterpret_cast<Stage*>(smem + i * kStageBytes); };
+  auto stage = [&](int i) { return reinterpret_cast<Stage*>(smem + i * T::kStageBytes); };
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int rt = blockIdx.y * kRowTiles + warp;  // = rows 16 (warp % 4) .. + 15 of warpgroup warp / 4's MMA
   const int chunks = a.k / kBK;
 
-  // Activations: pieces tid and tid + kThreads of the 64 x 8 of a stage; rows past the group zero-filled.
-  const uint16_t* x_src[2];
-  int x_dst[2];
-  bool x_ok[2], x_mine[2];
+  // Activations: pieces tid + kThreads i of the kBM x 8 of a stage; rows past the group zero-filled.
+  const uint16_t* x_src[T::kXPerThread];
+  int x_dst[T::kXPerThread];
+  bool x_ok[T::kXPerThread], x_mine[T::kXPerThread];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < T::kXPerThread; ++i) {
     const int piece = tid + kThreads * i;
-    x_mine[i] = piece < kXUnits;
+    x_mine[i] = piece < T::kXPieces;
     const int r = piece / 8, u = piece % 8;
     const int pos = row0 + r;
     x_ok[i] = x_mine[i] && pos < row_end;
@@ -83,31 +96,34 @@ __device__ __forceinline__ void mx_wgmma_tile(const MoeGemmArgs& a) {
   auto load_stage = [&](int slot, int kc) {
     Stage* st = stage(slot);
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < T::kXPerThread; ++i)
       if (x_mine[i]) cp_async_16(st->x + x_dst[i], x_ok[i] ? x_src[i] + kc * kBK : a.a, x_ok[i]);
     cp_async_16(&st->w[warp][lane * 16], w_src + int64_t(kc) * kMxChunkBytes, true);
     if (lane < 2) cp_async_16(&st->s[warp][lane * 16], s_src + int64_t(kc) * kMxChunkScaleBytes, true);
   };
 
-  float acc[32];
+  constexpr int kAcc = kBM / 2;
+  float acc[kAcc];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < T::kAhead; ++s) {
     if (s < chunks) load_stage(s, s);
     cp_async_commit();
   }
-  for (int kc = 0; kc < chunks; ++kc) {
-    cp_async_wait<kStages - 2>();  // this thread's copies of chunk kc have landed
-    fence_proxy_async_smem();      // ... and are visible to the MMA's (async proxy) reads
-    __syncthreads();               // everyone's; and every warpgroup's MMAs of chunk kc - 1 are done
-    if (kc + kStages - 1 < chunks) load_stage((kc + kStages - 1) % kStages, kc + kStages - 1);
+  // One chunk: its weights dequantized into `af` (registers the MMAs of the chunk before do not read).
+  auto run_chunk = [&](int kc, uint32_t(&af)[4][4]) {
+    cp_async_wait<T::kAhead - 1>();  // this thread's copies of chunk kc have landed
+    fence_proxy_async_smem();        // ... and are visible to the MMA's (async proxy) reads
+    // Everyone's copies have; and every warpgroup's MMAs of chunk kc - 1 (kc - 2 when pipelined),
+    // whose slot the load below refills, are done.
+    __syncthreads();
+    if (kc + T::kAhead < chunks) load_stage((kc + T::kAhead) % T::kStages, kc + T::kAhead);
     cp_async_commit();
-    const Stage* st = stage(kc % kStages);
+    const Stage* st = stage(kc % T::kStages);
     const uint4 wv = *reinterpret_cast<const uint4*>(&st->w[warp][lane * 16]);
     const uint32_t sc = *reinterpret_cast<const uint16_t*>(&st->s[warp][((c / 2) * 8 + g) * 2]);
     const uint32_t mg = mx_scale_bf16x2(sc & 0xFF), mg8 = mx_scale_bf16x2(sc >> 8);
-    uint32_t af[4][4];
     mx_dequant_word(wv.x, mg, mg8, af[0]);
     mx_dequant_word(wv.y, mg, mg8, af[1]);
     mx_dequant_word(wv.z, mg, mg8, af[2]);
@@ -115,12 +131,25 @@ __device__ __forceinline__ void mx_wgmma_tile(const MoeGemmArgs& a) {
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(st->x));
     wgmma_fence();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma_m64n64k16_rs(acc, af[s], wgmma_desc_k128(x_addr + 32 * s));
+    for (int s = 0; s < 4; ++s) wgmma_m64k16_rs<kBM>(acc, af[s], wgmma_desc_k128(x_addr + 32 * s));
     wgmma_commit();
-    wgmma_wait<0>();
+    if constexpr (T::kPipelined)
+      wgmma_wait<1>();  // chunk kc - 1's MMAs (and their A registers) are done
+    else
+      wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < 32; ++i) wgmma_fence_operand(acc[i]);
+    for (int i = 0; i < kAcc; ++i) wgmma_fence_operand(acc[i]);
+  };
+  uint32_t af0[4][4], af1[4][4];
+  int kc = 0;
+  for (; kc + 1 < chunks; kc += 2) {
+    run_chunk(kc, af0);
+    run_chunk(kc + 1, af1);
   }
+  if (kc < chunks) run_chunk(kc, af0);
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) wgmma_fence_operand(acc[i]);
   cp_async_wait<0>();
 
   // acc[4j + e]: slot g of tile rt, token 8j + 2c + e of the route tile; acc[4j + 2 + e]: slot g + 8.
@@ -158,10 +187,14 @@ __device__ __forceinline__ void mx_wgmma_tile(const MoeGemmArgs& a) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 2) bf16_mxfp4w_moe_gate_up_swiglu_wgmma(MoeGemmArgs a) {
-  mx_wgmma_tile<true>(a);
+template <int kBM>
+__global__ void __launch_bounds__(kThreads, WgmmaTile<kBM>::kMinCtas) bf16_mxfp4w_moe_gate_up_swiglu_wgmma(MoeGemmArgs a) {
+  mx_wgmma_tile<kBM, true>(a);
 }
-__global__ void __launch_bounds__(kThreads, 2) bf16_mxfp4w_moe_down_wgmma(MoeGemmArgs a) { mx_wgmma_tile<false>(a); }
+template <int kBM>
+__global__ void __launch_bounds__(kThreads, WgmmaTile<kBM>::kMinCtas) bf16_mxfp4w_moe_down_wgmma(MoeGemmArgs a) {
+  mx_wgmma_tile<kBM, false>(a);
+}
 
 // out[r][64 kc + mx_wgmma_perm_col(q)] = x[r][64 kc + q]: a thread moves 8 columns (4 pairs).
 __global__ void mx_permute_cols(const uint16_t* __restrict__ x, int64_t pieces, int k, uint16_t* __restrict__ out) {
@@ -178,28 +211,46 @@ __global__ void mx_permute_cols(const uint16_t* __restrict__ x, int64_t pieces, 
   }
 }
 
-void check_wgmma_args(const MoeGemmArgs& a, const char* name) {
+void check_wgmma_args(const MoeGemmArgs& a, int tile_m, const char* name) {
   OSSRT_CU_CHECK(mxfp4_wgmma_fits(a.n, a.k), name, ": N ", a.n, " must be a positive multiple of ", kBN, " and K ",
                  a.k, " of ", kBK);
+  OSSRT_CU_CHECK(tile_m == 64 || tile_m == 128, name, ": route tiles of ", tile_m, " rows (64 or 128)");
   OSSRT_CU_CHECK(a.wq && a.wscale, name, ": null MXFP4 weights or scales");
 }
 
-void launch_wgmma(void (*kernel)(MoeGemmArgs), const MoeGemmArgs& a, cudaStream_t stream) {
+template <int kBM>
+void launch_wgmma(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
+  constexpr int smem = WgmmaTile<kBM>::kSmemBytes;
   // Both kernels' shared-memory limit raised once, at the first launch (an eager prefill step).
   static const cudaError_t prepared = [] {
-    const cudaError_t e = cudaFuncSetAttribute(bf16_mxfp4w_moe_gate_up_swiglu_wgmma,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    const cudaError_t e = cudaFuncSetAttribute(bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     return e != cudaSuccess ? e
-                            : cudaFuncSetAttribute(bf16_mxfp4w_moe_down_wgmma,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+                            : cudaFuncSetAttribute(bf16_mxfp4w_moe_down_wgmma<kBM>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   }();
   OSSRT_CUDA_CALL(prepared);
-  kernel<<<dim3(a.max_tiles, a.n / kBN), kThreads, kSmemBytes, stream>>>(a);
+  const dim3 grid(a.max_tiles, a.n / kBN);
+  if (swiglu)
+    bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM><<<grid, kThreads, smem, stream>>>(a);
+  else
+    bf16_mxfp4w_moe_down_wgmma<kBM><<<grid, kThreads, smem, stream>>>(a);
 }
 
 }  // namespace
 
 bool mxfp4_wgmma_fits(int n, int k) { return n > 0 && n % kBN == 0 && n / kBN <= 65535 && k > 0 && k % kBK == 0; }
+
+int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts) {
+  // Developer switch OSSRT_CUDA_MOE_WGMMA_TILE=64|128 (A/B timing), read once; else by rows an expert.
+  static const int forced = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_WGMMA_TILE");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (forced == 64 || forced == 128) return forced;
+  const int64_t per_expert = (int64_t(tokens) * top_k + num_experts - 1) / num_experts;
+  return per_expert >= 128 ? 128 : 64;
+}
 
 bool mxfp4_wgmma_enabled() {
   static const bool on = [] {
@@ -218,17 +269,17 @@ void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, c
   OSSRT_CHECK_LAUNCH("mx_permute_cols");
 }
 
-void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& a, cudaStream_t stream) {
-  check_wgmma_args(a, "bf16_mxfp4w_moe_gate_up_swiglu_wgmma");
+void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {
+  check_wgmma_args(a, tile_m, "bf16_mxfp4w_moe_gate_up_swiglu_wgmma");
   if (a.max_tiles == 0) return;
-  launch_wgmma(bf16_mxfp4w_moe_gate_up_swiglu_wgmma, a, stream);
+  tile_m == 128 ? launch_wgmma<128>(true, a, stream) : launch_wgmma<64>(true, a, stream);
   OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_gate_up_swiglu_wgmma");
 }
 
-void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& a, cudaStream_t stream) {
-  check_wgmma_args(a, "bf16_mxfp4w_moe_down_wgmma");
+void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {
+  check_wgmma_args(a, tile_m, "bf16_mxfp4w_moe_down_wgmma");
   if (a.max_tiles == 0) return;
-  launch_wgmma(bf16_mxfp4w_moe_down_wgmma, a, stream);
+  tile_m == 128 ? launch_wgmma<128>(false, a, stream) : launch_wgmma<64>(false, a, stream);
   OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_down_wgmma");
 }
 

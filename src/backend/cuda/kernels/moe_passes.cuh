@@ -118,14 +118,16 @@ void launch_bf16_bf16w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
 // (moe_mxfp4_prefill.cu).
 void launch_bf16_mxfp4w_moe_gate_up_swiglu(const MoeGemmArgs& args, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
-// MXFP4 weights, large M on wgmma (moe_mxfp4_wgmma.cu): 192 weight rows x the route's 64-row tiles.
+// MXFP4 weights, large M on wgmma (moe_mxfp4_wgmma.cu): 192 weight rows x the route's tiles of
+// tile_m = 64 or 128 rows (mxfp4_wgmma_tile_m).
 // Their activations are in the column order of mx_wgmma_perm_col: x permuted by
 // launch_mx_permute_cols, act written so by the gate_up GEMM (and read so only by this down GEMM).
 bool mxfp4_wgmma_fits(int n, int k);  // N a multiple of 192, K of 64
 bool mxfp4_wgmma_enabled();           // developer switch OSSRT_CUDA_MOE_WGMMA=0 (A/B timing), read once
 void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, cudaStream_t stream);
-void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& args, cudaStream_t stream);
-void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, cudaStream_t stream);
+int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts);  // 128 from 128 rows an expert on average
+void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
+void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
 // MXFP4 weights, small M: the route's tiles hold 8 * n_tiles rows (n_tiles = 1, 2 or 4), one CTA
 // per (tile, 16 weight rows), K split over its 4 warps (moe_mxfp4_decode.cu).
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& args, int n_tiles, cudaStream_t stream);
