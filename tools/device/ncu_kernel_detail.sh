@@ -6,7 +6,8 @@
 # root after tools/device/cuda_pack.sh, carry [".carry/cuda"] (or .carry/cudaz unpacked first).
 #
 # Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4] [BATCH=1] [CONTEXT=1024] [COUNT=4] [DEADLINE_S=120]
-#        [KERNELS='regex:mxfp4w_moe'] [ENVS="VAR=value ..."] tools/device/ncu_kernel_detail.sh
+#        [KERNELS='regex:mxfp4w_moe'] [SKIP=0] [ENVS="VAR=value ..."] tools/device/ncu_kernel_detail.sh
+#        (SKIP: matching launches passed over before the COUNT profiled ones)
 #        or, for kernels a test binary launches (outside CUDA graphs):
 #        TEST="moe_mxfp4_test --gtest_filter=..." [KERNELS=...] [COUNT=...] tools/device/ncu_kernel_detail.sh
 # Output: $OUT/ncu_detail_<label>.txt, where label is LABEL (default: batch B).
@@ -34,7 +35,7 @@ STALLS=$(for r in long_scoreboard short_scoreboard wait barrier mio_throttle lg_
   not_selected selected membar drain no_instruction dispatch_stall sleeping tex_throttle imc_miss; do
   printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' "$r"; done | sed 's/,$//')
 echo "== ncu detail: $MODEL $QUANT batch $BATCH, kernels $KERNELS x $COUNT, ${ENVS:-no extra env}, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
-NCU_ARGS=(--clock-control none --cache-control none -k "$KERNELS" -c "$COUNT" --section SpeedOfLight
+NCU_ARGS=(--clock-control none --cache-control none -k "$KERNELS" -s "${SKIP:-0}" -c "$COUNT" --section SpeedOfLight
   --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis
   --section SchedulerStats --metrics "$STALLS" --log-file "$LOG")
 if [ -n "${TEST:-}" ]; then
