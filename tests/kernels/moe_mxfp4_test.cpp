@@ -586,9 +586,8 @@ TEST(Mxfp4Moe, TokenOutputIsBatchInvariantWithinARegime) {
   // small M): bit-identical within each regime. Large M at 300 tokens runs the wgmma kernels' 64-row
   // route tiles and at 1,200 (150 rows an expert) their 128-row ones; the token alone runs 64.
   const Experts& ex = experts(32);
-  for (const auto& [path, tokens] :
-       std::vector<std::pair<Path, int>>{{Path::Mxfp4SmallM, 64}, {Path::Mxfp4SmallM, 200}, {Path::Mxfp4LargeM, 300},
-                                                {Path::Mxfp4LargeM, 1200}}) {
+  for (const auto& [path, tokens] : std::vector<std::pair<Path, int>>{
+           {Path::Mxfp4SmallM, 64}, {Path::Mxfp4SmallM, 200}, {Path::Mxfp4LargeM, 300}, {Path::Mxfp4LargeM, 1200}}) {
     SCOPED_TRACE(std::string(path_name(path)) + ", batch " + std::to_string(tokens));
     const std::vector<uint16_t> x = random_bf16(size_t(tokens) * kHidden, 61, 1.0f);
     const Routing r = random_routing(tokens, 32, 62);

@@ -53,7 +53,7 @@ struct WgmmaTile {
     uint8_t s[kRowTiles][kMxChunkScaleBytes];
   };
   static constexpr int kStageBytes = (int(sizeof(Stage)) + 1023) / 1024 * 1024;  // x tiles 1024-byte aligned
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;               // + the base's alignment
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;                // + the base's alignment
 };
 
 template <int kBM, bool kSwiglu>
@@ -188,7 +188,8 @@ __device__ __forceinline__ void mx_wgmma_tile(const MoeGemmArgs& a) {
 }
 
 template <int kBM>
-__global__ void __launch_bounds__(kThreads, WgmmaTile<kBM>::kMinCtas) bf16_mxfp4w_moe_gate_up_swiglu_wgmma(MoeGemmArgs a) {
+__global__ void __launch_bounds__(kThreads, WgmmaTile<kBM>::kMinCtas)
+    bf16_mxfp4w_moe_gate_up_swiglu_wgmma(MoeGemmArgs a) {
   mx_wgmma_tile<kBM, true>(a);
 }
 template <int kBM>
@@ -212,8 +213,8 @@ __global__ void mx_permute_cols(const uint16_t* __restrict__ x, int64_t pieces, 
 }
 
 void check_wgmma_args(const MoeGemmArgs& a, int tile_m, const char* name) {
-  OSSRT_CU_CHECK(mxfp4_wgmma_fits(a.n, a.k), name, ": N ", a.n, " must be a positive multiple of ", kBN, " and K ",
-                 a.k, " of ", kBK);
+  OSSRT_CU_CHECK(mxfp4_wgmma_fits(a.n, a.k), name, ": N ", a.n, " must be a positive multiple of ", kBN, " and K ", a.k,
+                 " of ", kBK);
   OSSRT_CU_CHECK(tile_m == 64 || tile_m == 128, name, ": route tiles of ", tile_m, " rows (64 or 128)");
   OSSRT_CU_CHECK(a.wq && a.wscale, name, ": null MXFP4 weights or scales");
 }
