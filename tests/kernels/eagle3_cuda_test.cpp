@@ -367,17 +367,8 @@ TEST(Eagle3Cuda, RuntimePlansTheHeadsCache) {
   OSSRT_SKIP_WITHOUT_GPU();
   TempDir dir;
   write_head(dir.path(), cuda_head_spec(13, false));
-  RuntimeOptions o;
-  o.model = "tiny";
-  o.load_format = "dummy";
-  o.weights_seed = 3;
+  RuntimeOptions o = tiny_runtime_with_head(dir.path());
   o.backend = "cuda";
-  o.max_num_seqs = 2;
-  o.max_num_batched_tokens = 128;
-  o.max_model_len = 256;
-  o.kv_cache_bytes = size_t(64) << 20;
-  o.speculative_config =
-      fmt::format(R"({{"method": "eagle3", "model": "{}", "num_speculative_tokens": 2}})", dir.path().string());
   std::unique_ptr<ModelRuntime> rt = ModelRuntime::build(o);
   const MemoryReport& m = rt->engine().memory_report();
   EXPECT_GT(m.draft_kv_bytes, 0u);

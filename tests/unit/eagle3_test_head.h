@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/runtime_options.h"
+
 namespace ossrt::testing_eagle3 {
 
 namespace fs = std::filesystem;
@@ -154,6 +156,23 @@ inline HeadValues write_head(const fs::path& dir, const HeadSpec& s) {
   config.update(s.extra);
   std::ofstream(dir / "config.json") << config.dump(2);
   return v;
+}
+
+// The runtime options of the tests that build a ModelRuntime with a head: the tiny model (dummy
+// weights, seed 3), 2 sequences, 128 tokens a step, 256 of context, 64 MiB of KV cache, and the
+// head in `head_dir` drafting 2 tokens. The caller sets the backend (and its threads).
+inline RuntimeOptions tiny_runtime_with_head(const fs::path& head_dir) {
+  RuntimeOptions o;
+  o.model = "tiny";
+  o.load_format = "dummy";
+  o.weights_seed = 3;
+  o.max_num_seqs = 2;
+  o.max_num_batched_tokens = 128;
+  o.max_model_len = 256;
+  o.kv_cache_bytes = size_t(64) << 20;
+  o.speculative_config =
+      fmt::format(R"({{"method": "eagle3", "model": "{}", "num_speculative_tokens": 2}})", head_dir.string());
+  return o;
 }
 
 }  // namespace ossrt::testing_eagle3

@@ -583,17 +583,8 @@ TEST_F(Eagle3EngineTest, PreemptionRestartsTheHeadsRowsAndKeepsTheOutput) {
 TEST(Eagle3Runtime, LoadsTheHeadFromSpeculativeConfig) {
   TempDir dir;
   write_head(dir.path(), HeadSpec{});
-  RuntimeOptions o;
-  o.model = "tiny";
-  o.load_format = "dummy";
-  o.weights_seed = 3;
+  RuntimeOptions o = tiny_runtime_with_head(dir.path());
   o.threads = 2;
-  o.max_num_seqs = 2;
-  o.max_num_batched_tokens = 128;
-  o.max_model_len = 256;
-  o.kv_cache_bytes = size_t(64) << 20;
-  o.speculative_config =
-      fmt::format(R"({{"method": "eagle3", "model": "{}", "num_speculative_tokens": 2}})", dir.path().string());
   std::unique_ptr<ModelRuntime> rt = ModelRuntime::build(o);
   EXPECT_FALSE(rt->engine().config().enable_prefix_caching);  // the head needs every prompt row
   const std::vector<int32_t> prompt = random_prompt(30, 5, 200000);
