@@ -39,10 +39,12 @@ static_assert(kBK * 2 == 128, "the swizzled tile's rows are 128 bytes");
 // CTA an SM (64 accumulators a thread), the MMAs of chunk kc still running while chunk kc + 1 is
 // dequantized into the other A registers (wgmma_wait<1>), so a chunk's slot is refilled only two
 // chunks later; the dequantization is shared by twice the tokens.
-template <int kBM>
+// kDeep: a longer ring (6 stages at 64 rows, still two CTAs an SM; 8 at 128), for more weight bytes
+// in flight per SM where the rows an expert are few and the GEMM streams weights.
+template <int kBM, bool kDeep>
 struct WgmmaTile {
   static constexpr bool kPipelined = kBM == 128;
-  static constexpr int kStages = kPipelined ? 5 : 4;
+  static constexpr int kStages = kPipelined ? (kDeep ? 8 : 5) : (kDeep ? 6 : 4);
   static constexpr int kAhead = kPipelined ? kStages - 2 : kStages - 1;  // chunks loaded ahead
   static constexpr int kMinCtas = kPipelined ? 1 : 2;
   static constexpr int kXPieces = kBM * kBK / 8;  // 16-byte pieces of a stage's activation tile
@@ -56,9 +58,9 @@ struct WgmmaTile {
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;                // + the base's alignment
 };
 
-template <int kBM, bool kSwiglu>
+template <int kBM, bool kDeep, bool kSwiglu>
 __device__ __forceinline__ void mx_wgmma_tile(const MoeGemmArgs& a) {
-  using T = WgmmaTile<kBM>;
+  using T = WgmmaTile<kBM, kDeep>;
   using Stage = typename T::Stage;
   const int tile = blockIdx.x;
   if (tile >= *a.num_tiles) return;
@@ -187,14 +189,14 @@ __device__ __forceinline__ void mx_wgmma_tile(const MoeGemmArgs& a) {
   }
 }
 
-template <int kBM>
-__global__ void __launch_bounds__(kThreads, WgmmaTile<kBM>::kMinCtas)
+template <int kBM, bool kDeep>
+__global__ void __launch_bounds__(kThreads, WgmmaTile<kBM, kDeep>::kMinCtas)
     bf16_mxfp4w_moe_gate_up_swiglu_wgmma(MoeGemmArgs a) {
-  mx_wgmma_tile<kBM, true>(a);
+  mx_wgmma_tile<kBM, kDeep, true>(a);
 }
-template <int kBM>
-__global__ void __launch_bounds__(kThreads, WgmmaTile<kBM>::kMinCtas) bf16_mxfp4w_moe_down_wgmma(MoeGemmArgs a) {
-  mx_wgmma_tile<kBM, false>(a);
+template <int kBM, bool kDeep>
+__global__ void __launch_bounds__(kThreads, WgmmaTile<kBM, kDeep>::kMinCtas) bf16_mxfp4w_moe_down_wgmma(MoeGemmArgs a) {
+  mx_wgmma_tile<kBM, kDeep, false>(a);
 }
 
 // out[r][64 kc + mx_wgmma_perm_col(q)] = x[r][64 kc + q]: a thread moves 8 columns (4 pairs).
@@ -219,23 +221,37 @@ void check_wgmma_args(const MoeGemmArgs& a, int tile_m, const char* name) {
   OSSRT_CU_CHECK(a.wq && a.wscale, name, ": null MXFP4 weights or scales");
 }
 
-template <int kBM>
+template <int kBM, bool kDeep>
 void launch_wgmma(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
-  constexpr int smem = WgmmaTile<kBM>::kSmemBytes;
+  constexpr int smem = WgmmaTile<kBM, kDeep>::kSmemBytes;
   // Both kernels' shared-memory limit raised once, at the first launch (an eager prefill step).
   static const cudaError_t prepared = [] {
-    const cudaError_t e = cudaFuncSetAttribute(bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM>,
+    const cudaError_t e = cudaFuncSetAttribute(bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM, kDeep>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     return e != cudaSuccess ? e
-                            : cudaFuncSetAttribute(bf16_mxfp4w_moe_down_wgmma<kBM>,
+                            : cudaFuncSetAttribute(bf16_mxfp4w_moe_down_wgmma<kBM, kDeep>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   }();
   OSSRT_CUDA_CALL(prepared);
   const dim3 grid(a.max_tiles, a.n / kBN);
   if (swiglu)
-    bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM><<<grid, kThreads, smem, stream>>>(a);
+    bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM, kDeep><<<grid, kThreads, smem, stream>>>(a);
   else
-    bf16_mxfp4w_moe_down_wgmma<kBM><<<grid, kThreads, smem, stream>>>(a);
+    bf16_mxfp4w_moe_down_wgmma<kBM, kDeep><<<grid, kThreads, smem, stream>>>(a);
+}
+
+// Developer switch OSSRT_CUDA_MOE_WGMMA_DEEP=0: the shorter rings (A/B timing), read once.
+bool deep_ring() {
+  static const bool on = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_WGMMA_DEEP");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+template <int kBM>
+void launch_wgmma_ring(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
+  deep_ring() ? launch_wgmma<kBM, true>(swiglu, a, stream) : launch_wgmma<kBM, false>(swiglu, a, stream);
 }
 
 }  // namespace
@@ -273,14 +289,14 @@ void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, c
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {
   check_wgmma_args(a, tile_m, "bf16_mxfp4w_moe_gate_up_swiglu_wgmma");
   if (a.max_tiles == 0) return;
-  tile_m == 128 ? launch_wgmma<128>(true, a, stream) : launch_wgmma<64>(true, a, stream);
+  tile_m == 128 ? launch_wgmma_ring<128>(true, a, stream) : launch_wgmma_ring<64>(true, a, stream);
   OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_gate_up_swiglu_wgmma");
 }
 
 void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {
   check_wgmma_args(a, tile_m, "bf16_mxfp4w_moe_down_wgmma");
   if (a.max_tiles == 0) return;
-  tile_m == 128 ? launch_wgmma<128>(false, a, stream) : launch_wgmma<64>(false, a, stream);
+  tile_m == 128 ? launch_wgmma_ring<128>(false, a, stream) : launch_wgmma_ring<64>(false, a, stream);
   OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_down_wgmma");
 }
 
