@@ -15,24 +15,13 @@ QUANT=${QUANT:-mxfp4}
 BATCHES=${BATCHES:-1 8 64}
 CONTEXT=${CONTEXT:-1024}
 DEADLINE_S=${DEADLINE_S:-200}
-START=$(date +%s)
-ROOT=$(pwd)
-PACK=$ROOT/.carry/cuda
-FINAL=${OUT:-/tmp/ossrt-out}
-mkdir -p "$FINAL"
-source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
-left() { echo $((START + DEADLINE_S - $(date +%s))); }
+source "$(pwd)/tools/device/ab_common.sh"  # START, ROOT, PACK, FINAL, left, ab_variant, ab_done
 echo "== decode A/B: $MODEL $QUANT, batches $BATCHES, context $CONTEXT, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
 BATCH_LIST=$(echo "$BATCHES" | tr ' ' ',')
 for variant in "$@"; do
-  label=${variant%%=*}
-  settings=${variant#*=}
-  [ "$(left)" -gt 30 ] || { echo "-- $label skipped: no time left"; continue; }
-  envs=()
-  [ -n "$settings" ] && IFS=',' read -ra envs <<< "$settings"
+  ab_variant "$variant" || continue
   bin=ossrt
   for e in "${envs[@]}"; do case $e in OSSRT_AB_BIN=*) bin=${e#OSSRT_AB_BIN=} ;; esac; done
-  echo "== $label: ${settings:-(as is)}"
   env "${envs[@]}" timeout "$(left)" "$PACK/bin/$bin" bench cost --model "$MODEL" --load-format dummy --backend cuda \
     --quantization "$QUANT" --no-prefill --contexts "$CONTEXT" --batch-sizes "$BATCH_LIST" --repeats 1 --no-progress \
     --warmup-steps 5 --decode-steps 40 --result-dir "/tmp/ab_$label" > "/tmp/ab_$label.log" 2>&1
@@ -41,4 +30,4 @@ for variant in "$@"; do
   grep -o "step timing.*" "/tmp/ab_$label.log"  # with OSSRT_CUDA_STEP_TIMING=1 (step_timing.h)
   cp /tmp/ab_"$label"/*.json "$FINAL/ab_$label.json" 2>/dev/null
 done
-echo "== done after $(( $(date +%s) - START )) s"
+ab_done

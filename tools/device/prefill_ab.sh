@@ -14,22 +14,11 @@ QUANT=${QUANT:-mxfp4-fp8}
 INPUT_LENS=${INPUT_LENS:-1024 8192}
 REPEATS=${REPEATS:-3}
 DEADLINE_S=${DEADLINE_S:-200}
-START=$(date +%s)
-ROOT=$(pwd)
-PACK=$ROOT/.carry/cuda
-FINAL=${OUT:-/tmp/ossrt-out}
-mkdir -p "$FINAL"
-source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
-left() { echo $((START + DEADLINE_S - $(date +%s))); }
+source "$(pwd)/tools/device/ab_common.sh"  # START, ROOT, PACK, FINAL, left, ab_variant, ab_done
 echo "== prefill A/B: $MODEL $QUANT, prompts $INPUT_LENS, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
 LENS=$(echo "$INPUT_LENS" | tr ' ' ',')
 for variant in "$@"; do
-  label=${variant%%=*}
-  settings=${variant#*=}
-  [ "$(left)" -gt 30 ] || { echo "-- $label skipped: no time left"; continue; }
-  envs=()
-  [ -n "$settings" ] && IFS=',' read -ra envs <<< "$settings"
-  echo "== $label: ${settings:-(as is)}"
+  ab_variant "$variant" || continue
   env "${envs[@]}" timeout "$(left)" "$PACK/bin/ossrt" bench cost --model "$MODEL" --load-format dummy --backend cuda \
     --quantization "$QUANT" --input-lens "$LENS" --repeats "$REPEATS" --no-decode --no-progress \
     --result-dir "/tmp/pf_$label" > "/tmp/pf_$label.log" 2>&1
@@ -37,4 +26,4 @@ for variant in "$@"; do
   grep -A6 "^Prefill:" "/tmp/pf_$label.log"
   cp /tmp/pf_"$label"/*.json "$FINAL/prefill_$label.json" 2>/dev/null
 done
-echo "== done after $(( $(date +%s) - START )) s"
+ab_done
