@@ -117,11 +117,12 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
       a.regime == MoeRegime::Auto ? choose_mxfp4_regime(a.num_tokens, a.top_k, a.num_experts) : a.regime;
   const int n_tiles = mxfp4_small_m_tiles(a.num_tokens, a.top_k, a.num_experts);
   // Large M on wgmma where the shapes fit it (gpt-oss's do), else on the mma.sync kernels.
+  // (Their route tiles are the grid's y: at most 65,535, i.e. some 4 million pairs.)
+  const int wgmma_tile_m = mxfp4_wgmma_tile_m(a.num_tokens, a.top_k, a.num_experts);
   const bool wgmma = regime == MoeRegime::LargeM && mxfp4_wgmma_enabled() &&
-                     mxfp4_wgmma_fits(2 * a.intermediate, a.hidden) && mxfp4_wgmma_fits(a.hidden, a.intermediate);
-  const int tile_m = regime == MoeRegime::SmallM ? 8 * n_tiles
-                     : wgmma                     ? mxfp4_wgmma_tile_m(a.num_tokens, a.top_k, a.num_experts)
-                                                 : kMoeTileM;
+                     mxfp4_wgmma_fits(2 * a.intermediate, a.hidden) && mxfp4_wgmma_fits(a.hidden, a.intermediate) &&
+                     moe_max_tiles(pairs, a.num_experts, wgmma_tile_m) <= 65535;
+  const int tile_m = regime == MoeRegime::SmallM ? 8 * n_tiles : wgmma ? wgmma_tile_m : kMoeTileM;
   // A few pairs (one or two decoding tokens): no route pass and no tile lookups. Each pair streams
   // its expert's weights on its own; two pairs on one expert (a batch of two) read them twice, mostly
   // from L2, since their CTAs run side by side. Same per-row arithmetic as the routed tiles.

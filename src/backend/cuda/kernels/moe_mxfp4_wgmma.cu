@@ -4,19 +4,20 @@
 // The weights are the MMA's A operand, taken from registers: warp w of a CTA owns one 16-row layout
 // tile (moe_mxfp4.cuh), and a lane's 16 bytes of a chunk dequantize (mx_dequant_word) into exactly
 // its A fragments for the chunk's 4 k16 steps, so the 4-bit weights are never expanded in shared
-// memory. The tokens of one route tile (64 rows) are the B operand: a 64 x 64 tile per k chunk in
-// shared memory, 128-byte swizzled, read by the wgmma through a descriptor. Because A's k order is
-// the layout's permuted one, the activations are stored permuted the same way (mx_wgmma_perm_col):
-// x by a copy kernel before the gate_up GEMM (mx_permute_cols), the SwiGLU output by the gate_up
-// GEMM's epilogue itself, so the down GEMM loads it as it is.
-// A CTA = 3 warpgroups = 192 weight rows (12 layout tiles) x 64 tokens; each warpgroup issues one
-// m64n64k16 MMA per k16 step into 32 f32 accumulators per thread. Weights, scales and activations
-// for the next kStages - 1 chunks stream through shared memory with cp.async; a chunk's MMAs are
-// waited for before the next chunk's barrier, and two CTAs share an SM so one's MMAs run while the
-// other dequantizes. A row's result depends only on its own data (the MMA computes each output on
-// its own), so a token is bit-identical alone or in any batch; the rounding differs from the
-// mma.sync kernels (moe_mxfp4_prefill.cu: other products' order), as theirs differs from each other.
+// memory. The tokens of one route tile (64 or 128 rows) are the B operand: that many rows x 64
+// columns per k chunk in shared memory, 128-byte swizzled, read by the wgmma through a descriptor.
+// Because A's k order is the layout's permuted one, the activations are stored permuted the same way
+// (mx_wgmma_perm_col): x by a copy kernel before the gate_up GEMM (mx_permute_cols), the SwiGLU output
+// by the gate_up GEMM's epilogue itself, so the down GEMM loads it as it is.
+// A CTA = 3 warpgroups = 192 weight rows (12 layout tiles) x the route tile's tokens; each warpgroup
+// issues one m64n64k16 (m64n128k16) MMA per k16 step into 32 (64) f32 accumulators per thread.
+// Weights, scales and activations for the next WgmmaTile::kAhead chunks stream through shared memory
+// with cp.async; how a chunk's MMAs overlap the next chunk's dequantization is WgmmaTile's comment.
+// A row's result depends only on its own data (the MMA computes each output on its own), so a token
+// is bit-identical alone or in any batch, on either tile size (tested); the rounding differs from
+// the mma.sync kernels (moe_mxfp4_prefill.cu: other products' order).
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
@@ -229,15 +230,20 @@ void check_wgmma_args(const MoeGemmArgs& a, int tile_m, const char* name) {
 template <int kBM, bool kDeep>
 void launch_wgmma(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
   constexpr int smem = WgmmaTile<kBM, kDeep>::kSmemBytes;
-  // Both kernels' shared-memory limit raised once, at the first launch (an eager prefill step).
-  static const cudaError_t prepared = [] {
-    const cudaError_t e = cudaFuncSetAttribute(bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM, kDeep>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    return e != cudaSuccess ? e
-                            : cudaFuncSetAttribute(bf16_mxfp4w_moe_down_wgmma<kBM, kDeep>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  }();
-  OSSRT_CUDA_CALL(prepared);
+  // The shared-memory limit is a kernel attribute of each device: both kernels' raised at the first
+  // launch on a device (an eager prefill step; expert-parallel ranks each run a device of their own,
+  // from their own host thread). Raising it again is harmless, so a race only repeats the call.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> raised[kMaxDevices] = {};
+  int device = 0;
+  OSSRT_CUDA_CALL(cudaGetDevice(&device));
+  if (device >= kMaxDevices || !raised[device].load(std::memory_order_acquire)) {
+    OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM, kDeep>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_mxfp4w_moe_down_wgmma<kBM, kDeep>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (device < kMaxDevices) raised[device].store(true, std::memory_order_release);
+  }
   const dim3 grid(a.n / kBN, a.max_tiles);
   if (swiglu)
     bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM, kDeep><<<grid, kThreads, smem, stream>>>(a);
