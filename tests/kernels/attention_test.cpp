@@ -399,6 +399,36 @@ TEST(AttentionKernels, DecodeIsBatchInvariant) {
   expect_matches_reference(p, batched);
 }
 
+// The decode kernel's cp.async ring of 2, 4 or 6 tiles (AttentionArgs::decode_ring) changes only how
+// many tiles are in flight, never the arithmetic: bit-identical outputs, and the reference, with the
+// query's own row in the prologue's tiles or after them (pos at tile 0..5 of its split and beyond),
+// slices shorter than the ring, one and 32 splits, and keys requested before or after the PDL wait.
+TEST(AttentionKernels, DecodeRingDepthsAreBitIdentical) {
+  REQUIRE_GPU();
+  std::vector<SeqSpec> seqs = {{19999, 1}, {200, 1}, {0, 1}, {64, 1}, {130, 1}, {255, 1}, {383, 1}};
+  for (const SeqSpec& s : random_decode_batch(24, 9000, 121)) seqs.push_back(s);
+  for (const Case& c : {full_causal(seqs, 122), sliding(seqs, 123)}) {
+    const Problem p = make_problem(c);
+    const DeviceProblem dev(p);
+    for (int splits : {1, 32}) {
+      for (bool after_wait : {false, true}) {
+        SCOPED_TRACE("splits " + std::to_string(splits) + (after_wait ? ", keys after the wait" : ""));
+        const auto run = [&](int ring) {
+          return run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, kPrefillDefaultVariant, true,
+                               kAttnDefaultMinKeysPerSplit, after_wait, ring);
+        };
+        const std::vector<float> two = run(2);
+        expect_matches_reference(p, two);
+        for (int ring : {4, 6}) {
+          const std::vector<float> deep = run(ring);
+          ASSERT_EQ(deep.size(), two.size());
+          ASSERT_EQ(std::memcmp(deep.data(), two.data(), two.size() * sizeof(float)), 0) << "ring " << ring;
+        }
+      }
+    }
+  }
+}
+
 // Steps of short sequences (speculative verify steps: 1 + k tokens each) run the decode kernel with
 // one plan sequence per token row (DevicePlan::token_seqs, built as StepPlanUploader builds it;
 // CudaBackend::attention), every split in the grid and the cache rows requested after the PDL wait

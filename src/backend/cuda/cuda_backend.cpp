@@ -138,6 +138,13 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
                     attn_min_split_keys_ % 64 == 0,
                 "OSSRT_CUDA_ATTN_SPLIT_KEYS must be a positive multiple of 64, not '{}'", keys);
   }
+  if (const char* ring = std::getenv("OSSRT_CUDA_ATTN_DECODE_RING")) {
+    OSSRT_CHECK(std::sscanf(ring, "%d", &attn_decode_ring_) == 1 &&
+                    (attn_decode_ring_ == 2 || attn_decode_ring_ == 4 || attn_decode_ring_ == 6),
+                "OSSRT_CUDA_ATTN_DECODE_RING must be 2, 4 or 6, not '{}'", ring);
+  }
+  // Before any graph capture: the decode attention's rings need a raised shared-memory limit.
+  cuda::attention_decode_prepare();
   if (const char* mma = std::getenv("OSSRT_CUDA_FP8_GEMV_MMA")) {
     const std::string v = mma;
     OSSRT_CHECK(v == "0" || v == "1" || v == "all", "OSSRT_CUDA_FP8_GEMV_MMA must be 0, 1 or all, not '{}'", v);

@@ -221,6 +221,9 @@ class CudaBackend final : public Backend {
   // Decode attention: the fewest keys a split takes (AttentionArgs::min_keys_per_split); developer
   // switch OSSRT_CUDA_ATTN_SPLIT_KEYS (a multiple of 64) for A/B timing.
   int attn_min_split_keys_ = 256;
+  // Decode attention: tiles in the kernel's cp.async ring (AttentionArgs::decode_ring; 0 = the
+  // kernel's choice); developer switch OSSRT_CUDA_ATTN_DECODE_RING=2|4|6 for A/B timing.
+  int attn_decode_ring_ = 0;
   int gemv_max_rows_ = 8;          // linears and the router of at most this many rows use our GEMV kernels
   int moe_direct_max_pairs_ = -1;  // -1: MoeArgs' default; OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS (A/B switch)
   // The decode attention's folded split-merge tickets (0 between launches); OSSRT_CUDA_ATTN_FOLD=0

@@ -76,6 +76,9 @@ struct AttentionArgs {
   // (DevicePlan::token_seqs), so keys before a row's own position may be this step's too, written by
   // the kernel before: the CTA then requests no cache row before its PDL wait.
   bool kv_after_wait = false;
+  // Decode only: tiles in the decode kernel's cp.async ring (2, 4 or 6; 0 = attention_decode_ring's
+  // choice). Deeper rings keep more of a CTA's keys in flight; the arithmetic is the same.
+  int decode_ring = 0;
 };
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys
@@ -85,6 +88,11 @@ struct AttentionArgs {
 // arguments do not change the result (kept so callers need not change if occupancy enters later).
 int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms = 132,
                             int min_keys_per_split = kAttnDefaultMinKeysPerSplit);
+// The decode kernel's ring depth when AttentionArgs::decode_ring is 0.
+int attention_decode_ring(int num_seqs);
+// Raises the decode kernels' shared-memory limit on the current device (their rings need more than
+// the default 48 KB). Call before capturing a graph that launches them; the launcher calls it too.
+void attention_decode_prepare();
 // Workspace the decode kernel needs for num_seqs sequences at num_splits.
 size_t attention_decode_workspace_bytes(int num_seqs, int num_q_heads, int num_splits);
 

@@ -2,7 +2,9 @@
 //
 //   pass 1 (grid splits x Hkv x seqs, 4 warps): each CTA takes a contiguous slice of the sequence's
 //     visible keys for all 8 query heads of its KV head, so every K/V row is read from DRAM once.
-//     Keys stream through shared memory in 64-key tiles (K and V, cp.async, double-buffered); warp
+//     Keys stream through shared memory in 64-key tiles (K and V, cp.async, a ring of kRing tiles
+//     with kRing - 1 in flight while one is computed: a CTA is latency-bound on its loads at one
+//     sequence and long contexts, so the depth is what sets its bandwidth); warp
 //     w takes keys 16w..16w+15 of each tile. Scores are one m16n8k16 MMA chain with the 8 heads as
 //     rows 0-7 (rows 8-15 are zero: half an MMA is wasted, but the kernel is bandwidth-bound and
 //     the MMA replaces 8 x 64 FMAs per key and lane); P (bf16, as in the prefill kernel) times V
@@ -106,12 +108,31 @@ __device__ __forceinline__ void merge_head_splits(const AttentionArgs& a, const 
   *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(o0 / lsum, o1 / lsum);
 }
 
-template <KvCacheElem kElem>
+// Dynamic shared memory of the decode kernel: the ring of kRing landed tiles (bf16 rows the MMAs read,
+// or fp8 codes), plus for fp8 the one bf16 tile pair the codes are dequantized into. The warps'
+// partial states (DecodeMerge) reuse it after the last tile.
+struct DecodeMerge {
+  float m[kWarps][kGroup], l[kWarps][kGroup];
+  float acc[kWarps][kGroup][kD];
+};
+template <KvCacheElem kElem, int kRing>
+struct DecodeSmem {
+  static constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
+  static constexpr size_t kBf16Tile = size_t(kTileKeys) * kPitch * sizeof(__nv_bfloat16);
+  static constexpr size_t kCodeTile = size_t(kTileKeys) * kKvFp8RowBytes;
+  static constexpr int kBf16Tiles = kFp8 ? 1 : kRing;  // per K and per V
+  static constexpr size_t kCodes = kFp8 ? 2 * kRing * kCodeTile : 0;
+  static constexpr size_t kBytesRaw = 2 * kBf16Tiles * kBf16Tile + kCodes;
+  static constexpr size_t kBytes = kBytesRaw > sizeof(DecodeMerge) ? kBytesRaw : sizeof(DecodeMerge);
+};
+
+template <KvCacheElem kElem, int kRing>
 __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
   constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
-  // bf16: the cp.async ring of two tiles the MMAs read; fp8: the ring holds codes (k8_s, v8_s) and
+  using Smem = DecodeSmem<kElem, kRing>;
+  // bf16: the cp.async ring of kRing tiles the MMAs read; fp8: the ring holds codes (k8_s, v8_s) and
   // the MMAs read the one tile they are dequantized into.
-  constexpr int kStages = kFp8 ? 1 : 2;
+  constexpr int kStages = Smem::kBf16Tiles;
   // Launched with PDL (docs/kernels.md). Before pdl_wait() the CTA reads only what no kernel of the
   // step writes: the plan and block tables (uploaded before the step) and the cache rows of keys
   // before `pos` (written by earlier steps; this step's QKV kernel writes only the slot of `pos`).
@@ -127,13 +148,15 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   const int end = min(begin + per, pos + 1);
   if (begin >= end) return;  // a split this sequence does not use: pass 2 does not read it
 
-  __shared__ alignas(16) __nv_bfloat16 k_s[kStages][kTileKeys][kPitch];
-  __shared__ alignas(16) __nv_bfloat16 v_s[kStages][kTileKeys][kPitch];
-  __shared__ alignas(16) uint8_t k8_s[kFp8 ? 2 : 1][kFp8 ? kTileKeys : 1][kKvFp8RowBytes];
-  __shared__ alignas(16) uint8_t v8_s[kFp8 ? 2 : 1][kFp8 ? kTileKeys : 1][kKvFp8RowBytes];
-  __shared__ bool valid_s[2][kTileKeys];
-  __shared__ float m_s[kWarps][kGroup], l_s[kWarps][kGroup];
-  __shared__ float acc_s[kWarps][kGroup][kD];
+  extern __shared__ __align__(16) uint8_t smem[];
+  using Bf16Tile = __nv_bfloat16[kTileKeys][kPitch];
+  using CodeTile = uint8_t[kTileKeys][kKvFp8RowBytes];
+  Bf16Tile* k_s = reinterpret_cast<Bf16Tile*>(smem);
+  Bf16Tile* v_s = reinterpret_cast<Bf16Tile*>(smem + kStages * Smem::kBf16Tile);
+  CodeTile* k8_s = reinterpret_cast<CodeTile*>(smem + 2 * kStages * Smem::kBf16Tile);
+  CodeTile* v8_s = reinterpret_cast<CodeTile*>(smem + 2 * kStages * Smem::kBf16Tile + kRing * Smem::kCodeTile);
+  DecodeMerge& merge = *reinterpret_cast<DecodeMerge*>(smem);  // after the last tile
+  __shared__ bool valid_s[kRing][kTileKeys];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
@@ -180,23 +203,26 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   const int tiles = (end - begin + kTileKeys - 1) / kTileKeys;
   const bool has_pos = end == pos + 1;  // the slice ends at the query's own key
   const int pos_tile = (pos - begin) / kTileKeys;
+  // Prologue: tiles 0 .. kRing - 2, one cp.async group each, then a group for the row of pos.
   if (a.kv_after_wait) {  // rows of this step's other tokens may precede pos: all after the wait
     pdl_wait();
     pdl_launch_dependents();
-    load_tile(0, begin, -1);
-    cp_async_commit();
-    if (tiles > 1) load_tile(1, begin + kTileKeys, -1);
-    cp_async_commit();
+#pragma unroll
+    for (int t = 0; t < kRing - 1; ++t) {
+      if (t < tiles) load_tile(t, begin + t * kTileKeys, -1);
+      cp_async_commit();
+    }
   } else {
-    load_tile(0, begin, pos);
-    cp_async_commit();
-    if (tiles > 1) load_tile(1, begin + kTileKeys, pos);
-    cp_async_commit();
+#pragma unroll
+    for (int t = 0; t < kRing - 1; ++t) {
+      if (t < tiles) load_tile(t, begin + t * kTileKeys, pos);
+      cp_async_commit();
+    }
     pdl_wait();  // q and the row of `pos` come from the kernel before
     pdl_launch_dependents();
-    if (has_pos && pos_tile < 2) load_key_row(pos_tile, begin + pos_tile * kTileKeys, pos);
+    if (has_pos && pos_tile < kRing - 1) load_key_row(pos_tile, begin + pos_tile * kTileKeys, pos);
   }
-  cp_async_commit();  // (the row of pos; empty with kv_after_wait) three groups either way
+  cp_async_commit();  // (the row of pos; empty with kv_after_wait) kRing groups either way
 
   // Q fragments (A operand, 16 x 64): row g = query head g of this KV head, rows 8-15 zero.
   uint32_t qa[kD / 16][4];
@@ -214,17 +240,18 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   float m = -INFINITY, l = 0.f;  // row g's running max (log2 domain) and this thread's partial sum
   float acc[kD / 8][4] = {};     // O rows g (elements 0, 1) and g + 8 (2, 3; stay zero), 8 dim tiles
   for (int t = 0; t < tiles; ++t) {
-    // Tiles 0 and 1 (and the row of pos) were requested above: tile 0 waits for all of them. Tile
-    // t >= 1 was requested by the previous iteration, before the group this one commits.
-    if (t == 0) {
-      cp_async_wait<0>();
-    } else {
-      if (t + 1 < tiles) load_tile((t + 1) & 1, begin + (t + 1) * kTileKeys, -1);
-      cp_async_commit();   // possibly empty group, keeps the wait count uniform
-      cp_async_wait<1>();  // tile t has landed
-    }
+    // Tile t + kRing - 1 goes into the stage tile t - 1 used (free since the last iteration's
+    // closing barrier). Tile 0 waits for the prologue's groups (the row of pos among them) and lets
+    // only the group just committed run on; tile t >= 1 was requested before the newest
+    // kRing - 1 groups, and the prologue's others were complete at tile 0.
+    if (t + kRing - 1 < tiles) load_tile((t + kRing - 1) % kRing, begin + (t + kRing - 1) * kTileKeys, -1);
+    cp_async_commit();  // possibly empty group, keeps the wait count uniform
+    if (t == 0)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<kRing - 1>();
     __syncthreads();
-    const int ring = t & 1;
+    const int ring = t % kRing;
     if constexpr (kFp8) {
       dequantize_kv_tile_e4m3<kThreads, kTileKeys, kPitch>(k8_s[ring], v8_s[ring], k_s[0], v_s[0], tid);
       __syncthreads();
@@ -285,11 +312,12 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   // Merge the 4 warps' states, then write this split's partial per head.
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
-  if (c == 0) m_s[warp][g] = m, l_s[warp][g] = l;
+  // The ring is free: every requested tile was waited for and read before the last barrier.
+  if (c == 0) merge.m[warp][g] = m, merge.l[warp][g] = l;
 #pragma unroll
   for (int dt = 0; dt < kD / 8; ++dt) {
-    acc_s[warp][g][dt * 8 + 2 * c] = acc[dt][0];
-    acc_s[warp][g][dt * 8 + 2 * c + 1] = acc[dt][1];
+    merge.acc[warp][g][dt * 8 + 2 * c] = acc[dt][0];
+    merge.acc[warp][g][dt * 8 + 2 * c + 1] = acc[dt][1];
   }
   __syncthreads();
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
@@ -303,13 +331,13 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   for (int i = tid; i < kGroup * kD; i += kThreads) {
     const int h = i / kD, d = i % kD;
     float mx = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w][h]);
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, merge.m[w][h]);
     float lsum = 0.f, o = 0.f;
     if (mx != -INFINITY) {
       for (int w = 0; w < kWarps; ++w) {
-        const float f = exp2f(m_s[w][h] - mx);
-        lsum += l_s[w][h] * f;
-        o += acc_s[w][h][d] * f;
+        const float f = exp2f(merge.m[w][h] - mx);
+        lsum += merge.l[w][h] * f;
+        o += merge.acc[w][h][d] * f;
       }
     }
     if constexpr (kFp8) o *= v_scale;
@@ -360,6 +388,25 @@ __global__ void __launch_bounds__(kGroup * 32) bf16_sdpa_sinks_d64_decode_combin
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The ring's shared memory is over the 48 KB a kernel gets without asking: the limit is raised on
+// each device before its first launch there (attention_decode_prepare, called by the backend at
+// start, so never inside a graph capture; the launcher calls it too for direct callers).
+template <KvCacheElem kElem, int kRing>
+void prepare_decode() {
+  static PerDeviceOnce raised;
+  OSSRT_CUDA_CALL(raised.run([] {
+    return cudaFuncSetAttribute(bf16_sdpa_sinks_d64_decode<kElem, kRing>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                int(DecodeSmem<kElem, kRing>::kBytes));
+  }));
+}
+
+template <KvCacheElem kElem, int kRing>
+void launch_decode(dim3 grid, cudaStream_t stream, const AttentionArgs& args) {
+  prepare_decode<kElem, kRing>();
+  OSSRT_CUDA_CALL(launch_pdl_smem(bf16_sdpa_sinks_d64_decode<kElem, kRing>, grid, dim3(kThreads),
+                                  DecodeSmem<kElem, kRing>::kBytes, stream, args));
+}
+
 }  // namespace
 
 void validate_attention_args(const AttentionArgs& a) {
@@ -394,6 +441,20 @@ int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int
   return std::clamp(needed, 1, kAttnMaxDecodeSplits);
 }
 
+int attention_decode_ring(int num_seqs) {
+  (void)num_seqs;
+  return 4;
+}
+
+void attention_decode_prepare() {
+  prepare_decode<KvCacheElem::Bf16, 2>();
+  prepare_decode<KvCacheElem::Bf16, 4>();
+  prepare_decode<KvCacheElem::Bf16, 6>();
+  prepare_decode<KvCacheElem::Fp8E4m3, 2>();
+  prepare_decode<KvCacheElem::Fp8E4m3, 4>();
+  prepare_decode<KvCacheElem::Fp8E4m3, 6>();
+}
+
 size_t attention_decode_workspace_bytes(int num_seqs, int num_q_heads, int num_splits) {
   return size_t(num_seqs) * num_q_heads * num_splits * (kD + 2) * sizeof(float);
 }
@@ -408,16 +469,28 @@ void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& a, cudaStream_t stre
   OSSRT_CU_CHECK(a.min_keys_per_split >= kTileKeys && a.min_keys_per_split % kTileKeys == 0,
                  "attention decode: min_keys_per_split ", a.min_keys_per_split, " must be a positive multiple of ",
                  kTileKeys);
+  OSSRT_CU_CHECK(a.decode_ring == 0 || a.decode_ring == 2 || a.decode_ring == 4 || a.decode_ring == 6,
+                 "attention decode: decode_ring ", a.decode_ring, " is not 0 (auto), 2, 4 or 6");
   const size_t need = attention_decode_workspace_bytes(a.plan.num_seqs, a.num_q_heads, a.num_splits);
   OSSRT_CU_CHECK(a.workspace && a.workspace_bytes >= need && aligned16(a.workspace), "attention decode: workspace of ",
                  need, " bytes (16-byte aligned) needed, ", a.workspace_bytes, " given");
   AttentionArgs args = a;
   if (args.tickets_capacity < int64_t(a.plan.num_seqs) * a.num_kv_heads) args.tickets = nullptr;  // too few: pass 2
   const dim3 grid(a.num_splits, a.num_kv_heads, a.plan.num_seqs);
-  if (a.kv_elem == KvCacheElem::Fp8E4m3)
-    OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode<KvCacheElem::Fp8E4m3>, grid, dim3(kThreads), stream, args));
-  else
-    OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode<KvCacheElem::Bf16>, grid, dim3(kThreads), stream, args));
+  const int ring = a.decode_ring != 0 ? a.decode_ring : attention_decode_ring(a.plan.num_seqs);
+  if (a.kv_elem == KvCacheElem::Fp8E4m3) {
+    switch (ring) {
+      case 2: launch_decode<KvCacheElem::Fp8E4m3, 2>(grid, stream, args); break;
+      case 4: launch_decode<KvCacheElem::Fp8E4m3, 4>(grid, stream, args); break;
+      default: launch_decode<KvCacheElem::Fp8E4m3, 6>(grid, stream, args); break;
+    }
+  } else {
+    switch (ring) {
+      case 2: launch_decode<KvCacheElem::Bf16, 2>(grid, stream, args); break;
+      case 4: launch_decode<KvCacheElem::Bf16, 4>(grid, stream, args); break;
+      default: launch_decode<KvCacheElem::Bf16, 6>(grid, stream, args); break;
+    }
+  }
   if (args.tickets == nullptr)
     OSSRT_CUDA_CALL(launch_pdl(bf16_sdpa_sinks_d64_decode_combine, dim3(a.plan.num_seqs, a.num_kv_heads),
                                dim3(kGroup * 32), stream, args));

@@ -2,6 +2,7 @@
 // Device helpers shared by the attention and MoE kernels: bf16 packing, the sm_80-style
 // mma.sync m16n8k16 (bf16 in, fp32 accumulate; runs at full rate on sm_90), cp.async, and the
 // launch check. Only device/launcher .cu files include this (it pulls in cuda_bf16.h).
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -115,6 +116,28 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 // it (or exited). Only what precedes pdl_wait() overlaps: it must not read the previous kernel's output.
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+
+// Runs a CUDA call once per device: kernel attributes such as the dynamic shared-memory limit belong
+// to each device's context, and expert-parallel ranks drive a device each from their own host thread
+// (a process-wide `static` would set them on the first device only). Two threads racing on one
+// device only repeat the call, which is harmless for attributes.
+class PerDeviceOnce {
+ public:
+  template <typename F>
+  cudaError_t run(F&& call) {
+    int device = 0;
+    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+    const bool tracked = device >= 0 && device < kMaxDevices;
+    if (tracked && done_[device].load(std::memory_order_acquire)) return cudaSuccess;
+    const cudaError_t e = call();
+    if (e == cudaSuccess && tracked) done_[device].store(true, std::memory_order_release);
+    return e;
+  }
+
+ private:
+  static constexpr int kMaxDevices = 64;
+  std::atomic<bool> done_[kMaxDevices] = {};
+};
 
 // launch_pdl_smem: the same with `smem` bytes of dynamic shared memory.
 template <typename... Params, typename... Args>

@@ -17,7 +17,6 @@
 // is bit-identical alone or in any batch, on either tile size (tested); the rounding differs from
 // the mma.sync kernels (moe_mxfp4_prefill.cu: other products' order).
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
@@ -230,20 +229,15 @@ void check_wgmma_args(const MoeGemmArgs& a, int tile_m, const char* name) {
 template <int kBM, bool kDeep>
 void launch_wgmma(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
   constexpr int smem = WgmmaTile<kBM, kDeep>::kSmemBytes;
-  // The shared-memory limit is a kernel attribute of each device: both kernels' raised at the first
-  // launch on a device (an eager prefill step; expert-parallel ranks each run a device of their own,
-  // from their own host thread). Raising it again is harmless, so a race only repeats the call.
-  constexpr int kMaxDevices = 64;
-  static std::atomic<bool> raised[kMaxDevices] = {};
-  int device = 0;
-  OSSRT_CUDA_CALL(cudaGetDevice(&device));
-  if (device >= kMaxDevices || !raised[device].load(std::memory_order_acquire)) {
-    OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM, kDeep>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    OSSRT_CUDA_CALL(cudaFuncSetAttribute(bf16_mxfp4w_moe_down_wgmma<kBM, kDeep>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    if (device < kMaxDevices) raised[device].store(true, std::memory_order_release);
-  }
+  // The shared-memory limit, raised on each device at the first launch there (an eager prefill step).
+  static PerDeviceOnce raised;
+  OSSRT_CUDA_CALL(raised.run([] {
+    const cudaError_t e = cudaFuncSetAttribute(bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM, kDeep>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    return e != cudaSuccess ? e
+                            : cudaFuncSetAttribute(bf16_mxfp4w_moe_down_wgmma<kBM, kDeep>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  }));
   const dim3 grid(a.n / kBN, a.max_tiles);
   if (swiglu)
     bf16_mxfp4w_moe_gate_up_swiglu_wgmma<kBM, kDeep><<<grid, kThreads, smem, stream>>>(a);
