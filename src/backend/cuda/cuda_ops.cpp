@@ -409,7 +409,9 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   // (StepGraphCache::key).
   a.workspace = attn_workspace_;
   a.workspace_bytes = attn_workspace_bytes_;
-  a.decode_ring = attn_decode_ring_;
+  a.decode_ring = attn_decode_ring_ != 0
+                      ? attn_decode_ring_
+                      : cuda::attention_decode_ring(a.plan.num_seqs, a.num_kv_heads, a.num_splits, num_sms_);
   if (attn_fold_merge_) {
     a.tickets = attn_tickets_;
     a.tickets_capacity = attn_tickets_capacity_;

@@ -88,8 +88,9 @@ struct AttentionArgs {
 // arguments do not change the result (kept so callers need not change if occupancy enters later).
 int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms = 132,
                             int min_keys_per_split = kAttnDefaultMinKeysPerSplit);
-// The decode kernel's ring depth when AttentionArgs::decode_ring is 0.
-int attention_decode_ring(int num_seqs);
+// The decode kernel's ring depth for a grid of num_seqs x num_kv_heads x num_splits CTAs; what the
+// launcher uses when AttentionArgs::decode_ring is 0 (with 132 SMs).
+int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int num_sms = 132);
 // Raises the decode kernels' shared-memory limit on the current device (their rings need more than
 // the default 48 KB). Call before capturing a graph that launches them; the launcher calls it too.
 void attention_decode_prepare();

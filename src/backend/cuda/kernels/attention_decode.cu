@@ -87,18 +87,34 @@ __device__ __forceinline__ int used_splits(int n, int splits, int min_keys) {
 
 // Merges the `used` split partials of query head `head` of sequence seq_index, with the sink logit
 // as the initial max, normalises and writes dims 2 lane, 2 lane + 1 as bf16. Reads the partials
-// through L2 (__ldcg): in the folded merge other CTAs of the same grid wrote them.
+// through L2 (__ldcg): in the folded merge other CTAs of the same grid wrote them. Lane sp loads
+// split sp's max and sum, so those are one L2 round trip, not one a split (a serial loop over 32
+// splits cost ~25 us at long contexts, on the layer's critical path); the max and the weighted sum
+// are warp reductions (xor butterflies: every lane gets the same bits), and the acc loop keeps
+// several splits' loads in flight. With one split this is the arithmetic of the kernel's own
+// one-split merge (bf16_sdpa_sinks_d64_decode, `alone`), bit for bit.
 __device__ __forceinline__ void merge_head_splits(const AttentionArgs& a, const SeqStep& seq, int seq_index, int head,
                                                   int used, int lane) {
+  static_assert(kAttnMaxDecodeSplits <= 32, "lane sp holds split sp's max and weight");
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
   const int64_t state0 = (int64_t(seq_index) * a.num_q_heads + head) * a.num_splits;
   const float sink_log2 = bf16_bits_to_float(a.sinks[head]) * kLog2e;
-  float mx = sink_log2;
-  for (int sp = 0; sp < used; ++sp) mx = fmaxf(mx, __ldcg(part.m + state0 + sp));
-  float lsum = exp2f(sink_log2 - mx), o0 = 0.f, o1 = 0.f;
+  const bool mine = lane < used;
+  const float m_own = mine ? __ldcg(part.m + state0 + lane) : -INFINITY;
+  const float l_own = mine ? __ldcg(part.l + state0 + lane) : 0.f;
+  float mx = fmaxf(sink_log2, m_own);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float f_own = mine ? exp2f(m_own - mx) : 0.f;  // a split whose keys were all masked: m = -inf -> 0
+  float weighted = __fmul_rn(l_own, f_own);  // not contracted into an FMA: the one-split merge rounds the same
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) weighted += __shfl_xor_sync(0xffffffffu, weighted, o);
+  float lsum = exp2f(sink_log2 - mx);
+  lsum += weighted;
+  float o0 = 0.f, o1 = 0.f;
+#pragma unroll 8
   for (int sp = 0; sp < used; ++sp) {
-    const float f = exp2f(__ldcg(part.m + state0 + sp) - mx);  // a split whose keys were all masked: m = -inf -> 0
-    lsum += __ldcg(part.l + state0 + sp) * f;
+    const float f = __shfl_sync(0xffffffffu, f_own, sp);
     const float2 acc = __ldcg(reinterpret_cast<const float2*>(part.acc + (state0 + sp) * kD + 2 * lane));
     o0 += acc.x * f;
     o1 += acc.y * f;
@@ -347,7 +363,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
       const float top = fmaxf(sink_log2, mx);
       const float f = exp2f(mx - top);  // mx = -inf (every key masked): 0
       float denom = exp2f(sink_log2 - top);
-      denom += lsum * f;
+      denom += __fmul_rn(lsum, f);  // rounded product, as merge_head_splits's weighted sum
       const float out = (0.f + o * f) / denom;
       reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(seq.token_begin) * a.num_q_heads * kD + head * kD + d] =
           __float2bfloat16_rn(out);
@@ -441,9 +457,12 @@ int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int
   return std::clamp(needed, 1, kAttnMaxDecodeSplits);
 }
 
-int attention_decode_ring(int num_seqs) {
-  (void)num_seqs;
-  return 4;
+int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int num_sms) {
+  // Measured (docs/kernels.md, "Decode"): a deep ring pays where the grid is a few CTAs an SM (one
+  // long sequence: each CTA's loads in flight set the bandwidth); with more CTAs than 3 an SM, the
+  // 5-6 CTAs an SM that a 2-tile ring's shared memory allows beat 3 CTAs of 4 tiles.
+  const int64_t ctas = int64_t(num_seqs) * num_kv_heads * num_splits;
+  return ctas <= 3 * int64_t(num_sms) ? 4 : 2;
 }
 
 void attention_decode_prepare() {
@@ -477,7 +496,8 @@ void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& a, cudaStream_t stre
   AttentionArgs args = a;
   if (args.tickets_capacity < int64_t(a.plan.num_seqs) * a.num_kv_heads) args.tickets = nullptr;  // too few: pass 2
   const dim3 grid(a.num_splits, a.num_kv_heads, a.plan.num_seqs);
-  const int ring = a.decode_ring != 0 ? a.decode_ring : attention_decode_ring(a.plan.num_seqs);
+  const int ring =
+      a.decode_ring != 0 ? a.decode_ring : attention_decode_ring(a.plan.num_seqs, a.num_kv_heads, a.num_splits);
   if (a.kv_elem == KvCacheElem::Fp8E4m3) {
     switch (ring) {
       case 2: launch_decode<KvCacheElem::Fp8E4m3, 2>(grid, stream, args); break;
