@@ -269,16 +269,19 @@ inline std::vector<float> run_attention(const Problem& p, const DeviceProblem& d
                                         Kernel kernel, int num_splits = 0,
                                         int prefill_variant = cuda::kPrefillDefaultVariant, bool fold_merge = true,
                                         int min_keys_per_split = cuda::kAttnDefaultMinKeysPerSplit,
-                                        bool kv_after_wait = false, int decode_ring = 0) {
+                                        bool kv_after_wait = false, int decode_ring = 0,
+                                        int max_splits = cuda::kAttnMaxDecodeSplits) {
   const size_t out_elems = size_t(plan.num_tokens) * size_t(p.hq()) * kAttnD;
   DeviceArray<uint16_t> out(std::vector<uint16_t>(out_elems, kBf16NaN));
   cuda::AttentionArgs a = make_args(p, dev, plan, out.get());
   a.min_keys_per_split = min_keys_per_split;
   a.kv_after_wait = kv_after_wait;
   a.decode_ring = decode_ring;
+  a.max_splits = max_splits;
   a.num_splits = num_splits > 0
                      ? num_splits
-                     : cuda::attention_decode_splits(plan.num_seqs, p.hkv(), plan.max_context, 132, min_keys_per_split);
+                     : cuda::attention_decode_splits(plan.num_seqs, p.hkv(), plan.max_context, 132, min_keys_per_split,
+                                                     max_splits);
   const size_t ws_bytes = cuda::attention_decode_workspace_bytes(plan.num_seqs, p.hq(), a.num_splits);
   DeviceArray<char> workspace(ws_bytes);
   a.workspace = workspace.get();

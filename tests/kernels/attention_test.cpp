@@ -284,7 +284,7 @@ TEST(AttentionKernels, LongSequenceDecode) {
 
 TEST(AttentionKernels, DecodeAtEverySplitCount) {
   REQUIRE_GPU();
-  // 20,000 keys: the kernel's own slicing wants 32 splits of 640 keys; grids of 1..32 splits make
+  // 20,000 keys: the kernel's own slicing wants 63 splits of 320 keys; grids of 1..64 splits make
   // the slices grow to cover the range (tiles of 64 keys, a ragged last tile, splits that end
   // mid-block). Plus a sequence that needs only one split beside it, and the window, where the
   // split count is capped by the 128 visible keys.
@@ -292,10 +292,18 @@ TEST(AttentionKernels, DecodeAtEverySplitCount) {
   const DeviceProblem full_dev(full);
   const Problem window = make_problem(sliding({{19999, 1}, {200, 1}}, 55));
   const DeviceProblem window_dev(window);
-  for (int splits : {1, 2, 3, 5, 8, 13, 31, 32}) {
+  for (int splits : {1, 2, 3, 5, 8, 13, 31, 32, 33, 62, 63, 64}) {
     SCOPED_TRACE("splits " + std::to_string(splits));
     expect_matches_reference(full, run_attention(full, full_dev, full_dev.plan.view, Kernel::Decode, splits));
     expect_matches_reference(window, run_attention(window, window_dev, window_dev.plan.view, Kernel::Decode, splits));
+  }
+  // At most 32 splits a sequence (AttentionArgs::max_splits, the OSSRT_CUDA_ATTN_MAX_SPLITS switch):
+  // 32 slices of 640 keys.
+  for (int splits : {0, 32}) {
+    SCOPED_TRACE("max 32 splits, grid " + std::to_string(splits));
+    expect_matches_reference(full, run_attention(full, full_dev, full_dev.plan.view, Kernel::Decode, splits,
+                                                 kPrefillDefaultVariant, true, kAttnDefaultMinKeysPerSplit, false, 0,
+                                                 32));
   }
 }
 
@@ -322,7 +330,7 @@ TEST(AttentionKernels, DecodeWithSmallerSplitsMatchesReference) {
 
 TEST(AttentionKernels, DecodeAtTheLongestContext) {
   REQUIRE_GPU();
-  // gpt-oss's whole context: one query at position 131,071 over 131,072 keys (32 splits of 4,096).
+  // gpt-oss's whole context: one query at position 131,071 over 131,072 keys (64 splits of 2,048).
   check_case(full_causal({{131071, 1}}, 56), Kernel::Decode);
 }
 
@@ -361,13 +369,13 @@ TEST(AttentionKernels, OtherBlockSize) {
 TEST(AttentionKernels, DecodeMergeFoldedIsTheMergeKernel) {
   REQUIRE_GPU();
   // The split merge in pass 1's last CTA (tickets) against the merge kernel: bit-identical, at split
-  // counts 1 to 32, on full and window layers, alone and in a batch of 256.
+  // counts 1 to 64, on full and window layers, alone and in a batch of 256.
   const std::vector<SeqSpec> batch = random_decode_batch(256, 6000, 111);
   for (const Case& c : {full_causal({{19999, 1}, {200, 1}}, 112), sliding({{19999, 1}, {200, 1}}, 113),
                         full_causal(batch, 114), sliding(batch, 115)}) {
     const Problem p = make_problem(c);
     const DeviceProblem dev(p);
-    for (int splits : {1, 3, 8, 32}) {
+    for (int splits : {1, 3, 8, 32, 64}) {
       SCOPED_TRACE("splits " + std::to_string(splits) + ", " + std::to_string(p.plan.num_tokens()) + " tokens");
       const std::vector<float> folded =
           run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, kPrefillDefaultVariant, true);
@@ -522,8 +530,10 @@ TEST(AttentionKernels, DecodeSplitsCoverContextsUpToTheMaximum) {
   EXPECT_EQ(attention_decode_splits(1, kHkv, 256), 1);
   EXPECT_EQ(attention_decode_splits(1, kHkv, 257), 2);
   EXPECT_EQ(attention_decode_splits(256, kHkv, 257), 2);
-  EXPECT_EQ(attention_decode_splits(1, kHkv, 8192), kAttnMaxDecodeSplits);
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 8192), 32);
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 16384), kAttnMaxDecodeSplits);
   EXPECT_EQ(attention_decode_splits(1, kHkv, 1 << 20), kAttnMaxDecodeSplits);
+  EXPECT_EQ(attention_decode_splits(1, kHkv, 1 << 20, 132, kAttnDefaultMinKeysPerSplit, 32), 32);
   EXPECT_EQ(attention_decode_workspace_bytes(2, kHq, 3), size_t(2) * kHq * 3 * (kD + 2) * sizeof(float));
 }
 

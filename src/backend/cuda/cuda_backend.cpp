@@ -143,6 +143,11 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
                     (attn_decode_ring_ == 2 || attn_decode_ring_ == 4 || attn_decode_ring_ == 6),
                 "OSSRT_CUDA_ATTN_DECODE_RING must be 2, 4 or 6, not '{}'", ring);
   }
+  if (const char* splits = std::getenv("OSSRT_CUDA_ATTN_MAX_SPLITS")) {
+    OSSRT_CHECK(std::sscanf(splits, "%d", &attn_max_splits_) == 1 && attn_max_splits_ >= 1 &&
+                    attn_max_splits_ <= cuda::kAttnMaxDecodeSplits,
+                "OSSRT_CUDA_ATTN_MAX_SPLITS must be 1..{}, not '{}'", cuda::kAttnMaxDecodeSplits, splits);
+  }
   // Before any graph capture: the decode attention's rings need a raised shared-memory limit.
   cuda::attention_decode_prepare();
   if (const char* mma = std::getenv("OSSRT_CUDA_FP8_GEMV_MMA")) {

@@ -224,6 +224,9 @@ class CudaBackend final : public Backend {
   // Decode attention: tiles in the kernel's cp.async ring (AttentionArgs::decode_ring; 0 = the
   // kernel's choice); developer switch OSSRT_CUDA_ATTN_DECODE_RING=2|4|6 for A/B timing.
   int attn_decode_ring_ = 0;
+  // Decode attention: the most splits a sequence takes (AttentionArgs::max_splits); developer switch
+  // OSSRT_CUDA_ATTN_MAX_SPLITS (1..64) for A/B timing.
+  int attn_max_splits_ = 64;
   int gemv_max_rows_ = 8;          // linears and the router of at most this many rows use our GEMV kernels
   int moe_direct_max_pairs_ = -1;  // -1: MoeArgs' default; OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS (A/B switch)
   // The decode attention's folded split-merge tickets (0 between launches); OSSRT_CUDA_ATTN_FOLD=0

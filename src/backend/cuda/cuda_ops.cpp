@@ -383,15 +383,15 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   // (verify graphs have no context bucket); a row's slices depend only on its own length, so its
   // attention is the one plain decoding computes for that position, bit for bit.
   const bool rows_as_seqs = dp.max_seq_tokens > 1 && dp.num_token_seqs == dp.num_tokens && attn_short_seqs_as_decode_ &&
-                            cuda::attention_decode_workspace_bytes(dp.num_tokens, p.num_q_heads,
-                                                                   cuda::kAttnMaxDecodeSplits) <= attn_workspace_bytes_;
+                            cuda::attention_decode_workspace_bytes(dp.num_tokens, p.num_q_heads, attn_max_splits_) <=
+                                attn_workspace_bytes_;
   if (rows_as_seqs) {
     a.plan.seqs = dp.token_seqs;
     a.plan.num_seqs = dp.num_tokens;
     a.plan.max_seq_tokens = 1;
     a.kv_after_wait = true;
     a.min_keys_per_split = attn_min_split_keys_;
-    a.num_splits = cuda::kAttnMaxDecodeSplits;
+    a.num_splits = attn_max_splits_;
   } else if (dp.max_seq_tokens == 1) {
     // Splits for the plan's max_context: each sequence slices its own keys by its own length, so
     // the result is batch-invariant. A captured decode graph sees max_context = its context bucket
@@ -399,7 +399,8 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
     // short contexts do not launch the 32 x Hkv x seqs CTAs of the longest one.
     a.min_keys_per_split = attn_min_split_keys_;
     a.num_splits =
-        cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, dp.max_context, num_sms_, attn_min_split_keys_);
+        cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, dp.max_context, num_sms_, attn_min_split_keys_,
+                                      attn_max_splits_);
     OSSRT_CHECK(
         cuda::attention_decode_workspace_bytes(dp.num_seqs, p.num_q_heads, a.num_splits) <= attn_workspace_bytes_,
         "attention: decode workspace too small for {} sequences x {} heads", dp.num_seqs, p.num_q_heads);
@@ -409,6 +410,7 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   // (StepGraphCache::key).
   a.workspace = attn_workspace_;
   a.workspace_bytes = attn_workspace_bytes_;
+  a.max_splits = attn_max_splits_;
   a.decode_ring = attn_decode_ring_ != 0
                       ? attn_decode_ring_
                       : cuda::attention_decode_ring(a.plan.num_seqs, a.num_kv_heads, a.num_splits, num_sms_);

@@ -31,8 +31,10 @@ namespace ossrt::cuda {
 
 inline constexpr int kAttnHeadDim = 64;
 inline constexpr int kAttnQHeadsPerKvHead = 8;
-// Upper bound on decode splits per (sequence, KV head); sizes the decode workspace.
-inline constexpr int kAttnMaxDecodeSplits = 32;
+// Upper bound on decode splits per (sequence, KV head); sizes the decode workspace. 64: one sequence
+// at 32k keys runs 512 CTAs (4 an SM) of 512 keys, where 32 splits left 2 an SM, each a chain of 16
+// tiles (docs/kernels.md, "Decode").
+inline constexpr int kAttnMaxDecodeSplits = 64;
 // The fewest keys a decode split takes unless AttentionArgs::min_keys_per_split says otherwise.
 inline constexpr int kAttnDefaultMinKeysPerSplit = 256;
 
@@ -67,6 +69,9 @@ struct AttentionArgs {
   // Decode only: the fewest keys a split takes (a multiple of 64, pass the same to
   // attention_decode_splits). Fewer keys a split: more CTAs at short contexts and small batches.
   int min_keys_per_split = kAttnDefaultMinKeysPerSplit;
+  // Decode only: the most splits a sequence slices its keys into (1..kAttnMaxDecodeSplits; pass the
+  // same to attention_decode_splits). Past max_splits * min_keys_per_split keys the slices grow.
+  int max_splits = kAttnMaxDecodeSplits;
   // Decode only, optional: int32 tickets, zeroed once by the owner and left zeroed by every launch,
   // at least num_seqs * num_kv_heads of them (tickets_capacity). With them the split merge runs in
   // the last split CTA of each (sequence, KV head) instead of a second kernel (one launch fewer).
@@ -82,12 +87,13 @@ struct AttentionArgs {
 };
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys
-// by its own length, at least min_keys_per_split keys a split, up to 32 splits, so results do not depend on the batch).
+// by its own length, at least min_keys_per_split keys a split, up to max_splits splits, so results do not depend on the batch).
 // For CUDA graphs pass the largest context the graph may ever replay with (or simply
 // kAttnMaxDecodeSplits): a smaller count stays correct but loses batch invariance. The other
 // arguments do not change the result (kept so callers need not change if occupancy enters later).
 int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms = 132,
-                            int min_keys_per_split = kAttnDefaultMinKeysPerSplit);
+                            int min_keys_per_split = kAttnDefaultMinKeysPerSplit,
+                            int max_splits = kAttnMaxDecodeSplits);
 // The decode kernel's ring depth for a grid of num_seqs x num_kv_heads x num_splits CTAs; what the
 // launcher uses when AttentionArgs::decode_ring is 0 (with 132 SMs).
 int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int num_sms = 132);

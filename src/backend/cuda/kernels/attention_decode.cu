@@ -62,8 +62,8 @@ __host__ __device__ inline DecodePartials decode_partials(void* ws, int num_seqs
 // cover the range anyway: never wrong, only not batch-invariant. Whole tiles, so the tile grid of a
 // split starts at its first key.
 // A split never takes fewer than min_keys keys, so short contexts use few splits (the rest exit).
-__host__ __device__ inline int keys_per_split(int n, int splits, int min_keys) {
-  const int spread = (n + kAttnMaxDecodeSplits - 1) / kAttnMaxDecodeSplits;
+__host__ __device__ inline int keys_per_split(int n, int splits, int min_keys, int max_splits) {
+  const int spread = (n + max_splits - 1) / max_splits;
   const int own = spread > min_keys ? spread : min_keys;
   const int cover = (n + splits - 1) / splits;
   return ((own > cover ? own : cover) + kTileKeys - 1) / kTileKeys * kTileKeys;
@@ -80,8 +80,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
 }
 
 // The splits a sequence of visible length n uses on a grid of `splits` (the others exit unwritten).
-__device__ __forceinline__ int used_splits(int n, int splits, int min_keys) {
-  const int per = keys_per_split(n, splits, min_keys);
+__device__ __forceinline__ int used_splits(int n, int splits, int min_keys, int max_splits) {
+  const int per = keys_per_split(n, splits, min_keys, max_splits);
   return min(splits, (n + per - 1) / per);
 }
 
@@ -95,18 +95,27 @@ __device__ __forceinline__ int used_splits(int n, int splits, int min_keys) {
 // one-split merge (bf16_sdpa_sinks_d64_decode, `alone`), bit for bit.
 __device__ __forceinline__ void merge_head_splits(const AttentionArgs& a, const SeqStep& seq, int seq_index, int head,
                                                   int used, int lane) {
-  static_assert(kAttnMaxDecodeSplits <= 32, "lane sp holds split sp's max and weight");
+  constexpr int kPerLane = (kAttnMaxDecodeSplits + 31) / 32;  // lane holds splits lane + 32 i
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
   const int64_t state0 = (int64_t(seq_index) * a.num_q_heads + head) * a.num_splits;
   const float sink_log2 = bf16_bits_to_float(a.sinks[head]) * kLog2e;
-  const bool mine = lane < used;
-  const float m_own = mine ? __ldcg(part.m + state0 + lane) : -INFINITY;
-  const float l_own = mine ? __ldcg(part.l + state0 + lane) : 0.f;
-  float mx = fmaxf(sink_log2, m_own);
+  float m_own[kPerLane], l_own[kPerLane], f_own[kPerLane];
+  float mx = sink_log2;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int sp = lane + 32 * i;
+    m_own[i] = sp < used ? __ldcg(part.m + state0 + sp) : -INFINITY;
+    l_own[i] = sp < used ? __ldcg(part.l + state0 + sp) : 0.f;
+    mx = fmaxf(mx, m_own[i]);
+  }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  const float f_own = mine ? exp2f(m_own - mx) : 0.f;  // a split whose keys were all masked: m = -inf -> 0
-  float weighted = __fmul_rn(l_own, f_own);  // not contracted into an FMA: the one-split merge rounds the same
+  float weighted = 0.f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    f_own[i] = lane + 32 * i < used ? exp2f(m_own[i] - mx) : 0.f;  // a split whose keys were all masked: 0
+    weighted += __fmul_rn(l_own[i], f_own[i]);  // not an FMA: the one-split merge rounds the same
+  }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) weighted += __shfl_xor_sync(0xffffffffu, weighted, o);
   float lsum = exp2f(sink_log2 - mx);
@@ -114,7 +123,11 @@ __device__ __forceinline__ void merge_head_splits(const AttentionArgs& a, const 
   float o0 = 0.f, o1 = 0.f;
 #pragma unroll 8
   for (int sp = 0; sp < used; ++sp) {
-    const float f = __shfl_sync(0xffffffffu, f_own, sp);
+    float f_src = f_own[0];
+#pragma unroll
+    for (int i = 1; i < kPerLane; ++i)
+      if (sp >= 32 * i) f_src = f_own[i];
+    const float f = __shfl_sync(0xffffffffu, f_src, sp % 32);
     const float2 acc = __ldcg(reinterpret_cast<const float2*>(part.acc + (state0 + sp) * kD + 2 * lane));
     o0 += acc.x * f;
     o1 += acc.y * f;
@@ -159,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   if (seq.num_tokens != 1) return;  // padding (0 tokens; another CTA waits); the launcher rejects > 1
   const int pos = seq.context_begin;
   const int lo = first_visible_key(pos, a.window);
-  const int per = keys_per_split(pos - lo + 1, a.num_splits, a.min_keys_per_split);
+  const int per = keys_per_split(pos - lo + 1, a.num_splits, a.min_keys_per_split, a.max_splits);
   const int begin = lo + split * per;
   const int end = min(begin + per, pos + 1);
   if (begin >= end) return;  // a split this sequence does not use: pass 2 does not read it
@@ -201,16 +214,31 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
       cp_async_16(&v_s[stage][r][chunk], v_src, ok);
     }
   };
-  auto load_tile = [&](int stage, int key0, int skip) {
+  // A tile's rows for this thread: their cache offsets (block-table reads) apart from the copies, so
+  // the loop looks up tile t + kRing while tile t computes and issues its copies without waiting on
+  // the table's L2 latency.
+  constexpr int kRowsPerThread = kTileKeys / kLoadRows;
+  struct TileRows {
+    int32_t row[kRowsPerThread];  // cache row (offset / 64; a layer's pool holds < 2^31 rows), -1 masked
+  };
+  auto tile_rows = [&](int key0) {
+    TileRows rows;
 #pragma unroll
-    for (int i = 0; i < kTileKeys / kLoadRows; ++i) {
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int j = key0 + load_row + kLoadRows * i;
+      rows.row[i] = j < end ? int32_t(kv_row_offset(a, seq, kv_head, j) >> 6) : -1;  // -1 >> 6 = -1
+    }
+    return rows;
+  };
+  auto issue_tile = [&](int stage, int key0, const TileRows& rows, int skip) {
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
       const int r = load_row + kLoadRows * i;
-      const int j = key0 + r;
-      const int64_t off = j < end ? kv_row_offset(a, seq, kv_head, j) : -1;
-      if (j != skip) copy_row(stage, r, off, load_chunk);
-      if (load_chunk == 0) valid_s[stage][r] = off >= 0;
+      if (key0 + r != skip) copy_row(stage, r, int64_t(rows.row[i]) * kD, load_chunk);  // -1: negative, masked
+      if (load_chunk == 0) valid_s[stage][r] = rows.row[i] >= 0;
     }
   };
+  auto load_tile = [&](int stage, int key0, int skip) { issue_tile(stage, key0, tile_rows(key0), skip); };
   // Key j's row (in the tile starting at key0) by the first kRowChunks threads.
   auto load_key_row = [&](int stage, int key0, int j) {
     if (tid < kRowChunks) copy_row(stage, j - key0, kv_row_offset(a, seq, kv_head, j), tid * kChunkElems);
@@ -253,6 +281,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
     }
   }
 
+  TileRows next_rows = tile_rows(begin + (kRing - 1) * kTileKeys);  // rows past `end`: -1, never read
   float m = -INFINITY, l = 0.f;  // row g's running max (log2 domain) and this thread's partial sum
   float acc[kD / 8][4] = {};     // O rows g (elements 0, 1) and g + 8 (2, 3; stay zero), 8 dim tiles
   for (int t = 0; t < tiles; ++t) {
@@ -260,7 +289,10 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
     // closing barrier). Tile 0 waits for the prologue's groups (the row of pos among them) and lets
     // only the group just committed run on; tile t >= 1 was requested before the newest
     // kRing - 1 groups, and the prologue's others were complete at tile 0.
-    if (t + kRing - 1 < tiles) load_tile((t + kRing - 1) % kRing, begin + (t + kRing - 1) * kTileKeys, -1);
+    if (t + kRing - 1 < tiles) {
+      issue_tile((t + kRing - 1) % kRing, begin + (t + kRing - 1) * kTileKeys, next_rows, -1);
+      if (t + kRing < tiles) next_rows = tile_rows(begin + (t + kRing) * kTileKeys);
+    }
     cp_async_commit();  // possibly empty group, keeps the wait count uniform
     if (t == 0)
       cp_async_wait<1>();
@@ -339,7 +371,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
   float v_scale = 1.f;
   if constexpr (kFp8) v_scale = a.v_scale[kv_head];  // P.(code x s) = s (P.code)
-  const int used = used_splits(pos - lo + 1, a.num_splits, a.min_keys_per_split);
+  const int used = used_splits(pos - lo + 1, a.num_splits, a.min_keys_per_split, a.max_splits);
   // One split (window layers, short contexts) with the folded merge: merge_head_splits's arithmetic
   // on this CTA's one partial, straight from registers (the same operations in the same order, so the
   // same bits), without the workspace round trip, fences and ticket.
@@ -398,7 +430,7 @@ __global__ void __launch_bounds__(kGroup * 32) bf16_sdpa_sinks_d64_decode_combin
   if (seq.num_tokens != 1) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = seq.context_begin - first_visible_key(seq.context_begin, a.window) + 1;
-  merge_head_splits(a, seq, seq_index, blockIdx.y * kGroup + warp, used_splits(n, a.num_splits, a.min_keys_per_split),
+  merge_head_splits(a, seq, seq_index, blockIdx.y * kGroup + warp, used_splits(n, a.num_splits, a.min_keys_per_split, a.max_splits),
                     lane);
 }
 
@@ -448,13 +480,14 @@ void validate_attention_args(const AttentionArgs& a) {
                  "attention: an fp8 KV cache needs its K and V scales");
 }
 
-int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms, int min_keys_per_split) {
+int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms, int min_keys_per_split,
+                            int max_splits) {
   // Only the context decides: each sequence slices its keys by its own length (split_range), so
   // the grid needs as many splits as the longest context uses. Batch size and SM count do not
   // enter, which keeps results independent of the batch.
   (void)num_seqs, (void)num_kv_heads, (void)num_sms;
   const int needed = (std::max(max_context, 1) + min_keys_per_split - 1) / min_keys_per_split;
-  return std::clamp(needed, 1, kAttnMaxDecodeSplits);
+  return std::clamp(needed, 1, std::clamp(max_splits, 1, kAttnMaxDecodeSplits));
 }
 
 int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int num_sms) {
@@ -485,6 +518,8 @@ void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& a, cudaStream_t stre
                  " tokens (decode takes 1)");
   OSSRT_CU_CHECK(a.num_splits >= 1 && a.num_splits <= kAttnMaxDecodeSplits, "attention decode: num_splits ",
                  a.num_splits, " not in [1, ", kAttnMaxDecodeSplits, "]");
+  OSSRT_CU_CHECK(a.max_splits >= 1 && a.max_splits <= kAttnMaxDecodeSplits, "attention decode: max_splits ",
+                 a.max_splits, " not in [1, ", kAttnMaxDecodeSplits, "]");
   OSSRT_CU_CHECK(a.min_keys_per_split >= kTileKeys && a.min_keys_per_split % kTileKeys == 0,
                  "attention decode: min_keys_per_split ", a.min_keys_per_split, " must be a positive multiple of ",
                  kTileKeys);
