@@ -278,10 +278,9 @@ inline std::vector<float> run_attention(const Problem& p, const DeviceProblem& d
   a.kv_after_wait = kv_after_wait;
   a.decode_ring = decode_ring;
   a.max_splits = max_splits;
-  a.num_splits = num_splits > 0
-                     ? num_splits
-                     : cuda::attention_decode_splits(plan.num_seqs, p.hkv(), plan.max_context, 132, min_keys_per_split,
-                                                     max_splits);
+  a.num_splits = num_splits > 0 ? num_splits
+                                : cuda::attention_decode_splits(plan.num_seqs, p.hkv(), plan.max_context, 132,
+                                                                min_keys_per_split, max_splits);
   const size_t ws_bytes = cuda::attention_decode_workspace_bytes(plan.num_seqs, p.hq(), a.num_splits);
   DeviceArray<char> workspace(ws_bytes);
   a.workspace = workspace.get();

@@ -301,9 +301,9 @@ TEST(AttentionKernels, DecodeAtEverySplitCount) {
   // 32 slices of 640 keys.
   for (int splits : {0, 32}) {
     SCOPED_TRACE("max 32 splits, grid " + std::to_string(splits));
-    expect_matches_reference(full, run_attention(full, full_dev, full_dev.plan.view, Kernel::Decode, splits,
-                                                 kPrefillDefaultVariant, true, kAttnDefaultMinKeysPerSplit, false, 0,
-                                                 32));
+    expect_matches_reference(
+        full, run_attention(full, full_dev, full_dev.plan.view, Kernel::Decode, splits, kPrefillDefaultVariant, true,
+                            kAttnDefaultMinKeysPerSplit, false, 0, 32));
   }
 }
 

@@ -253,9 +253,9 @@ TEST(CudaKvFp8, DecodeAttentionMatchesTheCpuOpOnTheSameCodes) {
       EXPECT_EQ(std::memcmp(folded.data(), apart.data(), folded.size() * sizeof(float)), 0)
           << what << ": the folded merge differs from the merge kernel";
       for (const int ring : {2, 4, 6}) {  // the cp.async ring's depth: same arithmetic, same bits
-        const std::vector<float> ringed = run_attention(p, dev, dev.plan.view, Kernel::Decode, splits,
-                                                        cuda::kPrefillDefaultVariant, true,
-                                                        cuda::kAttnDefaultMinKeysPerSplit, false, ring);
+        const std::vector<float> ringed =
+            run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, cuda::kPrefillDefaultVariant, true,
+                          cuda::kAttnDefaultMinKeysPerSplit, false, ring);
         EXPECT_EQ(std::memcmp(folded.data(), ringed.data(), folded.size() * sizeof(float)), 0)
             << what << ": a ring of " << ring << " tiles differs";
       }

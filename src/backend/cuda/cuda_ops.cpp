@@ -382,9 +382,9 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   // kernel's one CTA per (sequence, KV head) streaming the whole context. The grid has every split
   // (verify graphs have no context bucket); a row's slices depend only on its own length, so its
   // attention is the one plain decoding computes for that position, bit for bit.
-  const bool rows_as_seqs = dp.max_seq_tokens > 1 && dp.num_token_seqs == dp.num_tokens && attn_short_seqs_as_decode_ &&
-                            cuda::attention_decode_workspace_bytes(dp.num_tokens, p.num_q_heads, attn_max_splits_) <=
-                                attn_workspace_bytes_;
+  const bool rows_as_seqs =
+      dp.max_seq_tokens > 1 && dp.num_token_seqs == dp.num_tokens && attn_short_seqs_as_decode_ &&
+      cuda::attention_decode_workspace_bytes(dp.num_tokens, p.num_q_heads, attn_max_splits_) <= attn_workspace_bytes_;
   if (rows_as_seqs) {
     a.plan.seqs = dp.token_seqs;
     a.plan.num_seqs = dp.num_tokens;
@@ -398,9 +398,8 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
     // (cuda_graphs.cpp), an upper bound of every context it replays with, so its grid stays valid;
     // short contexts do not launch the 32 x Hkv x seqs CTAs of the longest one.
     a.min_keys_per_split = attn_min_split_keys_;
-    a.num_splits =
-        cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, dp.max_context, num_sms_, attn_min_split_keys_,
-                                      attn_max_splits_);
+    a.num_splits = cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, dp.max_context, num_sms_,
+                                                 attn_min_split_keys_, attn_max_splits_);
     OSSRT_CHECK(
         cuda::attention_decode_workspace_bytes(dp.num_seqs, p.num_q_heads, a.num_splits) <= attn_workspace_bytes_,
         "attention: decode workspace too small for {} sequences x {} heads", dp.num_seqs, p.num_q_heads);

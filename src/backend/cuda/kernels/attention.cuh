@@ -87,10 +87,10 @@ struct AttentionArgs {
 };
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys
-// by its own length, at least min_keys_per_split keys a split, up to max_splits splits, so results do not depend on the batch).
-// For CUDA graphs pass the largest context the graph may ever replay with (or simply
-// kAttnMaxDecodeSplits): a smaller count stays correct but loses batch invariance. The other
-// arguments do not change the result (kept so callers need not change if occupancy enters later).
+// by its own length, at least min_keys_per_split keys a split, up to max_splits splits, so results do not depend on the
+// batch). For CUDA graphs pass the largest context the graph may ever replay with (or simply kAttnMaxDecodeSplits): a
+// smaller count stays correct but loses batch invariance. The other arguments do not change the result (kept so callers
+// need not change if occupancy enters later).
 int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms = 132,
                             int min_keys_per_split = kAttnDefaultMinKeysPerSplit,
                             int max_splits = kAttnMaxDecodeSplits);

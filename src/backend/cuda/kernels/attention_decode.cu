@@ -91,8 +91,8 @@ __device__ __forceinline__ int used_splits(int n, int splits, int min_keys, int 
 // split sp's max and sum, so those are one L2 round trip, not one a split (a serial loop over 32
 // splits cost ~25 us at long contexts, on the layer's critical path); the max and the weighted sum
 // are warp reductions (xor butterflies: every lane gets the same bits), and the acc loop keeps
-// 16 splits' loads in flight (8 left the folded merge of 64 splits ~8 L2 round trips long). With one split this is the arithmetic of the kernel's own
-// one-split merge (bf16_sdpa_sinks_d64_decode, `alone`), bit for bit.
+// 16 splits' loads in flight (8 left the folded merge of 64 splits ~8 L2 round trips long). With one split this is the
+// arithmetic of the kernel's own one-split merge (bf16_sdpa_sinks_d64_decode, `alone`), bit for bit.
 __device__ __forceinline__ void merge_head_splits(const AttentionArgs& a, const SeqStep& seq, int seq_index, int head,
                                                   int used, int lane) {
   constexpr int kPerLane = (kAttnMaxDecodeSplits + 31) / 32;  // lane holds splits lane + 32 i
@@ -114,7 +114,7 @@ __device__ __forceinline__ void merge_head_splits(const AttentionArgs& a, const 
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     f_own[i] = lane + 32 * i < used ? exp2f(m_own[i] - mx) : 0.f;  // a split whose keys were all masked: 0
-    weighted += __fmul_rn(l_own[i], f_own[i]);  // not an FMA: the one-split merge rounds the same
+    weighted += __fmul_rn(l_own[i], f_own[i]);                     // not an FMA: the one-split merge rounds the same
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) weighted += __shfl_xor_sync(0xffffffffu, weighted, o);
@@ -430,8 +430,8 @@ __global__ void __launch_bounds__(kGroup * 32) bf16_sdpa_sinks_d64_decode_combin
   if (seq.num_tokens != 1) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = seq.context_begin - first_visible_key(seq.context_begin, a.window) + 1;
-  merge_head_splits(a, seq, seq_index, blockIdx.y * kGroup + warp, used_splits(n, a.num_splits, a.min_keys_per_split, a.max_splits),
-                    lane);
+  merge_head_splits(a, seq, seq_index, blockIdx.y * kGroup + warp,
+                    used_splits(n, a.num_splits, a.min_keys_per_split, a.max_splits), lane);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
