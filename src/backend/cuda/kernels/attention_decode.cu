@@ -91,8 +91,9 @@ __device__ __forceinline__ int used_splits(int n, int splits, int min_keys, int 
 // split sp's max and sum, so those are one L2 round trip, not one a split (a serial loop over 32
 // splits cost ~25 us at long contexts, on the layer's critical path); the max and the weighted sum
 // are warp reductions (xor butterflies: every lane gets the same bits), and the acc loop keeps
-// 16 splits' loads in flight (8 left the folded merge of 64 splits ~8 L2 round trips long). With one split this is the
-// arithmetic of the kernel's own one-split merge (bf16_sdpa_sinks_d64_decode, `alone`), bit for bit.
+// 16 splits' loads in flight (8 left the folded merge of 64 splits ~8 L2 round trips long). With
+// one split this is the arithmetic of the kernel's own one-split merge (bf16_sdpa_sinks_d64_decode,
+// `alone`), bit for bit.
 __device__ __forceinline__ void merge_head_splits(const AttentionArgs& a, const SeqStep& seq, int seq_index, int head,
                                                   int used, int lane) {
   constexpr int kPerLane = (kAttnMaxDecodeSplits + 31) / 32;  // lane holds splits lane + 32 i
