@@ -175,14 +175,6 @@ KvCacheConfig kv_config(const GptOssConfig& mc, const KvMemoryPlan& plan, const 
   return c;
 }
 
-void deliver(const EventCallback& cb, const GenerationEvent& ev, const std::string& request_id) {
-  try {
-    cb(ev);
-  } catch (const std::exception& e) {
-    spdlog::error("request {}: event callback threw: {}", request_id, e.what());
-  }
-}
-
 }  // namespace
 
 Engine::Engine(GptOssModel& model, EngineConfig config)
@@ -203,6 +195,7 @@ Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* borrowed, EngineConf
       kv_(kv_config(model_.config(), memory_plan_, config_)),
       scheduler_(SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, kv_),
       seed_source_(config_.seed ? *config_.seed : std::random_device{}()),
+      phase_timer_(config_.step_timing),
       drafter_(config_.drafter ? config_.drafter : std::shared_ptr<Drafter>(make_drafter(config_.speculative))) {
   // 0 is allowed: no waiting room, every submit is refused (tests of the 429 path use it).
   OSSRT_CHECK(config_.max_queue >= 0, "engine: max_queue must not be negative, got {}", config_.max_queue);
@@ -240,6 +233,19 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (phase_timer_.enabled() && !phase_timer_.timing().by_batch.empty())
+    spdlog::info("{}", phase_timer_.timing().table());
+}
+
+void Engine::deliver(const EventCallback& cb, const GenerationEvent& ev, const std::string& request_id) {
+  const StepPhaseTimer::Clock::time_point start =
+      phase_timer_.enabled() ? StepPhaseTimer::Clock::now() : StepPhaseTimer::Clock::time_point{};
+  try {
+    cb(ev);
+  } catch (const std::exception& e) {
+    spdlog::error("request {}: event callback threw: {}", request_id, e.what());
+  }
+  phase_timer_.nested(StepPhase::Deliver, start);
 }
 
 bool Engine::submit(GenerationRequest request, EventCallback on_event) {
@@ -435,8 +441,11 @@ void Engine::propose_drafts() {
 }
 
 bool Engine::run_step() {
+  phase_timer_.begin();
   drain_inbox();
+  phase_timer_.mark(StepPhase::Inbox);
   propose_drafts();
+  phase_timer_.mark(StepPhase::Drafts);
   std::vector<ScheduledSequence> scheduled = scheduler_.schedule();
   // Guesses of sequences that got no room this step are dropped (proposed again next step).
   for (const auto& owned : scheduler_.running()) {
@@ -450,8 +459,14 @@ bool Engine::run_step() {
     finish(*scheduler_.waiting().front(),
            FinishInfo{FinishReason::Error, {}, {}, "the request needs more KV cache blocks than the engine has"});
   }
+  phase_timer_.mark(StepPhase::Schedule);
   if (!scheduled.empty()) execute(scheduled);
   publish_stats();
+  phase_timer_.mark(StepPhase::Stats);
+  const bool decode_step = !scheduled.empty() && std::all_of(scheduled.begin(), scheduled.end(), [](const auto& s) {
+    return s.num_tokens == 1 && s.samples;
+  });
+  phase_timer_.end(decode_step ? int(scheduled.size()) : 0);
   return !scheduled.empty();
 }
 
@@ -465,6 +480,7 @@ void Engine::run_until_idle() {
 
 void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   const StepPlan plan = build_step_plan(scheduled, kv_);
+  phase_timer_.mark(StepPhase::Plan);
   // Token masks of constrained rows depend only on tokens already accepted and the step's guesses:
   // they are computed on the masker's thread while the model runs the step.
   std::vector<MaskJob> mask_jobs;
@@ -478,6 +494,7 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
           MaskJob{seq.request.constraint.get(), draft, &seq.allowed_masks, &seq.masks_active, &seq.mask_error});
     }
   masker_.start(std::move(mask_jobs));
+  phase_timer_.mark(StepPhase::Masks);
   struct WaitMasks {  // also when run_step throws: the masker writes into the sequences
     ConstraintMasker& m;
     ~WaitMasks() { m.wait(); }
@@ -485,7 +502,9 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   // The model runs the step its own way (one CUDA backend: a captured graph for decode-only plans);
   // the logits stay on their device until the step sampler decides what must come back.
   const Tensor logits = model_.run_step(plan);
+  phase_timer_.mark(StepPhase::Forward);
   masker_.wait();
+  phase_timer_.mark(StepPhase::MaskWait);
 
   // What the drafter sees of the step once it is verified (Drafter::observe_step): each sequence's
   // rows, cut to the accepted ones below; a sequence that finishes in the step is dropped (valid < 0).
@@ -538,6 +557,7 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   const int64_t vocab = model_.config().vocab_size;
   std::vector<SampledToken> sampled = step_sampler_.sample(model_.sampling_backend(), logits, vocab, rows);
   force_outputs(sampling_seqs, sampled);
+  phase_timer_.mark(StepPhase::Sample);
 
   const Clock::time_point now = Clock::now();
   size_t row = 0;
@@ -585,7 +605,9 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
     if (alive) kv_.commit(seq.id, seq.tokens, seq.num_computed);
     observe(seq_ptr, alive ? accepted + 1 : -1);  // the newest real token's row and the accepted guesses'
   }
+  phase_timer_.mark(StepPhase::Emit);
   notify_drafter();
+  phase_timer_.mark(StepPhase::Observe);
 }
 
 void Engine::force_outputs(std::span<Sequence* const> seqs, std::span<SampledToken> sampled) const {

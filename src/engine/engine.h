@@ -27,6 +27,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/step_model.h"
+#include "engine/step_phases.h"
 #include "engine/step_sampling.h"
 #include "kvcache/kv_cache.h"
 #include "kvcache/memory_plan.h"
@@ -66,6 +67,8 @@ struct EngineConfig {
   // test can catch it), and whether it reads the target's distributions (copied to the host).
   SpeculativeRule speculative_rule;
   bool speculative_rule_needs_probs = false;
+  // Per-phase host time of decode steps (engine/step_phases.h), logged when the engine is destroyed.
+  bool step_timing = StepPhaseTimer::enabled_by_environment();
 };
 
 // The engine's memory decisions: the KV plan, the context length, and the report of both.
@@ -107,6 +110,9 @@ class Engine : public Generator {
   // when the engine has no thread (start_thread = false) or is idle.
   const StepSamplingCounters& sampling_counters() const { return step_sampler_.counters(); }
   const KvCache& kv_cache() const { return kv_; }
+  // Per-phase host time of decode steps (config.step_timing). Engine-thread data, as above.
+  const EngineStepTiming& step_timing() const { return phase_timer_.timing(); }
+  void reset_step_timing() { phase_timer_.reset(); }
   const EngineConfig& config() const { return config_; }
   // "cpu" or the backend and rank layout of a sharded model.
   std::string describe_model() const { return model_.describe(); }
@@ -142,6 +148,8 @@ class Engine : public Generator {
   void finish(Sequence& seq, FinishInfo info);
   void fail_all(const std::string& error);
   void publish_stats();
+  // Hands one event to its callback (the edge); a callback that throws is logged, never propagated.
+  void deliver(const EventCallback& cb, const GenerationEvent& ev, const std::string& request_id);
   std::vector<int32_t> stop_ids_for(const SamplingParams& params) const;
   std::string validate(const GenerationRequest& request) const;
 
@@ -155,6 +163,7 @@ class Engine : public Generator {
   Scheduler scheduler_;
   StepSampler step_sampler_;
   ConstraintMasker masker_;  // token masks of constrained rows, beside the forward pass
+  StepPhaseTimer phase_timer_;
   SequenceId next_sequence_id_ = 1;
   std::mt19937_64 seed_source_;       // seeds for requests without one
   std::shared_ptr<Drafter> drafter_;  // null: no speculation
