@@ -13,13 +13,17 @@
 //
 // Arguments: {requests, edge}, edge 0 = events counted on the engine thread and dropped (the
 // engine alone), 1 = streamed /v1/completions (what `bench serve` drives), 2 = streamed
-// /v1/chat/completions (Harmony parsing at the edge). Counters are microseconds per step:
+// /v1/chat/completions (Harmony parsing at the edge). 1,024-token random prompts, greedy; 16 decode
+// steps of warm-up, then 200 measured (OSSRT_BENCH_STEPS). Counters are microseconds per step:
 //   between_us         wall time between steps (what the GPU would idle)
-//   between_cpu_us     the engine thread's CPU time in that interval (this machine has 2 cores and
-//                      the edge's threads compete with it; the H200 host has 16, so the CPU time is
-//                      the better estimate of the wall time there)
-//   <phase>_us         the engine's own breakdown (engine/step_timing.h) of a whole step, wall time
-// Results: bench/results/host_step/ (the command is in its README).
+//   between_cpu_us     the engine thread's CPU time in that interval. This machine has 2 cores, and
+//                      with an edge its 4 I/O threads and 4 work-pool threads compete with the engine
+//                      thread; the H200 host has 16, so there the wall time comes closer to this.
+//   <phase>_us         the engine's own breakdown of a whole step, wall time (engine/step_phases.h;
+//                      `sample` includes the fake sampler, `forward` the fake step)
+// The model reports asynchronous steps (as CUDA), so the events of a step reach the edge after
+// the next step's run_step (engine/event_outbox.h).
+// Results and the command: docs/engine.md "Host time between steps", bench/results/engine_host_step_cpu*.json.
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -31,6 +35,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -49,7 +54,11 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr int kPromptTokens = 1024;
 constexpr int kWarmupDecodeSteps = 16;  // steady state: every request decoding, the edge caught up
-constexpr int kMeasuredSteps = 200;
+// OSSRT_BENCH_STEPS overrides it (e.g. 20000 under `perf record -D`, to profile the loop alone).
+int measured_steps() {
+  const char* v = std::getenv("OSSRT_BENCH_STEPS");
+  return v && *v ? std::max(1, std::atoi(v)) : 200;
+}
 
 double thread_cpu_us() {
   timespec ts{};
@@ -142,6 +151,7 @@ class HostOnlyStepModel final : public StepModel {
   std::vector<MemoryUse> memory_use() override { return {MemoryUse{}}; }
   std::string describe() const override { return "host-only"; }
   Backend& sampling_backend() override { return sampler_; }
+  bool asynchronous_steps() override { return true; }  // as CUDA: run_step only enqueues
 
   Tensor run_step(const StepPlan& plan) override {
     const auto now = SteadyClock::now();
@@ -261,7 +271,8 @@ void BM_HostBetweenDecodeSteps(benchmark::State& state) {
   const int n = int(state.range(0));
   const int edge = int(state.range(1));
   const TokenScript script = make_script(edge == 2);
-  const int max_tokens = kWarmupDecodeSteps + kMeasuredSteps + 64;
+  const int measured = measured_steps();
+  const int max_tokens = kWarmupDecodeSteps + measured + 64;
 
   for (auto _ : state) {
     HostOnlyStepModel model(n, script);
@@ -272,7 +283,7 @@ void BM_HostBetweenDecodeSteps(benchmark::State& state) {
     ec.block_size = 16;
     // Every request's prompt and output fit; no profiling step in a benchmark.
     ec.num_full_blocks = n * ((kPromptTokens + max_tokens + 512) / ec.block_size + 2);
-    ec.max_model_len = 8192;
+    ec.max_model_len = kPromptTokens + max_tokens + 512;
     ec.log_memory_plan = false;
     ec.start_thread = false;  // this thread is the engine thread
     ec.step_timing = true;
@@ -328,7 +339,7 @@ void BM_HostBetweenDecodeSteps(benchmark::State& state) {
     engine->reset_step_timing();
     model.measuring = true;
     const auto t0 = SteadyClock::now();
-    while (model.steps < kMeasuredSteps)
+    while (model.steps < measured)
       OSSRT_CHECK(engine->run_step() && engine->stats().running == n, "a request ended before the measured steps");
     const double step_wall_us = std::chrono::duration<double, std::micro>(SteadyClock::now() - t0).count();
     model.measuring = false;

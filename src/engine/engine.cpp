@@ -194,8 +194,8 @@ Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* borrowed, EngineConf
       max_model_len_(memory_.max_model_len),
       kv_(kv_config(model_.config(), memory_plan_, config_)),
       scheduler_(SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, kv_),
-      seed_source_(config_.seed ? *config_.seed : std::random_device{}()),
       phase_timer_(config_.step_timing),
+      seed_source_(config_.seed ? *config_.seed : std::random_device{}()),
       drafter_(config_.drafter ? config_.drafter : std::shared_ptr<Drafter>(make_drafter(config_.speculative))) {
   // 0 is allowed: no waiting room, every submit is refused (tests of the 429 path use it).
   OSSRT_CHECK(config_.max_queue >= 0, "engine: max_queue must not be negative, got {}", config_.max_queue);
@@ -237,15 +237,9 @@ Engine::~Engine() {
     spdlog::info("{}", phase_timer_.timing().table());
 }
 
-void Engine::deliver(const EventCallback& cb, const GenerationEvent& ev, const std::string& request_id) {
-  const StepPhaseTimer::Clock::time_point start =
-      phase_timer_.enabled() ? StepPhaseTimer::Clock::now() : StepPhaseTimer::Clock::time_point{};
-  try {
-    cb(ev);
-  } catch (const std::exception& e) {
-    spdlog::error("request {}: event callback threw: {}", request_id, e.what());
-  }
-  phase_timer_.nested(StepPhase::Deliver, start);
+void Engine::flush_events() {
+  outbox_.flush();
+  phase_timer_.mark(StepPhase::Deliver);
 }
 
 bool Engine::submit(GenerationRequest request, EventCallback on_event) {
@@ -321,10 +315,12 @@ void Engine::thread_main() {
     } catch (const std::exception& e) {
       spdlog::error("engine step failed: {}", e.what());
       fail_all(e.what());
+      flush_events();  // what the step made before it failed, then the errors
       publish_stats();
     }
   }
   drain_inbox();  // aborts whatever is left (abort_all_ is set by the destructor)
+  flush_events();
   publish_stats();
 }
 
@@ -357,7 +353,7 @@ void Engine::admit_submission(Submission sub) {
     ev.finish_reason = FinishReason::Error;
     ev.error = error;
     ev.prompt_tokens = int(sub.request.prompt_ids.size());
-    deliver(sub.on_event, ev, sub.request.id);
+    outbox_.push(std::make_shared<const EventSink>(EventSink{std::move(sub.on_event), sub.request.id}), std::move(ev));
     return;
   }
   const uint64_t seed = sub.request.sampling.seed ? *sub.request.sampling.seed : seed_source_();
@@ -461,6 +457,10 @@ bool Engine::run_step() {
   }
   phase_timer_.mark(StepPhase::Schedule);
   if (!scheduled.empty()) execute(scheduled);
+  // A synchronous backend's step is over: its events go now, as they were made. An asynchronous
+  // one's wait for the next step's enqueue (execute) only when that step follows at once (the
+  // engine thread loops while it has work); otherwise they go now, before the engine may report idle.
+  if (!model_.asynchronous_steps() || scheduled.empty() || !scheduler_.has_work()) flush_events();
   publish_stats();
   phase_timer_.mark(StepPhase::Stats);
   const bool decode_step = !scheduled.empty() && std::all_of(scheduled.begin(), scheduled.end(), [](const auto& s) {
@@ -503,6 +503,9 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   // the logits stay on their device until the step sampler decides what must come back.
   const Tensor logits = model_.run_step(plan);
   phase_timer_.mark(StepPhase::Forward);
+  // The previous step's events (and any made since) go to the edge while the device computes this
+  // one: on the GPU, between enqueueing the step and waiting for its tokens (event_outbox.h).
+  if (model_.asynchronous_steps()) flush_events();
   masker_.wait();
   phase_timer_.mark(StepPhase::MaskWait);
 
@@ -676,7 +679,7 @@ bool Engine::emit_token(Sequence& seq, int32_t token, std::optional<TokenLogprob
     GenerationEvent ev;
     ev.token_ids = std::move(r.released);
     ev.logprobs = std::move(r.released_logprobs);
-    deliver(seq.on_event, ev, seq.request.id);
+    outbox_.push(seq.sink, std::move(ev));
   }
   if (r.finished) {
     finish(seq, FinishInfo{r.reason, r.stop_token, r.stop_string, {}});
@@ -704,9 +707,10 @@ void Engine::finish(Sequence& seq, FinishInfo info) {
   ev.queue_time = seconds_between(arrival, seq.first_scheduled == Clock::time_point{} ? now : seq.first_scheduled);
   if (seq.first_token != Clock::time_point{}) ev.time_to_first_token = seconds_between(arrival, seq.first_token);
   ev.e2e_latency = seconds_between(arrival, now);
-  // Free the blocks before telling the caller, so a stats() call from the callback sees them back.
+  // The blocks are free at once (the next step may admit into them); the event follows the
+  // request's earlier ones through the outbox.
   std::unique_ptr<Sequence> owned = scheduler_.remove(seq.id);
-  deliver(owned->on_event, ev, owned->request.id);
+  outbox_.push(owned->sink, std::move(ev));
 }
 
 void Engine::fail_all(const std::string& error) {

@@ -7,7 +7,8 @@
 // One engine thread owns the scheduler, the KV block accounting and the backend: it runs steps while
 // work exists and sleeps on a condition variable otherwise. submit()/cancel() only touch a
 // mutex-protected inbox that the thread drains at the start of every step; event callbacks run on
-// the engine thread.
+// the engine thread, from an outbox that an asynchronous backend (CUDA) flushes once the next step
+// is on the device (engine/event_outbox.h), so the edge's work never stands between two steps.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -22,6 +23,7 @@
 
 #include "engine/constraint_masker.h"
 #include "engine/drafter.h"
+#include "engine/event_outbox.h"
 #include "engine/memory_profile.h"
 #include "engine/output_filter.h"
 #include "engine/request.h"
@@ -99,7 +101,10 @@ class Engine : public Generator {
   void drain(std::chrono::milliseconds timeout) override;
 
   // Runs one step on the calling thread (only when constructed with start_thread = false).
-  // Returns false when there was nothing to do.
+  // Returns false when there was nothing to do. Its events reach their callbacks before it returns,
+  // except on a model with asynchronous steps (CUDA) while work remains: then during the next
+  // run_step, once that step is on the device (engine/event_outbox.h). Events still held when a
+  // manually stepped engine is destroyed are dropped with the requests it did not finish.
   bool run_step();
   // Steps until no request is waiting or running (start_thread = false).
   void run_until_idle();
@@ -148,8 +153,8 @@ class Engine : public Generator {
   void finish(Sequence& seq, FinishInfo info);
   void fail_all(const std::string& error);
   void publish_stats();
-  // Hands one event to its callback (the edge); a callback that throws is logged, never propagated.
-  void deliver(const EventCallback& cb, const GenerationEvent& ev, const std::string& request_id);
+  // Hands every held event to its callback (the edge); engine thread only.
+  void flush_events();
   std::vector<int32_t> stop_ids_for(const SamplingParams& params) const;
   std::string validate(const GenerationRequest& request) const;
 
@@ -163,6 +168,7 @@ class Engine : public Generator {
   Scheduler scheduler_;
   StepSampler step_sampler_;
   ConstraintMasker masker_;  // token masks of constrained rows, beside the forward pass
+  EventOutbox outbox_;       // events made on the engine thread, not yet handed to their callbacks
   StepPhaseTimer phase_timer_;
   SequenceId next_sequence_id_ = 1;
   std::mt19937_64 seed_source_;       // seeds for requests without one

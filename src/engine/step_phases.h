@@ -60,23 +60,13 @@ class StepPhaseTimer {
     if (!enabled_) return;
     last_ = Clock::now();
     current_ = {};
-    nested_us_ = 0;
   }
   // The time since the previous mark (or begin) goes to `phase`.
   void mark(StepPhase phase) {
     if (!enabled_) return;
     const Clock::time_point now = Clock::now();
-    current_[size_t(phase)] += std::chrono::duration<double, std::micro>(now - last_).count() - nested_us_;
-    nested_us_ = 0;
+    current_[size_t(phase)] += std::chrono::duration<double, std::micro>(now - last_).count();
     last_ = now;
-  }
-  // Time spent inside another phase's span (the callbacks called from `emit`) goes to `phase` and
-  // is taken out of the span's next mark.
-  void nested(StepPhase phase, Clock::time_point since) {
-    if (!enabled_) return;
-    const double us = std::chrono::duration<double, std::micro>(Clock::now() - since).count();
-    current_[size_t(phase)] += us;
-    nested_us_ += us;
   }
   // The end of the step: counted when it was a decode step of `batch` sequences (batch > 0).
   void end(int batch) {
@@ -91,7 +81,6 @@ class StepPhaseTimer {
  private:
   bool enabled_;
   Clock::time_point last_{};
-  double nested_us_ = 0;
   std::array<double, size_t(StepPhase::Count)> current_{};
   EngineStepTiming timing_;
 };
