@@ -11,10 +11,12 @@
 // return of one step's device sampler to the next step's run_step call, the time a GPU would idle.
 // Only steps where every request decodes (one token each) count, as in that table.
 //
-// Arguments: {requests, edge}, edge 0 = events counted on the engine thread and dropped (the
-// engine alone), 1 = streamed /v1/completions (what `bench serve` drives), 2 = streamed
-// /v1/chat/completions (Harmony parsing at the edge). 1,024-token random prompts, greedy; 16 decode
-// steps of warm-up, then 200 measured (OSSRT_BENCH_STEPS). Counters are microseconds per step:
+// Arguments: {requests, edge, device_us}: edge 0 = events counted on the engine thread and dropped
+// (the engine alone), 1 = streamed /v1/completions (what `bench serve` drives), 2 = streamed
+// /v1/chat/completions (Harmony parsing at the edge); device_us = the simulated GPU time of a step,
+// from its run_step to its sampler's return, during which the engine thread spins (as CUDA's sync). 1,024-token
+// random prompts, greedy; 16 decode steps of warm-up, then 200 measured (OSSRT_BENCH_STEPS).
+// Counters are microseconds per step:
 //   between_us         wall time between steps (what the GPU would idle)
 //   between_cpu_us     the engine thread's CPU time in that interval. This machine has 2 cores, and
 //                      with an edge its 4 I/O threads and 4 work-pool threads compete with the engine
@@ -28,9 +30,9 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include <fmt/format.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <atomic>
@@ -86,7 +88,7 @@ class ScriptedSamplerBackend final : public Backend {
 
   bool sample_on_device(const Tensor&, std::span<const DeviceSamplingRow> rows, std::span<int32_t> out) override {
     for (size_t r = 0; r < rows.size(); ++r) out[r] = script_.at(rows[r].seed, rows[r].draw_index);
-    on_synced_();  // where the CUDA sampler's cudaStreamSynchronize returns
+    on_synced_();  // the device's time, then where the CUDA sampler's cudaStreamSynchronize returns
     return true;
   }
 
@@ -130,8 +132,10 @@ class ScriptedSamplerBackend final : public Backend {
 // gpt-oss-20b's shapes and limits, a step that costs nothing, and the between-steps clock.
 class HostOnlyStepModel final : public StepModel {
  public:
-  HostOnlyStepModel(int max_seqs, const TokenScript& script)
-      : config_(preset_config("gpt-oss-20b")),
+  // device_us: how long the simulated GPU computes a step, from run_step to the sampler's return.
+  HostOnlyStepModel(int max_seqs, const TokenScript& script, int device_us)
+      : device_time_(std::chrono::microseconds(device_us)),
+        config_(preset_config("gpt-oss-20b")),
         limits_{.max_step_tokens = 8192, .max_logit_rows = max_seqs},
         sampler_(script, [this] { synced(); }) {
     // Logits [max_seqs, vocab] f32 that nothing reads: address space only (PROT_NONE), so a stray
@@ -155,6 +159,7 @@ class HostOnlyStepModel final : public StepModel {
 
   Tensor run_step(const StepPlan& plan) override {
     const auto now = SteadyClock::now();
+    enqueued_at_ = now;
     const double cpu = thread_cpu_us();
     const bool decode = plan.is_decode_only() && plan.num_seqs() == target_seqs;
     if (decode && last_was_decode_ && measuring) {
@@ -175,9 +180,18 @@ class HostOnlyStepModel final : public StepModel {
 
  private:
   void synced() {
+    // The engine thread spins while the "GPU" computes, as cudaStreamSynchronize does by default
+    // (cudaDeviceScheduleAuto spins while the host has more cores than CUDA contexts): its core and
+    // caches stay its own. Sleeping here instead (a blocking sync) made the next gap 4x longer on
+    // this VM, the engine's data cold after 13 ms of other threads (docs/engine.md).
+    const SteadyClock::time_point done = enqueued_at_ + device_time_;
+    while (SteadyClock::now() < done) {
+    }
     synced_at_ = SteadyClock::now();
     synced_cpu_us_ = thread_cpu_us();
   }
+  SteadyClock::duration device_time_;
+  SteadyClock::time_point enqueued_at_{};
   GptOssConfig config_;
   ModelLimits limits_;
   ScriptedSamplerBackend sampler_;
@@ -270,12 +284,13 @@ server::HttpRequest make_http_request(int edge, int index, int max_tokens, std::
 void BM_HostBetweenDecodeSteps(benchmark::State& state) {
   const int n = int(state.range(0));
   const int edge = int(state.range(1));
+  const int device_us = int(state.range(2));
   const TokenScript script = make_script(edge == 2);
   const int measured = measured_steps();
   const int max_tokens = kWarmupDecodeSteps + measured + 64;
 
   for (auto _ : state) {
-    HostOnlyStepModel model(n, script);
+    HostOnlyStepModel model(n, script, device_us);
     model.target_seqs = n;
     EngineConfig ec;
     ec.max_num_seqs = n;
@@ -359,14 +374,18 @@ void BM_HostBetweenDecodeSteps(benchmark::State& state) {
     state.counters["step_us"] = step_wall_us / steps;
     for (const auto& [name, us] : timing.per_phase_us()) state.counters[name + "_us"] = us;
   }
-  state.SetLabel(fmt::format("{} requests, {}", n,
+  state.SetLabel(fmt::format("{} requests, {}, {} us device step", n,
                              edge == 0   ? "events dropped on the engine thread"
                              : edge == 1 ? "streamed /v1/completions"
-                                         : "streamed /v1/chat/completions"));
+                                         : "streamed /v1/chat/completions",
+                             device_us));
 }
 
+// Device steps of 0 (the host alone, as fast as it goes) and of the H200's decode step for the
+// 20b at that batch (8 ms at 64, 13 ms at 256: docs/kernels.md), during which the edge works.
 BENCHMARK(BM_HostBetweenDecodeSteps)
-    ->ArgsProduct({{64, 256}, {0, 1, 2}})
+    ->ArgsProduct({{64}, {0, 1, 2}, {0, 8000}})
+    ->ArgsProduct({{256}, {0, 1, 2}, {0, 13000}})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -25,7 +25,8 @@ StepPlan build_step_plan(const std::vector<ScheduledSequence>& scheduled, const 
     num_tokens += size_t(sched.num_tokens);
     if (has_full) full_entries += size_t(blocks_in_context);
     if (has_sliding)
-      window_entries += size_t(std::max(0, std::min<int>(int(blocks.window.size()), blocks_in_context - blocks.window_first)));
+      window_entries +=
+          size_t(std::max(0, std::min<int>(int(blocks.window.size()), blocks_in_context - blocks.window_first)));
     if (sched.samples) logit_rows += size_t(sched.seq->num_draft) + 1;
   }
   plan.token_ids.reserve(num_tokens);
@@ -47,10 +48,10 @@ StepPlan build_step_plan(const std::vector<ScheduledSequence>& scheduled, const 
     // What KvCache::full_slot / window_slot check per position, once for the step's range.
     OSSRT_CHECK(!has_full || blocks_in_context <= int(blocks.full.size()),
                 "plan: sequence {} reaches position {} with {} full blocks", seq.id, end - 1, blocks.full.size());
-    OSSRT_CHECK(!has_sliding || sched.num_tokens == 0 ||
-                    (begin / bs >= blocks.window_first &&
-                     (end - 1) / bs - blocks.window_first < int(blocks.window.size())),
-                "plan: sequence {} positions {}..{} are not all in its window blocks", seq.id, begin, end - 1);
+    OSSRT_CHECK(
+        !has_sliding || sched.num_tokens == 0 ||
+            (begin / bs >= blocks.window_first && (end - 1) / bs - blocks.window_first < int(blocks.window.size())),
+        "plan: sequence {} positions {}..{} are not all in its window blocks", seq.id, begin, end - 1);
 
     SeqStep s;
     s.token_begin = plan.num_tokens();

@@ -32,7 +32,7 @@ struct Sequence {
   SequenceId id;
   GenerationRequest request;
   std::shared_ptr<const EventSink> sink;  // where its events go (held by the outbox past its end)
-  std::vector<int32_t> tokens;  // prompt then output; a resumed (preempted) sequence recomputes all
+  std::vector<int32_t> tokens;            // prompt then output; a resumed (preempted) sequence recomputes all
   int prompt_len;
   int num_computed = 0;           // tokens whose K/V is in the cache
   int cached_prompt_tokens = -1;  // prefix-cache hit at first admission (-1: not admitted yet)

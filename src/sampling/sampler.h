@@ -46,7 +46,7 @@ class SamplingState {
   // map insert per token of every request was the largest single cost of the engine's step at 256
   // sequences (bench/engine_host_step_bench.cpp, docs/engine.md "Host time between steps").
   bool penalized_ = false;
-  std::unordered_set<int32_t> prompt_tokens_;  // filled only when a repetition penalty is set
+  std::unordered_set<int32_t> prompt_tokens_;       // filled only when a repetition penalty is set
   std::unordered_map<int32_t, int> output_counts_;  // filled only when a penalty is set
 };
 
