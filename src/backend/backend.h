@@ -184,6 +184,11 @@ class Backend {
   // until the next step.
   using StepFn = std::function<Tensor(const StepPlan& plan)>;
   virtual Tensor run_step(const StepPlan& plan, const StepFn& step) { return step(plan); }
+  // True when run_step returns once the step is queued on the device, before it has run (CUDA: its
+  // logits are ready after the sampler's synchronize). The engine then hands the previous step's
+  // events to the edge while the device computes (engine/event_outbox.h); a backend that computes
+  // the step inside run_step (the CPU) gets them before it, so its streams are never a step late.
+  virtual bool asynchronous_steps() const { return false; }
 
   // Optional device sampler: one token per row of `logits` (F32 [R, V] on this backend, e.g. what
   // run_step returned) written to `out` (R ids), so only ids cross to the host. Each row's draw is

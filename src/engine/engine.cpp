@@ -175,14 +175,6 @@ KvCacheConfig kv_config(const GptOssConfig& mc, const KvMemoryPlan& plan, const 
   return c;
 }
 
-void deliver(const EventCallback& cb, const GenerationEvent& ev, const std::string& request_id) {
-  try {
-    cb(ev);
-  } catch (const std::exception& e) {
-    spdlog::error("request {}: event callback threw: {}", request_id, e.what());
-  }
-}
-
 }  // namespace
 
 Engine::Engine(GptOssModel& model, EngineConfig config)
@@ -202,6 +194,7 @@ Engine::Engine(std::unique_ptr<StepModel> owned, StepModel* borrowed, EngineConf
       max_model_len_(memory_.max_model_len),
       kv_(kv_config(model_.config(), memory_plan_, config_)),
       scheduler_(SchedulerConfig{config_.max_num_seqs, config_.max_num_batched_tokens}, kv_),
+      phase_timer_(config_.step_timing),
       seed_source_(config_.seed ? *config_.seed : std::random_device{}()),
       drafter_(config_.drafter ? config_.drafter : std::shared_ptr<Drafter>(make_drafter(config_.speculative))) {
   // 0 is allowed: no waiting room, every submit is refused (tests of the 429 path use it).
@@ -240,6 +233,13 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (phase_timer_.enabled() && !phase_timer_.timing().by_batch.empty())
+    spdlog::info("{}", phase_timer_.timing().table());
+}
+
+void Engine::flush_events() {
+  outbox_.flush();
+  phase_timer_.mark(StepPhase::Deliver);
 }
 
 bool Engine::submit(GenerationRequest request, EventCallback on_event) {
@@ -315,10 +315,12 @@ void Engine::thread_main() {
     } catch (const std::exception& e) {
       spdlog::error("engine step failed: {}", e.what());
       fail_all(e.what());
+      flush_events();  // what the step made before it failed, then the errors
       publish_stats();
     }
   }
   drain_inbox();  // aborts whatever is left (abort_all_ is set by the destructor)
+  flush_events();
   publish_stats();
 }
 
@@ -351,7 +353,7 @@ void Engine::admit_submission(Submission sub) {
     ev.finish_reason = FinishReason::Error;
     ev.error = error;
     ev.prompt_tokens = int(sub.request.prompt_ids.size());
-    deliver(sub.on_event, ev, sub.request.id);
+    outbox_.push(std::make_shared<const EventSink>(EventSink{std::move(sub.on_event), sub.request.id}), std::move(ev));
     return;
   }
   const uint64_t seed = sub.request.sampling.seed ? *sub.request.sampling.seed : seed_source_();
@@ -435,8 +437,11 @@ void Engine::propose_drafts() {
 }
 
 bool Engine::run_step() {
+  phase_timer_.begin();
   drain_inbox();
+  phase_timer_.mark(StepPhase::Inbox);
   propose_drafts();
+  phase_timer_.mark(StepPhase::Drafts);
   std::vector<ScheduledSequence> scheduled = scheduler_.schedule();
   // Guesses of sequences that got no room this step are dropped (proposed again next step).
   for (const auto& owned : scheduler_.running()) {
@@ -450,8 +455,18 @@ bool Engine::run_step() {
     finish(*scheduler_.waiting().front(),
            FinishInfo{FinishReason::Error, {}, {}, "the request needs more KV cache blocks than the engine has"});
   }
+  phase_timer_.mark(StepPhase::Schedule);
   if (!scheduled.empty()) execute(scheduled);
+  // A synchronous backend's step is over: its events go now, as they were made. An asynchronous
+  // one's wait for the next step's enqueue (execute) only when that step follows at once (the
+  // engine thread loops while it has work); otherwise they go now, before the engine may report idle.
+  if (!model_.asynchronous_steps() || scheduled.empty() || !scheduler_.has_work()) flush_events();
   publish_stats();
+  phase_timer_.mark(StepPhase::Stats);
+  const bool decode_step = !scheduled.empty() && std::all_of(scheduled.begin(), scheduled.end(), [](const auto& s) {
+    return s.num_tokens == 1 && s.samples;
+  });
+  phase_timer_.end(decode_step ? int(scheduled.size()) : 0);
   return !scheduled.empty();
 }
 
@@ -465,6 +480,7 @@ void Engine::run_until_idle() {
 
 void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   const StepPlan plan = build_step_plan(scheduled, kv_);
+  phase_timer_.mark(StepPhase::Plan);
   // Token masks of constrained rows depend only on tokens already accepted and the step's guesses:
   // they are computed on the masker's thread while the model runs the step.
   std::vector<MaskJob> mask_jobs;
@@ -478,6 +494,7 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
           MaskJob{seq.request.constraint.get(), draft, &seq.allowed_masks, &seq.masks_active, &seq.mask_error});
     }
   masker_.start(std::move(mask_jobs));
+  phase_timer_.mark(StepPhase::Masks);
   struct WaitMasks {  // also when run_step throws: the masker writes into the sequences
     ConstraintMasker& m;
     ~WaitMasks() { m.wait(); }
@@ -485,7 +502,12 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   // The model runs the step its own way (one CUDA backend: a captured graph for decode-only plans);
   // the logits stay on their device until the step sampler decides what must come back.
   const Tensor logits = model_.run_step(plan);
+  phase_timer_.mark(StepPhase::Forward);
+  // The previous step's events (and any made since) go to the edge while the device computes this
+  // one: on the GPU, between enqueueing the step and waiting for its tokens (event_outbox.h).
+  if (model_.asynchronous_steps()) flush_events();
   masker_.wait();
+  phase_timer_.mark(StepPhase::MaskWait);
 
   // What the drafter sees of the step once it is verified (Drafter::observe_step): each sequence's
   // rows, cut to the accepted ones below; a sequence that finishes in the step is dropped (valid < 0).
@@ -538,6 +560,7 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
   const int64_t vocab = model_.config().vocab_size;
   std::vector<SampledToken> sampled = step_sampler_.sample(model_.sampling_backend(), logits, vocab, rows);
   force_outputs(sampling_seqs, sampled);
+  phase_timer_.mark(StepPhase::Sample);
 
   const Clock::time_point now = Clock::now();
   size_t row = 0;
@@ -585,7 +608,9 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
     if (alive) kv_.commit(seq.id, seq.tokens, seq.num_computed);
     observe(seq_ptr, alive ? accepted + 1 : -1);  // the newest real token's row and the accepted guesses'
   }
+  phase_timer_.mark(StepPhase::Emit);
   notify_drafter();
+  phase_timer_.mark(StepPhase::Observe);
 }
 
 void Engine::force_outputs(std::span<Sequence* const> seqs, std::span<SampledToken> sampled) const {
@@ -654,7 +679,7 @@ bool Engine::emit_token(Sequence& seq, int32_t token, std::optional<TokenLogprob
     GenerationEvent ev;
     ev.token_ids = std::move(r.released);
     ev.logprobs = std::move(r.released_logprobs);
-    deliver(seq.on_event, ev, seq.request.id);
+    outbox_.push(seq.sink, std::move(ev));
   }
   if (r.finished) {
     finish(seq, FinishInfo{r.reason, r.stop_token, r.stop_string, {}});
@@ -682,9 +707,10 @@ void Engine::finish(Sequence& seq, FinishInfo info) {
   ev.queue_time = seconds_between(arrival, seq.first_scheduled == Clock::time_point{} ? now : seq.first_scheduled);
   if (seq.first_token != Clock::time_point{}) ev.time_to_first_token = seconds_between(arrival, seq.first_token);
   ev.e2e_latency = seconds_between(arrival, now);
-  // Free the blocks before telling the caller, so a stats() call from the callback sees them back.
+  // The blocks are free at once (the next step may admit into them); the event follows the
+  // request's earlier ones through the outbox.
   std::unique_ptr<Sequence> owned = scheduler_.remove(seq.id);
-  deliver(owned->on_event, ev, owned->request.id);
+  outbox_.push(owned->sink, std::move(ev));
 }
 
 void Engine::fail_all(const std::string& error) {

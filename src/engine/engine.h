@@ -7,7 +7,8 @@
 // One engine thread owns the scheduler, the KV block accounting and the backend: it runs steps while
 // work exists and sleeps on a condition variable otherwise. submit()/cancel() only touch a
 // mutex-protected inbox that the thread drains at the start of every step; event callbacks run on
-// the engine thread.
+// the engine thread, from an outbox that an asynchronous backend (CUDA) flushes once the next step
+// is on the device (engine/event_outbox.h), so the edge's work never stands between two steps.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -22,11 +23,13 @@
 
 #include "engine/constraint_masker.h"
 #include "engine/drafter.h"
+#include "engine/event_outbox.h"
 #include "engine/memory_profile.h"
 #include "engine/output_filter.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/step_model.h"
+#include "engine/step_phases.h"
 #include "engine/step_sampling.h"
 #include "kvcache/kv_cache.h"
 #include "kvcache/memory_plan.h"
@@ -66,6 +69,8 @@ struct EngineConfig {
   // test can catch it), and whether it reads the target's distributions (copied to the host).
   SpeculativeRule speculative_rule;
   bool speculative_rule_needs_probs = false;
+  // Per-phase host time of decode steps (engine/step_phases.h), logged when the engine is destroyed.
+  bool step_timing = StepPhaseTimer::enabled_by_environment();
 };
 
 // The engine's memory decisions: the KV plan, the context length, and the report of both.
@@ -96,7 +101,10 @@ class Engine : public Generator {
   void drain(std::chrono::milliseconds timeout) override;
 
   // Runs one step on the calling thread (only when constructed with start_thread = false).
-  // Returns false when there was nothing to do.
+  // Returns false when there was nothing to do. Its events reach their callbacks before it returns,
+  // except on a model with asynchronous steps (CUDA) while work remains: then during the next
+  // run_step, once that step is on the device (engine/event_outbox.h). Events still held when a
+  // manually stepped engine is destroyed are dropped with the requests it did not finish.
   bool run_step();
   // Steps until no request is waiting or running (start_thread = false).
   void run_until_idle();
@@ -107,6 +115,9 @@ class Engine : public Generator {
   // when the engine has no thread (start_thread = false) or is idle.
   const StepSamplingCounters& sampling_counters() const { return step_sampler_.counters(); }
   const KvCache& kv_cache() const { return kv_; }
+  // Per-phase host time of decode steps (config.step_timing). Engine-thread data, as above.
+  const EngineStepTiming& step_timing() const { return phase_timer_.timing(); }
+  void reset_step_timing() { phase_timer_.reset(); }
   const EngineConfig& config() const { return config_; }
   // "cpu" or the backend and rank layout of a sharded model.
   std::string describe_model() const { return model_.describe(); }
@@ -142,6 +153,8 @@ class Engine : public Generator {
   void finish(Sequence& seq, FinishInfo info);
   void fail_all(const std::string& error);
   void publish_stats();
+  // Hands every held event to its callback (the edge); engine thread only.
+  void flush_events();
   std::vector<int32_t> stop_ids_for(const SamplingParams& params) const;
   std::string validate(const GenerationRequest& request) const;
 
@@ -155,6 +168,8 @@ class Engine : public Generator {
   Scheduler scheduler_;
   StepSampler step_sampler_;
   ConstraintMasker masker_;  // token masks of constrained rows, beside the forward pass
+  EventOutbox outbox_;       // events made on the engine thread, not yet handed to their callbacks
+  StepPhaseTimer phase_timer_;
   SequenceId next_sequence_id_ = 1;
   std::mt19937_64 seed_source_;       // seeds for requests without one
   std::shared_ptr<Drafter> drafter_;  // null: no speculation

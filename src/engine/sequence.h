@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/event_outbox.h"
 #include "engine/output_filter.h"
 #include "engine/request.h"
 #include "kvcache/kv_cache.h"
@@ -22,7 +23,7 @@ struct Sequence {
            TokenBytesFn token_bytes)
       : id(id_),
         request(std::move(req)),
-        on_event(std::move(cb)),
+        sink(std::make_shared<const EventSink>(EventSink{std::move(cb), request.id})),
         tokens(request.prompt_ids),
         prompt_len(int(request.prompt_ids.size())),
         sampling(seed, request.prompt_ids, request.sampling),
@@ -30,8 +31,8 @@ struct Sequence {
 
   SequenceId id;
   GenerationRequest request;
-  EventCallback on_event;
-  std::vector<int32_t> tokens;  // prompt then output; a resumed (preempted) sequence recomputes all
+  std::shared_ptr<const EventSink> sink;  // where its events go (held by the outbox past its end)
+  std::vector<int32_t> tokens;            // prompt then output; a resumed (preempted) sequence recomputes all
   int prompt_len;
   int num_computed = 0;           // tokens whose K/V is in the cache
   int cached_prompt_tokens = -1;  // prefix-cache hit at first admission (-1: not admitted yet)

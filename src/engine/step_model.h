@@ -41,6 +41,8 @@ class StepModel {
   // the next step.
   virtual Tensor run_step(const StepPlan& plan) = 0;
   virtual Backend& sampling_backend() = 0;
+  // Whether run_step returns before the step has run on the device (Backend::asynchronous_steps).
+  virtual bool asynchronous_steps() = 0;
   // "cpu", or "cpu, 4 ranks: attention tp 2 x dp 1, ..." for logs and `--verbose`.
   virtual std::string describe() const = 0;
 };
@@ -57,6 +59,7 @@ class SingleModelStep final : public StepModel {
   std::vector<MemoryUse> memory_use() override { return {model_.backend().memory_use()}; }
   Tensor run_step(const StepPlan& plan) override;
   Backend& sampling_backend() override { return model_.backend(); }
+  bool asynchronous_steps() override { return model_.backend().asynchronous_steps(); }
   std::string describe() const override;
 
  private:
@@ -76,6 +79,8 @@ class ParallelModelStep final : public StepModel {
   std::vector<MemoryUse> memory_use() override;
   Tensor run_step(const StepPlan& plan) override;
   Backend& sampling_backend() override;
+  // Every rank's forward is enqueued on its own device before forward_on_rank0 returns.
+  bool asynchronous_steps() override { return sampling_backend().asynchronous_steps(); }
   std::string describe() const override;
 
  private:

@@ -43,12 +43,14 @@ double uniform_draw(uint64_t seed, uint64_t counter) {
 }
 
 SamplingState::SamplingState(uint64_t seed, std::span<const int32_t> prompt_ids, const SamplingParams& params)
-    : seed_(seed) {
+    : seed_(seed),
+      penalized_(params.repetition_penalty != 1.0f || params.frequency_penalty != 0.0f ||
+                 params.presence_penalty != 0.0f) {
   if (params.repetition_penalty != 1.0f) prompt_tokens_.insert(prompt_ids.begin(), prompt_ids.end());
 }
 
 void SamplingState::observe(int32_t token) {
-  ++output_counts_[token];
+  if (penalized_) ++output_counts_[token];
   ++num_generated_;
 }
 

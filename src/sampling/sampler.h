@@ -42,8 +42,12 @@ class SamplingState {
  private:
   uint64_t seed_;
   int num_generated_ = 0;
-  std::unordered_set<int32_t> prompt_tokens_;  // filled only when a repetition penalty is set
-  std::unordered_map<int32_t, int> output_counts_;
+  // Both are read only by the penalties, so they are kept only for requests that set one: a hash
+  // map insert per token of every request was the largest single cost of the engine's step at 256
+  // sequences (bench/engine_host_step_bench.cpp, docs/engine.md "Host time between steps").
+  bool penalized_ = false;
+  std::unordered_set<int32_t> prompt_tokens_;       // filled only when a repetition penalty is set
+  std::unordered_map<int32_t, int> output_counts_;  // filled only when a penalty is set
 };
 
 // Uniform double in [0, 1) for the n-th draw of `seed`; a pure function (counter-based splitmix).
