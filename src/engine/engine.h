@@ -7,7 +7,7 @@
 // One engine thread owns the scheduler, the KV block accounting and the backend: it runs steps while
 // work exists and sleeps on a condition variable otherwise. submit()/cancel() only touch a
 // mutex-protected inbox that the thread drains at the start of every step; event callbacks run on
-// the engine thread, from an outbox that an asynchronous backend (CUDA) flushes once the next step
+// the engine thread, from an outbox that a backend with asynchronous steps flushes once the next step
 // is on the device (engine/event_outbox.h), so the edge's work never stands between two steps.
 #include <atomic>
 #include <condition_variable>
