@@ -60,6 +60,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   std::string device_description() const override { return device_description_; }
   Device device() const override { return Device::CUDA; }
+  bool asynchronous_steps() const override { return true; }  // graphs and kernels are only enqueued
   DType activation_dtype() const override { return DType::BF16; }
   DType residual_dtype() const override { return DType::F32; }
   DeviceQueue device_queue() const override { return {device_, stream_}; }
