@@ -85,8 +85,8 @@ __device__ __forceinline__ int used_splits(int n, int splits, int min_keys, int 
   return min(splits, (n + per - 1) / per);
 }
 
-// Merges the `used` split partials of query head `head` of sequence seq_index, with the sink logit
-// as the initial max, normalises and writes dims 2 lane, 2 lane + 1 as bf16. Reads the partials
+// Merges the `used` split partials of each of kHeads query heads of sequence seq_index, with the sink
+// logit as the initial max, normalises and writes dims 2 lane, 2 lane + 1 as bf16. Reads the partials
 // through L2 (__ldcg): in the folded merge other CTAs of the same grid wrote them. Lane sp loads
 // split sp's max and sum, so those are one L2 round trip, not one a split (a serial loop over 32
 // splits cost ~25 us at long contexts, on the layer's critical path); the max and the weighted sum
@@ -94,48 +94,68 @@ __device__ __forceinline__ int used_splits(int n, int splits, int min_keys, int 
 // 16 splits' loads in flight (8 left the folded merge of 64 splits ~8 L2 round trips long). With
 // one split this is the arithmetic of the kernel's own one-split merge (bf16_sdpa_sinks_d64_decode,
 // `alone`), bit for bit.
-__device__ __forceinline__ void merge_head_splits(const AttentionArgs& a, const SeqStep& seq, int seq_index, int head,
-                                                  int used, int lane) {
+// kHeads heads at once (head0, head0 + head_step, ...): their loads are in flight together (the folded
+// merge gives each of its 4 warps 2 of the 8 heads); each head's arithmetic is the one-head merge's.
+template <int kHeads>
+__device__ __forceinline__ void merge_heads_splits(const AttentionArgs& a, const SeqStep& seq, int seq_index,
+                                                   int head0, int head_step, int used, int lane) {
   constexpr int kPerLane = (kAttnMaxDecodeSplits + 31) / 32;  // lane holds splits lane + 32 i
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
-  const int64_t state0 = (int64_t(seq_index) * a.num_q_heads + head) * a.num_splits;
-  const float sink_log2 = bf16_bits_to_float(a.sinks[head]) * kLog2e;
-  float m_own[kPerLane], l_own[kPerLane], f_own[kPerLane];
-  float mx = sink_log2;
+  int64_t state0[kHeads];
+  float mx[kHeads], m_own[kHeads][kPerLane], l_own[kHeads][kPerLane], f_own[kHeads][kPerLane];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int sp = lane + 32 * i;
-    m_own[i] = sp < used ? __ldcg(part.m + state0 + sp) : -INFINITY;
-    l_own[i] = sp < used ? __ldcg(part.l + state0 + sp) : 0.f;
-    mx = fmaxf(mx, m_own[i]);
+  for (int h = 0; h < kHeads; ++h) {
+    const int head = head0 + h * head_step;
+    state0[h] = (int64_t(seq_index) * a.num_q_heads + head) * a.num_splits;
+    mx[h] = bf16_bits_to_float(a.sinks[head]) * kLog2e;  // the sink logit: the initial max
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int sp = lane + 32 * i;
+      m_own[h][i] = sp < used ? __ldcg(part.m + state0[h] + sp) : -INFINITY;
+      l_own[h][i] = sp < used ? __ldcg(part.l + state0[h] + sp) : 0.f;
+    }
   }
+  float lsum[kHeads];
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  float weighted = 0.f;
+  for (int h = 0; h < kHeads; ++h) {
+    const float sink_log2 = mx[h];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    f_own[i] = lane + 32 * i < used ? exp2f(m_own[i] - mx) : 0.f;  // a split whose keys were all masked: 0
-    weighted += __fmul_rn(l_own[i], f_own[i]);                     // not an FMA: the one-split merge rounds the same
+    for (int i = 0; i < kPerLane; ++i) mx[h] = fmaxf(mx[h], m_own[h][i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
+    float weighted = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      f_own[h][i] = lane + 32 * i < used ? exp2f(m_own[h][i] - mx[h]) : 0.f;  // all keys masked: m = -inf -> 0
+      weighted += __fmul_rn(l_own[h][i], f_own[h][i]);  // not an FMA: the one-split merge rounds the same
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) weighted += __shfl_xor_sync(0xffffffffu, weighted, o);
+    lsum[h] = exp2f(sink_log2 - mx[h]);
+    lsum[h] += weighted;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) weighted += __shfl_xor_sync(0xffffffffu, weighted, o);
-  float lsum = exp2f(sink_log2 - mx);
-  lsum += weighted;
-  float o0 = 0.f, o1 = 0.f;
-#pragma unroll 16
+  float o0[kHeads] = {}, o1[kHeads] = {};
+#pragma unroll(16 / kHeads)
   for (int sp = 0; sp < used; ++sp) {
-    float f_src = f_own[0];
 #pragma unroll
-    for (int i = 1; i < kPerLane; ++i)
-      if (sp >= 32 * i) f_src = f_own[i];
-    const float f = __shfl_sync(0xffffffffu, f_src, sp % 32);
-    const float2 acc = __ldcg(reinterpret_cast<const float2*>(part.acc + (state0 + sp) * kD + 2 * lane));
-    o0 += acc.x * f;
-    o1 += acc.y * f;
+    for (int h = 0; h < kHeads; ++h) {
+      float f_src = f_own[h][0];
+#pragma unroll
+      for (int i = 1; i < kPerLane; ++i)
+        if (sp >= 32 * i) f_src = f_own[h][i];
+      const float f = __shfl_sync(0xffffffffu, f_src, sp % 32);
+      const float2 acc = __ldcg(reinterpret_cast<const float2*>(part.acc + (state0[h] + sp) * kD + 2 * lane));
+      o0[h] += acc.x * f;
+      o1[h] += acc.y * f;
+    }
   }
-  __nv_bfloat16* out =
-      reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(seq.token_begin) * a.num_q_heads * kD + head * kD + 2 * lane;
-  *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(o0 / lsum, o1 / lsum);
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) {
+    const int head = head0 + h * head_step;
+    __nv_bfloat16* out =
+        reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(seq.token_begin) * a.num_q_heads * kD + head * kD + 2 * lane;
+    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(o0[h] / lsum[h], o1[h] / lsum[h]);
+  }
 }
 
 // Dynamic shared memory of the decode kernel: the ring of kRing landed tiles (bf16 rows the MMAs read,
@@ -373,7 +393,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   float v_scale = 1.f;
   if constexpr (kFp8) v_scale = a.v_scale[kv_head];  // P.(code x s) = s (P.code)
   const int used = used_splits(pos - lo + 1, a.num_splits, a.min_keys_per_split, a.max_splits);
-  // One split (window layers, short contexts) with the folded merge: merge_head_splits's arithmetic
+  // One split (window layers, short contexts) with the folded merge: merge_heads_splits's arithmetic
   // on this CTA's one partial, straight from registers (the same operations in the same order, so the
   // same bits), without the workspace round trip, fences and ticket.
   const bool alone = used == 1 && a.tickets != nullptr;
@@ -396,7 +416,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
       const float top = fmaxf(sink_log2, mx);
       const float f = exp2f(mx - top);  // mx = -inf (every key masked): 0
       float denom = exp2f(sink_log2 - top);
-      denom += __fmul_rn(lsum, f);  // rounded product, as merge_head_splits's weighted sum
+      denom += __fmul_rn(lsum, f);  // rounded product, as merge_heads_splits's weighted sum
       const float out = (0.f + o * f) / denom;
       reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(seq.token_begin) * a.num_q_heads * kD + head * kD + d] =
           __float2bfloat16_rn(out);
@@ -418,7 +438,8 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   __syncthreads();
   if (!last_s) return;
   __threadfence();  // the other splits' partials, after their tickets
-  for (int h = warp; h < kGroup; h += kWarps) merge_head_splits(a, seq, seq_index, kv_head * kGroup + h, used, lane);
+  static_assert(kGroup == 2 * kWarps, "each warp merges two heads");
+  merge_heads_splits<2>(a, seq, seq_index, kv_head * kGroup + warp, kWarps, used, lane);
   if (tid == 0) *ticket = 0;  // ready for the next launch
 }
 
@@ -431,8 +452,8 @@ __global__ void __launch_bounds__(kGroup * 32) bf16_sdpa_sinks_d64_decode_combin
   if (seq.num_tokens != 1) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = seq.context_begin - first_visible_key(seq.context_begin, a.window) + 1;
-  merge_head_splits(a, seq, seq_index, blockIdx.y * kGroup + warp,
-                    used_splits(n, a.num_splits, a.min_keys_per_split, a.max_splits), lane);
+  merge_heads_splits<1>(a, seq, seq_index, blockIdx.y * kGroup + warp, 0,
+                        used_splits(n, a.num_splits, a.min_keys_per_split, a.max_splits), lane);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
