@@ -13,6 +13,10 @@
 #   spec     speculative decoding with the replay drafter (a benchmark drafter, docs/engine.md): the
 #            cost of a 1 + 3 token verify step at batch 1, 8, 64 and batch-1 speed at set acceptance;
 #            ngram on bench/prompts/code_edit.json (outputs forced to its answer) against plain
+#   budget   the per-step token budget (`--max-num-batched-tokens`): one server per budget in BUDGETS
+#            (default 2048 4096 8192 16384), each serving random 2k-6k-token prompts with 512-token
+#            outputs at concurrency 64, so prompts keep arriving while the others decode: TPOT and ITL
+#            (a step that carries a prefill chunk is a long gap for every decoding stream) against TTFT
 #   cost32k  `bench cost` decode at context 32k (its prefill of up to 128 x 32k tokens needs a call
 #            of its own); merge the two on the CPU machine:
 #            ossrt bench cost --from-json <run>/cost_a/cost.json,<run>/cost_b/cost.json --result-dir <run>/cost
@@ -167,6 +171,21 @@ part_cost32k() {
     --result-dir "$RESULTS/$RUN/cost_b"
 }
 
+part_budget() {  # issue 16: --max-num-batched-tokens chosen by measurement
+  local tokens saved=${SERVE_FLAGS:-}
+  for tokens in ${BUDGETS:-2048 4096 8192 16384}; do
+    SERVE_FLAGS="$saved --max-num-batched-tokens $tokens"
+    start_server "$(budget 120)" || { SERVE_FLAGS=$saved; return 1; }
+    # ITLs kept (no --no-itl): their p99 is where a prefill chunk's step shows.
+    run_step "bench serve, budget $tokens" 120 "$OSSRT" bench serve --base-url http://127.0.0.1:$PORT --dataset random \
+      --input-len "${BUDGET_INPUT_LEN:-4096}" --range-ratio 0.5 --output-len "${BUDGET_OUTPUT_LEN:-512}" --ignore-eos \
+      --max-concurrency "${BUDGET_CONCURRENCY:-64}" --num-prompts "${BUDGET_PROMPTS:-192}" --warmup 4 --seed 2 \
+      --slo ttft=2000,tpot=50 --result-dir "$RESULTS/$RUN/budget_$tokens"
+    stop_server
+  done
+  SERVE_FLAGS=$saved
+}
+
 part_spec() {  # issue 17: speculative decoding's cost and speed with the replay (benchmark) drafter
   # The cost of verifying 1 + 3 tokens (every guess rejected: rate 0) against a plain step, at batch
   # 1, 8 and 64; then batch-1 speed at mean acceptance lengths ~1.66, 2.24, 2.73, 3.05 (docs/engine.md).
@@ -195,7 +214,8 @@ for part in "${PARTS[@]}"; do
     cost32k) part_cost32k ;;
     structured) part_structured ;;
     spec) part_spec ;;
-    *) echo "!! unknown part '$part' (serve, kernels, cost, cost32k, structured, spec)" ;;
+    budget) part_budget ;;
+    *) echo "!! unknown part '$part' (serve, kernels, cost, cost32k, structured, spec, budget)" ;;
   esac
 done
 
