@@ -188,8 +188,7 @@ class Backend {
   // logits are ready after the sampler's synchronize). The engine then hands the previous step's
   // events to the edge while the device computes (engine/event_outbox.h); a backend that computes
   // the step inside run_step (the CPU) gets them before it, so its streams are never a step late.
-  // CUDA's run_step only enqueues, but its backend does not say so yet: the engine's GPU tests have
-  // not run with the late delivery (docs/engine.md, "Host time between steps").
+  // CUDA says so (docs/engine.md, "Host time between steps").
   virtual bool asynchronous_steps() const { return false; }
 
   // Optional device sampler: one token per row of `logits` (F32 [R, V] on this backend, e.g. what

@@ -97,8 +97,8 @@ __device__ __forceinline__ int used_splits(int n, int splits, int min_keys, int 
 // kHeads heads at once (head0, head0 + head_step, ...): their loads are in flight together (the folded
 // merge gives each of its 4 warps 2 of the 8 heads); each head's arithmetic is the one-head merge's.
 template <int kHeads>
-__device__ __forceinline__ void merge_heads_splits(const AttentionArgs& a, const SeqStep& seq, int seq_index,
-                                                   int head0, int head_step, int used, int lane) {
+__device__ __forceinline__ void merge_heads_splits(const AttentionArgs& a, const SeqStep& seq, int seq_index, int head0,
+                                                   int head_step, int used, int lane) {
   constexpr int kPerLane = (kAttnMaxDecodeSplits + 31) / 32;  // lane holds splits lane + 32 i
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
   int64_t state0[kHeads];
