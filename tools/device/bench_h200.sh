@@ -40,7 +40,7 @@
 # length (32768 with concurrency 1: batch-1 decode at 32k); SERVE_FLAGS adds serve flags (e.g.
 # "--kv-cache-dtype fp8").
 set -uo pipefail
-[ $# -gt 0 ] || { sed -n 2,30p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 2; }  # the header above, whatever its length
 PARTS=("$@")
 DEADLINE_S=${DEADLINE_S:-570}
 START=$(date +%s)
