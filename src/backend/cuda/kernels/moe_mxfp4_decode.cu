@@ -125,8 +125,25 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
   const int64_t chunk0 = (int64_t(expert) * (a.n / kMxRowTile) + rt) * chunks;
   const uint8_t* wq = a.wq + chunk0 * kMxChunkBytes + lane * 16;
   const uint8_t* wsc = a.wscale + chunk0 * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2;
+  // A batch of kUnroll chunks' weights and scales (zeros past the end) into registers.
+  uint4 wv[kUnroll];
+  uint32_t sv[kUnroll];
+  auto load_weights = [&](int kc0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int kc = kc0 + u * kWarps;
+      const bool in = kc < chunks;
+      wv[u] = in ? ldg_stream(wq + int64_t(kc) * kMxChunkBytes) : make_uint4(0, 0, 0, 0);
+      sv[u] = in ? *reinterpret_cast<const uint16_t*>(wsc + int64_t(kc) * kMxChunkScaleBytes) : 0u;
+    }
+  };
+  // The down GEMM of the one-token-tile kernels (kDeep) requests its first batch of weights before
+  // the wait, so after it only the activations' latency precedes the first MMAs.
+  constexpr bool kEarlyBatch = !kSwiglu && kDeep;
   if constexpr (!kSwiglu) {
-    for (int kc = warp; kc < chunks; kc += kWarps) prefetch_l2(wq + int64_t(kc) * kMxChunkBytes);
+    for (int kc = warp + (kEarlyBatch ? kWarps * kUnroll : 0); kc < chunks; kc += kWarps)
+      prefetch_l2(wq + int64_t(kc) * kMxChunkBytes);
+    if constexpr (kEarlyBatch) load_weights(warp);
     pdl_wait();
     pdl_launch_dependents();
   }
@@ -162,8 +179,7 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
 
   float acc[kSlots][kNT][4] = {};  // [part of this warp: part warp + kWarps * slot]
   for (int kc0 = warp; kc0 < chunks; kc0 += kWarps * kUnroll) {
-    uint4 wv[kUnroll], xv[kDeep ? 1 : kUnroll][kNT][2];
-    uint32_t sv[kUnroll];
+    uint4 xv[kDeep ? 1 : kUnroll][kNT][2];
     auto load_x = [&](uint4(&dst)[kNT][2], int kc) {
       if constexpr (kStage) {
         // Every lane takes the one row (all 8 token columns alike): the MMA computes each column on
@@ -180,13 +196,10 @@ __device__ __forceinline__ void mx_decode_tile(const MoeGemmArgs& a) {
         }
       }
     };
+    if (!kEarlyBatch || kc0 != warp) load_weights(kc0);  // the early batch is already in flight
+    if constexpr (!kDeep) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int kc = kc0 + u * kWarps;
-      const bool in = kc < chunks;
-      wv[u] = in ? ldg_stream(wq + int64_t(kc) * kMxChunkBytes) : make_uint4(0, 0, 0, 0);
-      sv[u] = in ? *reinterpret_cast<const uint16_t*>(wsc + int64_t(kc) * kMxChunkScaleBytes) : 0u;
-      if constexpr (!kDeep) load_x(xv[u], kc);
+      for (int u = 0; u < kUnroll; ++u) load_x(xv[u], kc0 + u * kWarps);
     }
     if constexpr (kStage) {
       if (kc0 == warp) {  // first batch: the weights are in flight, now the activations must land
