@@ -3,6 +3,7 @@
 // mma.sync m16n8k16 (bf16 in, fp32 accumulate; runs at full rate on sm_90), cp.async, and the
 // launch check. Only device/launcher .cu files include this (it pulls in cuda_bf16.h).
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -139,6 +140,16 @@ class PerDeviceOnce {
   std::atomic<bool> done_[kMaxDevices] = {};
 };
 
+// OSSRT_CUDA_PDL=0 (developer switch, read once): launch_pdl launches plainly, every kernel after the
+// one before has completed, to measure what the overlap buys.
+inline bool pdl_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("OSSRT_CUDA_PDL");
+    return !(v && v[0] == '0');
+  }();
+  return allowed;
+}
+
 // launch_pdl_smem: the same with `smem` bytes of dynamic shared memory.
 template <typename... Params, typename... Args>
 cudaError_t launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
@@ -150,7 +161,7 @@ cudaError_t launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, si
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  attribute[0].val.programmaticStreamSerializationAllowed = pdl_allowed() ? 1 : 0;
   config.attrs = attribute;
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, kernel, args...);
