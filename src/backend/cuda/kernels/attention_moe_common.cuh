@@ -3,8 +3,8 @@
 // mma.sync m16n8k16 (bf16 in, fp32 accumulate; runs at full rate on sm_90), cp.async, and the
 // launch check. Only device/launcher .cu files include this (it pulls in cuda_bf16.h).
 #include <atomic>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
