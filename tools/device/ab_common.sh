@@ -17,4 +17,15 @@ ab_variant() {
   [ -n "$settings" ] && IFS=',' read -ra envs <<< "$settings"
   echo "== $label: ${settings:-(as is)}"
 }
-ab_done() { echo "== done after $(( $(date +%s) - START )) s"; }
+# ab_keep <file>: a result this run wrote into $FINAL, for ab_done to bundle.
+AB_KEPT=()
+ab_keep() { [ -f "$FINAL/$1" ] && AB_KEPT+=("$1"); }
+# The device call returns only a few files of $OUT (a run of 9 variants lost two JSONs): ab_done
+# bundles the run's results into one tarball, $OUT/${AB_BUNDLE:-ab_<start time>_<pid>}.tgz, and removes them.
+ab_done() {
+  echo "== done after $(( $(date +%s) - START )) s"
+  [ ${#AB_KEPT[@]} -gt 0 ] || return 0
+  local bundle=${AB_BUNDLE:-ab_${START}_$$}.tgz
+  tar czf "$FINAL/$bundle" -C "$FINAL" "${AB_KEPT[@]}" && (cd "$FINAL" && rm -f "${AB_KEPT[@]}")
+  echo "== results: \$OUT/$bundle (${#AB_KEPT[@]} files: tar xzf it into bench/results/<run>/<what>/)"
+}

@@ -2,8 +2,9 @@
 # A/B of decode-step time: `ossrt bench cost` (dummy weights, CUDA graphs, no prefill) at the given
 # batch sizes once per variant, a variant being environment settings for the ossrt process (e.g. the
 # developer switches OSSRT_CUDA_GEMV_MAX_ROWS=0 of docs/kernels.md). Prints each variant's ITL line
-# and the JSON lands in $OUT/ab_<label>.json. Device call from the repo root after
-# tools/device/cuda_pack.sh, carry [".carry/cuda"].
+# and the JSONs (ab_<label>.json) land in one tarball, $OUT/ab_<start time>_<pid>.tgz (AB_BUNDLE
+# names it; ab_common.sh). Device call from the repo root after tools/device/cuda_pack.sh, carry
+# [".carry/cuda"].
 #
 # Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4] [BATCHES="1 8 64"] [CONTEXT=1024] [DEADLINE_S=200]
 #        [FLAGS="--kv-cache-dtype fp8"] tools/device/decode_ab.sh label=VAR=value[,VAR=value] ...   (label=  with no settings: as is)
@@ -30,6 +31,6 @@ for variant in "$@"; do
   echo "   exit $?"
   grep -B1 -A6 "ITL ms" "/tmp/ab_$label.log" | head -14
   grep -o "step timing.*" "/tmp/ab_$label.log"  # with OSSRT_CUDA_STEP_TIMING=1 (step_timing.h)
-  cp /tmp/ab_"$label"/*.json "$FINAL/ab_$label.json" 2>/dev/null
+  cp /tmp/ab_"$label"/*.json "$FINAL/ab_$label.json" 2>/dev/null && ab_keep "ab_$label.json"
 done
 ab_done

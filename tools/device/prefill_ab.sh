@@ -2,9 +2,10 @@
 # A/B of prefill latency: `ossrt bench cost` (dummy weights, one prompt at a time, the median of
 # --repeats after a warm-up, no decode points) at the given prompt lengths once per variant, a variant
 # being environment settings for the ossrt process (developer switches such as
-# OSSRT_CUDA_MOE_WGMMA=0, docs/kernels.md). Prints each variant's prefill table; the JSON lands in
-# $OUT/prefill_<label>.json. Device call from the repo root after tools/device/cuda_pack.sh, carry
-# [".carry/cuda"] (or the compressed .carry/cudaz unpacked first).
+# OSSRT_CUDA_MOE_WGMMA=0, docs/kernels.md). Prints each variant's prefill table; the JSONs
+# (prefill_<label>.json) land in one tarball, $OUT/ab_<start time>_<pid>.tgz (ab_common.sh). Device
+# call from the repo root after tools/device/cuda_pack.sh, carry [".carry/cuda"] (or the compressed
+# .carry/cudaz unpacked first).
 #
 # Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4-fp8] [INPUT_LENS="1024 8192"] [REPEATS=3] [DEADLINE_S=200]
 #        tools/device/prefill_ab.sh label=VAR=value[,VAR=value] ...   (label=  with no settings: as is)
@@ -24,6 +25,6 @@ for variant in "$@"; do
     --result-dir "/tmp/pf_$label" > "/tmp/pf_$label.log" 2>&1
   echo "   exit $?"
   grep -A6 "^Prefill:" "/tmp/pf_$label.log"
-  cp /tmp/pf_"$label"/*.json "$FINAL/prefill_$label.json" 2>/dev/null
+  cp /tmp/pf_"$label"/*.json "$FINAL/prefill_$label.json" 2>/dev/null && ab_keep "prefill_$label.json"
 done
 ab_done
