@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# A kernel timeline of decode steps on the H200 (the device machine has no nsys): `ossrt bench cost`
+# (decode only, dummy weights, CUDA graphs on) under the CUPTI injection library of
+# tools/device/kernel_trace/ (start and end of every kernel, PDL overlap intact), then
+# tools/device/ktrace_summary.py: what each kernel adds to the step, the idle time between kernels,
+# and the first kernels of a step one by one. Also the step time without the tracer, to show its cost.
+# Device call from the repo root after tools/device/cuda_pack.sh and tools/device/kernel_trace/build.sh,
+# carry [".carry/cuda"] (or the compressed pack unpacked first).
+#
+# Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4-fp8] [BATCHES="1 64"] [CONTEXT=1024] [ENVS="VAR=v ..."]
+#        [DEADLINE_S=300] tools/device/kernel_trace.sh
+# Output: $OUT/ktrace_<model>_<quant>.log (the tables), $OUT/ktrace_<model>_<quant>_b<batch>.csv.gz (raw).
+set -uo pipefail
+MODEL=${MODEL:-gpt-oss-20b}
+QUANT=${QUANT:-mxfp4-fp8}
+BATCHES=${BATCHES:-1 64}
+CONTEXT=${CONTEXT:-1024}
+DEADLINE_S=${DEADLINE_S:-300}
+START=$(date +%s)
+ROOT=$(pwd)
+PACK=$ROOT/.carry/cuda
+FINAL=${OUT:-/tmp/ossrt-out}
+mkdir -p "$FINAL"
+TAG=${MODEL}_${QUANT}
+exec > >(tee -a "$FINAL/ktrace_$TAG.log") 2>&1
+source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
+[ -f "$PACK/lib/libossrt_ktrace.so" ] || { echo "!! $PACK/lib/libossrt_ktrace.so missing: tools/device/kernel_trace/build.sh"; exit 1; }
+left() { echo $((START + DEADLINE_S - $(date +%s))); }
+read -ra extra_env <<< "${ENVS:-}"
+echo "== kernel trace: $MODEL $QUANT, context $CONTEXT, commit $(tr '\n' ' ' < "$PACK/COMMIT") ${ENVS:-}"
+for B in $BATCHES; do
+  [ "$(left)" -gt 40 ] || { echo "-- batch $B skipped: no time left"; continue; }
+  COMMON=(bench cost --model "$MODEL" --load-format dummy --backend cuda --quantization "$QUANT" --no-prefill
+    --contexts "$CONTEXT" --batch-sizes "$B" --repeats 1 --no-progress --warmup-steps 5 --decode-steps 40)
+  echo "== batch $B: without the tracer"
+  env "${extra_env[@]}" timeout "$(left)" "$PACK/bin/ossrt" "${COMMON[@]}" --result-dir "/tmp/kt_plain_b$B" 2>&1 |
+    grep -A2 "ITL ms" | tail -1
+  echo "== batch $B: traced"
+  csv=/tmp/ktrace_${TAG}_b$B.csv
+  env "${extra_env[@]}" CUDA_INJECTION64_PATH="$PACK/lib/libossrt_ktrace.so" OSSRT_KTRACE_OUT="$csv" \
+    timeout "$(left)" "$PACK/bin/ossrt" "${COMMON[@]}" --result-dir "/tmp/kt_traced_b$B" 2>&1 | grep -A2 "ITL ms" | tail -1
+  python3 "$ROOT/tools/device/ktrace_summary.py" "$csv" --steps 20
+  gzip -c "$csv" > "$FINAL/ktrace_${TAG}_b$B.csv.gz"
+done
+echo "== done after $(( $(date +%s) - START )) s"
