@@ -9,7 +9,7 @@ idle for the difference ("idle"); what it ends beyond max(frontier, its start) i
 step ("adds"). Per step, idle + adds over all kernels = the step's span on the GPU; the period (one
 step's first start to the next's) also holds the host's time between steps.
 
-Usage: ktrace_summary.py ktrace.csv [--steps 20] [--first 24]
+Usage: ktrace_summary.py ktrace.csv [--steps 20] [--first 24] [--step-kernel embedding_gather]
 """
 import argparse
 import csv
@@ -31,10 +31,10 @@ def load(path):
     return rows
 
 
-def split_steps(rows):
+def split_steps(rows, first_kernel):
     steps, current = [], None
     for row in rows:
-        if "embedding_gather" in row[2]:
+        if first_kernel in row[2]:
             if current:
                 steps.append(current)
             current = [row]
@@ -61,10 +61,11 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--steps", type=int, default=20, help="steady-state steps to average")
     ap.add_argument("--first", type=int, default=24, help="kernels of the median step listed one by one")
+    ap.add_argument("--step-kernel", default="embedding_gather", help="a name part of each step's first kernel")
     args = ap.parse_args()
-    steps = split_steps(load(args.csv))
+    steps = split_steps(load(args.csv), args.step_kernel)
     if len(steps) < 3:
-        raise SystemExit(f"{args.csv}: {len(steps)} steps found (no embedding gather kernels?)")
+        raise SystemExit(f"{args.csv}: {len(steps)} steps found (no '{args.step_kernel}' kernels?)")
     # Keep the modal kernel count among the later steps, then the last --steps of those.
     counts = Counter(len(s) for s in steps[len(steps) // 3:])
     modal = counts.most_common(1)[0][0]
