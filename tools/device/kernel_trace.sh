@@ -8,8 +8,10 @@
 # carry [".carry/cuda"] (or the compressed pack unpacked first).
 #
 # Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4-fp8] [BATCHES="1 64"] [CONTEXT=1024] [ENVS="VAR=v ..."]
-#        [DEADLINE_S=300] tools/device/kernel_trace.sh
-# Output: $OUT/ktrace_<model>_<quant>.log (the tables), $OUT/ktrace_<model>_<quant>_b<batch>.csv.gz (raw).
+#        [VARIANTS="VAR=v ...|VAR=w ..."] [TRACE=0: step times only] [DEADLINE_S=300] tools/device/kernel_trace.sh
+# VARIANTS: environments (ENVS each, '|' between them) traced one after another, e.g. A/B developer
+# switches; "-" is the default environment. Output: $OUT/ktrace_<model>_<quant>.log (the tables),
+# $OUT/ktrace_<model>_<quant>_b<batch>[_v<i>].csv.gz (raw, one per variant i >= 1).
 set -uo pipefail
 MODEL=${MODEL:-gpt-oss-20b}
 QUANT=${QUANT:-mxfp4-fp8}
@@ -26,8 +28,15 @@ exec > >(tee -a "$FINAL/ktrace_$TAG.log") 2>&1
 source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
 [ -f "$PACK/lib/libossrt_ktrace.so" ] || { echo "!! $PACK/lib/libossrt_ktrace.so missing: tools/device/kernel_trace/build.sh"; exit 1; }
 left() { echo $((START + DEADLINE_S - $(date +%s))); }
-read -ra extra_env <<< "${ENVS:-}"
-echo "== kernel trace: $MODEL $QUANT, context $CONTEXT, commit $(tr '\n' ' ' < "$PACK/COMMIT") ${ENVS:-}"
+IFS='|' read -ra variants <<< "${VARIANTS:-${ENVS:--}}"
+echo "== kernel trace: $MODEL $QUANT, context $CONTEXT, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
+for vi in "${!variants[@]}"; do
+  v=${variants[$vi]}
+  [ "$v" = "-" ] && v=""
+  read -ra extra_env <<< "$v"
+  suffix=""
+  [ "$vi" -gt 0 ] && suffix="_v$vi"
+  echo "== variant $vi: ${v:-(default)}"
 for B in $BATCHES; do
   [ "$(left)" -gt 40 ] || { echo "-- batch $B skipped: no time left"; continue; }
   COMMON=(bench cost --model "$MODEL" --load-format dummy --backend cuda --quantization "$QUANT" --no-prefill
@@ -35,11 +44,13 @@ for B in $BATCHES; do
   echo "== batch $B: without the tracer"
   env "${extra_env[@]}" timeout "$(left)" "$PACK/bin/ossrt" "${COMMON[@]}" --result-dir "/tmp/kt_plain_b$B" 2>&1 |
     grep -A2 "ITL ms" | tail -1
+  [ "${TRACE:-1}" = 0 ] && continue  # step times only
   echo "== batch $B: traced"
-  csv=/tmp/ktrace_${TAG}_b$B.csv
+  csv=/tmp/ktrace_${TAG}_b$B$suffix.csv
   env "${extra_env[@]}" CUDA_INJECTION64_PATH="$PACK/lib/libossrt_ktrace.so" OSSRT_KTRACE_OUT="$csv" \
     timeout "$(left)" "$PACK/bin/ossrt" "${COMMON[@]}" --result-dir "/tmp/kt_traced_b$B" 2>&1 | grep -A2 "ITL ms" | tail -1
   python3 "$ROOT/tools/device/ktrace_summary.py" "$csv" --steps 20
-  gzip -c "$csv" > "$FINAL/ktrace_${TAG}_b$B.csv.gz"
+  gzip -c "$csv" > "$FINAL/ktrace_${TAG}_b$B$suffix.csv.gz"
+done
 done
 echo "== done after $(( $(date +%s) - START )) s"
