@@ -219,9 +219,10 @@ class CudaBackend final : public Backend {
   static constexpr int64_t kMoeTickets = 8 * 8192 / 16;
   int32_t* moe_tickets_ = nullptr;
   bool moe_fold_combine_ = true;
-  // Decode attention: the fewest keys a split takes (AttentionArgs::min_keys_per_split); developer
-  // switch OSSRT_CUDA_ATTN_SPLIT_KEYS (a multiple of 64) for A/B timing.
-  int attn_min_split_keys_ = 256;
+  // Decode attention: the fewest keys a split takes (AttentionArgs::min_keys_per_split); 0 =
+  // cuda::attention_decode_min_split_keys by the step's sequences; developer switch
+  // OSSRT_CUDA_ATTN_SPLIT_KEYS (a multiple of 64) for A/B timing.
+  int attn_min_split_keys_ = 0;
   // Decode attention: tiles in the kernel's cp.async ring (AttentionArgs::decode_ring; 0 = the
   // kernel's choice); developer switch OSSRT_CUDA_ATTN_DECODE_RING=2|4|6 for A/B timing.
   int attn_decode_ring_ = 0;

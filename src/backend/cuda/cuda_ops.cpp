@@ -390,16 +390,18 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
     a.plan.num_seqs = dp.num_tokens;
     a.plan.max_seq_tokens = 1;
     a.kv_after_wait = true;
-    a.min_keys_per_split = attn_min_split_keys_;
+    a.min_keys_per_split =
+        attn_min_split_keys_ != 0 ? attn_min_split_keys_ : cuda::attention_decode_min_split_keys(dp.num_tokens);
     a.num_splits = attn_max_splits_;
   } else if (dp.max_seq_tokens == 1) {
     // Splits for the plan's max_context: each sequence slices its own keys by its own length, so
     // the result is batch-invariant. A captured decode graph sees max_context = its context bucket
     // (cuda_graphs.cpp), an upper bound of every context it replays with, so its grid stays valid;
     // short contexts do not launch the 32 x Hkv x seqs CTAs of the longest one.
-    a.min_keys_per_split = attn_min_split_keys_;
+    a.min_keys_per_split =
+        attn_min_split_keys_ != 0 ? attn_min_split_keys_ : cuda::attention_decode_min_split_keys(dp.num_seqs);
     a.num_splits = cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, dp.max_context, num_sms_,
-                                                 attn_min_split_keys_, attn_max_splits_);
+                                                 a.min_keys_per_split, attn_max_splits_);
     OSSRT_CHECK(
         cuda::attention_decode_workspace_bytes(dp.num_seqs, p.num_q_heads, a.num_splits) <= attn_workspace_bytes_,
         "attention: decode workspace too small for {} sequences x {} heads", dp.num_seqs, p.num_q_heads);

@@ -94,6 +94,14 @@ struct AttentionArgs {
 int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int num_sms = 132,
                             int min_keys_per_split = kAttnDefaultMinKeysPerSplit,
                             int max_splits = kAttnMaxDecodeSplits);
+// The fewest keys a decode split takes for a step of num_seqs sequences (the backend's choice unless
+// OSSRT_CUDA_ATTN_SPLIT_KEYS overrides it): 128 for up to kAttnSmallBatchSeqs sequences, where the grid is
+// a few CTAs an SM and a split's serial tiles are the layer's latency, else kAttnDefaultMinKeysPerSplit
+// (more CTAs and partials cost more than they save once the grid fills the GPU). Measured on the H200
+// (docs/kernels.md, "Decode"). A sequence's slices then depend on its length and on which side of
+// kAttnSmallBatchSeqs the step's batch is: batch invariance holds within each side.
+inline constexpr int kAttnSmallBatchSeqs = 8;
+int attention_decode_min_split_keys(int num_seqs);
 // The decode kernel's ring depth for a grid of num_seqs x num_kv_heads x num_splits CTAs; what the
 // launcher uses when AttentionArgs::decode_ring is 0 (with 132 SMs).
 int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int num_sms = 132);

@@ -512,6 +512,12 @@ int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int
   return std::clamp(needed, 1, std::clamp(max_splits, 1, kAttnMaxDecodeSplits));
 }
 
+int attention_decode_min_split_keys(int num_seqs) {
+  // gpt-oss-20b mxfp4, context 1k, bench cost decode steps (2026-12-04): 128 keys 1.79-1.80 ms against
+  // 1.83-1.84 at batch 1, 3.94-3.97 against 3.96-3.99 at 8, 7.62-7.65 against 7.39-7.45 at 64.
+  return num_seqs <= kAttnSmallBatchSeqs ? 128 : kAttnDefaultMinKeysPerSplit;
+}
+
 int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int num_sms) {
   // Measured (docs/kernels.md, "Decode"): a deep ring pays where the grid is a few CTAs an SM (one
   // long sequence: each CTA's loads in flight set the bandwidth); with more CTAs than 3 an SM, the
