@@ -65,9 +65,10 @@ constexpr int kSmemBytes = kStages * 2 * kTileBytes + 1024;  // + the 1024-byte 
 constexpr int kAcc = kKeyTile / 2;                           // f32 accumulators a thread: m64n64 / 128
 static_assert(kKeyTile == kD, "S (64 keys) and O (64 dims) have the same accumulator layout");
 
-// Cache offsets of the key rows one thread copies for a tile (-1: zeros, key masked).
+// Cache rows (element offset / 64; a layer's pool holds < 2^31 rows) of the keys one thread copies
+// for a tile, -1 for none (zeros, key masked).
 struct TileRows {
-  int64_t at[kLoadPasses];
+  int32_t row[kLoadPasses];
 };
 
 // -inf where key key0 + col is not visible to the row's position (or has no cache row). Thread's
@@ -133,9 +134,17 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[kKeyTile / 16][4], const f
 
 __global__ void __launch_bounds__(kThreads, 2) bf16_sdpa_sinks_d64_prefill_wgmma(AttentionArgs a) {
   const int kv_head = blockIdx.x;
-  const SeqStep seq = a.plan.seqs[blockIdx.z];
   CtaTokens t;
-  if (!cta_tokens<kTokens>(a, seq, t)) return;
+  {
+    const SeqStep seq = a.plan.seqs[blockIdx.z];
+    if (!cta_tokens<kTokens>(a, seq, t)) return;
+  }
+  // The block-table lookups read the sequence's plan entry from shared memory (registers are short:
+  // 128 a thread for 2 CTAs an SM).
+  __shared__ SeqStep seq_s;
+  if (threadIdx.x == 0) seq_s = a.plan.seqs[blockIdx.z];
+  __syncthreads();
+  const SeqStep& seq = seq_s;
 
   extern __shared__ uint8_t smem_raw[];
   // Slot s of the ring: K tile at 2 s kTileBytes, V tile right after; every tile 1024-byte aligned
@@ -155,7 +164,8 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_sdpa_sinks_d64_prefill_wgmma
 #pragma unroll
     for (int i = 0; i < kLoadPasses; ++i) {
       const int j = key0 + load_row + i * kLoadRows;
-      rows.at[i] = j <= t.p_last ? kv_row_offset(a, seq, kv_head, j) : -1;
+      const int64_t off = j <= t.p_last ? kv_row_offset(a, seq, kv_head, j) : -1;
+      rows.row[i] = off >= 0 ? int32_t(off / kD) : -1;
     }
   };
   // Starts the copies of a tile into `slot`; returns whether all of this thread's rows were present.
@@ -164,12 +174,13 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_sdpa_sinks_d64_prefill_wgmma
 #pragma unroll
     for (int i = 0; i < kLoadPasses; ++i) {
       const int r = load_row + i * kLoadRows;
-      const bool ok = rows.at[i] >= 0;
+      const bool ok = rows.row[i] >= 0;
+      const int64_t at = int64_t(ok ? rows.row[i] : 0) * kD + load_unit * 8;
       const uint16_t* k_cache = static_cast<const uint16_t*>(a.k_cache);
       const uint16_t* v_cache = static_cast<const uint16_t*>(a.v_cache);
       uint8_t* dst = smem + slot * 2 * kTileBytes + load_dst + i * kLoadRows * kRowBytes;
-      cp_async_16(dst, ok ? k_cache + rows.at[i] + load_unit * 8 : k_cache, ok);
-      cp_async_16(dst + kTileBytes, ok ? v_cache + rows.at[i] + load_unit * 8 : v_cache, ok);
+      cp_async_16(dst, k_cache + at, ok);
+      cp_async_16(dst + kTileBytes, v_cache + at, ok);
       if (load_unit == 0) key_ok_s[slot][r] = ok;
       all_ok = all_ok && ok;
     }
