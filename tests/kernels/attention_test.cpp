@@ -18,12 +18,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "attention_problem.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
+#include "backend/cuda/kernels/wgmma_check.cuh"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "device_array.h"
@@ -199,6 +201,52 @@ TEST(AttentionKernels, PrefillOf8kTokens) {
   for (int t = 8184; t < 8192; ++t) rows.push_back(t);
   check_case(full_causal({{0, 8192}}, 47), Kernel::Prefill, rows);
   check_case(sliding({{0, 8192}}, 48), Kernel::Prefill, rows);
+}
+
+// The wgmma prefill kernel's two tile products on random bf16 matrices (launch_wgmma_tile_check):
+// S = A K^T with K as the K-major B operand and O = P V with V as the MN-major (transposed) B operand,
+// both tiles 128-byte swizzled, A and P as register fragments. Against an fp64 product of the same
+// bf16 values (the tensor cores' products are exact and their sums fp32: |error| ~1e-5 here). On a
+// mismatch it names where the value came from (the reference element it equals, if any), which tells
+// a wrong descriptor field or fragment layout apart from a wrong product.
+TEST(AttentionKernels, WgmmaTileProductsMatchTheHost) {
+  REQUIRE_GPU();
+  constexpr int n = 64;
+  std::mt19937_64 rng(131);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<uint16_t> a(n * n), k(n * n), pm(n * n), v(n * n);
+  for (std::vector<uint16_t>* m : {&a, &k, &pm, &v})
+    for (uint16_t& x : *m) x = f32_to_bf16(dist(rng));
+  const DeviceArray<uint16_t> a_d(a), k_d(k), p_d(pm), v_d(v);
+  const DeviceArray<float> s_d(std::vector<float>(n * n, NAN)), o_d(std::vector<float>(n * n, NAN));
+  launch_wgmma_tile_check(a_d.get(), k_d.get(), p_d.get(), v_d.get(), s_d.get(), o_d.get(), nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "wgmma_tile_check");
+  const std::vector<float> s_got = s_d.download(), o_got = o_d.download();
+  std::vector<double> s_ref(n * n, 0.0), o_ref(n * n, 0.0);
+  for (int r = 0; r < n; ++r)
+    for (int col = 0; col < n; ++col)
+      for (int i = 0; i < n; ++i) {
+        s_ref[r * n + col] += double(bf16_to_f32(a[r * n + i])) * bf16_to_f32(k[col * n + i]);
+        o_ref[r * n + col] += double(bf16_to_f32(pm[r * n + i])) * bf16_to_f32(v[i * n + col]);
+      }
+  const auto check = [&](const char* what, const std::vector<float>& got, const std::vector<double>& ref) {
+    int bad = 0;
+    for (int i = 0; i < n * n; ++i) {
+      if (std::fabs(got[i] - ref[i]) <= 1e-4) continue;
+      if (++bad > 8) continue;  // name the first few
+      std::string from = "no reference element";
+      for (int j = 0; j < n * n; ++j)
+        if (std::fabs(got[i] - ref[j]) <= 1e-4) {
+          from = "reference [" + std::to_string(j / n) + "][" + std::to_string(j % n) + "]";
+          break;
+        }
+      ADD_FAILURE() << what << "[" << i / n << "][" << i % n << "] = " << got[i] << ", want " << ref[i]
+                    << "; it equals " << from;
+    }
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n * n << " elements wrong";
+  };
+  check("S = A K^T (K-major B)", s_got, s_ref);
+  check("O = P V (MN-major B)", o_got, o_ref);
 }
 
 // The wgmma kernel against the mma.sync kernel's 16-token tiling on gpt-oss's 8k prompt, every output

@@ -229,7 +229,10 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_sdpa_sinks_d64_prefill_wgmma
   float l_run[2] = {c == 0 ? 1.f : 0.f, c == 0 ? 1.f : 0.f};
   float o[kAcc], s[kAcc];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) o[i] = 0.f;
+  for (int i = 0; i < kAcc; ++i) {
+    o[i] = 0.f;
+    wgmma_fence_operand(o[i]);
+  }
   uint32_t pa[kKeyTile / 16][4];
 
   auto k_tile = [&](int slot) { return smem_base + uint32_t(slot * 2 * kTileBytes); };
@@ -254,8 +257,12 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_sdpa_sinks_d64_prefill_wgmma
     TileRows ahead_rows;
     if (ahead < n_tiles) lookup_tile(t.key_lo + ahead * kKeyTile, ahead_rows);
 
+    // Zeros in s's own registers before the fence (wgmma_check.cu says why).
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) s[i] = 0.f;
+    for (int i = 0; i < kAcc; ++i) {
+      s[i] = 0.f;
+      wgmma_fence_operand(s[i]);
+    }
     wgmma_fence();  // s zeroed, and (not kFirst) O rescaled and P packed by this thread
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
