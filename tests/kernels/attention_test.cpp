@@ -206,9 +206,10 @@ TEST(AttentionKernels, PrefillOf8kTokens) {
 // The wgmma prefill kernel's two tile products on random bf16 matrices (launch_wgmma_tile_check):
 // S = A K^T with K as the K-major B operand and O = P V with V as the MN-major (transposed) B operand,
 // both tiles 128-byte swizzled, A and P as register fragments. Against an fp64 product of the same
-// bf16 values (the tensor cores' products are exact and their sums fp32: |error| ~1e-5 here). On a
-// mismatch it names where the value came from (the reference element it equals, if any), which tells
-// a wrong descriptor field or fragment layout apart from a wrong product.
+// bf16 values (the tensor cores' products are exact and their sums fp32: |error| ~1e-5 here, limit
+// 1e-3). For the first wrong elements it names the nearest reference element (within ~1e-5 of it when
+// the value was only misplaced), which tells a wrong descriptor field or fragment layout apart from a
+// wrong product.
 TEST(AttentionKernels, WgmmaTileProductsMatchTheHost) {
   REQUIRE_GPU();
   constexpr int n = 64;
@@ -232,16 +233,13 @@ TEST(AttentionKernels, WgmmaTileProductsMatchTheHost) {
   const auto check = [&](const char* what, const std::vector<float>& got, const std::vector<double>& ref) {
     int bad = 0;
     for (int i = 0; i < n * n; ++i) {
-      if (std::fabs(got[i] - ref[i]) <= 1e-4) continue;
-      if (++bad > 8) continue;  // name the first few
-      std::string from = "no reference element";
-      for (int j = 0; j < n * n; ++j)
-        if (std::fabs(got[i] - ref[j]) <= 1e-4) {
-          from = "reference [" + std::to_string(j / n) + "][" + std::to_string(j % n) + "]";
-          break;
-        }
+      if (std::fabs(got[i] - ref[i]) <= 1e-3) continue;  // misplaced or wrong values are O(1) off
+      if (++bad > 8) continue;                           // name the first few
+      int nearest = 0;
+      for (int j = 1; j < n * n; ++j)
+        if (std::fabs(got[i] - ref[j]) < std::fabs(got[i] - ref[nearest])) nearest = j;
       ADD_FAILURE() << what << "[" << i / n << "][" << i % n << "] = " << got[i] << ", want " << ref[i]
-                    << "; it equals " << from;
+                    << "; nearest reference element [" << nearest / n << "][" << nearest % n << "] = " << ref[nearest];
     }
     EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n * n << " elements wrong";
   };
@@ -624,6 +622,8 @@ TEST(AttentionKernels, RejectsBadArguments) {
   AttentionArgs no_table = a;
   no_table.sliding = true;  // the plan has no window table
   EXPECT_THROW(launch_bf16_sdpa_sinks_d64_prefill(no_table, nullptr), Error);
+  // The wgmma tiling has softmax variant 0 only (checked before anything is launched).
+  EXPECT_THROW(launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, PrefillTiling::Wgmma64, 1), Error);
 }
 
 TEST(AttentionKernels, DecodeSplitsCoverContextsUpToTheMaximum) {
