@@ -1,8 +1,8 @@
 #pragma once
 // Device pieces shared by the two prefill attention kernels, bf16_sdpa_sinks_d64_prefill on mma.sync
 // (attention_prefill.cu) and bf16_sdpa_sinks_d64_prefill_wgmma (attention_prefill_wgmma.cu): a CTA's
-// query tokens, the visibility rule on a tile's mask, 2^x, the q loads. Both kernels run the same
-// softmax arithmetic over the same 64-key tile grid (which starts at the CTA's first visible key).
+// query tokens, the visibility rule of a tile's mask, 2^x, the 4-byte q loads. Both kernels run the
+// same softmax arithmetic over the same 64-key tile grid (which starts at the CTA's first visible key).
 #include <cstdint>
 
 #include "backend/cuda/kernels/attention.cuh"
