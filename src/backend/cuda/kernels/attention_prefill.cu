@@ -146,7 +146,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[2][kKeyTile / 8][4], cons
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int pos = w_first + 2 * mt + h;
-          const bool visible = present && key_visible(pos, j, window);
+          const bool visible = present && j <= pos && (window == 0 || pos - j < window);
           if (!visible) s[mt][nt][2 * h + e] = -INFINITY;
         }
       }
