@@ -3,7 +3,9 @@
 // 8 KV heads, head dim 64) and at the edges: one token, the window boundary +-1, a sequence over
 // hundreds of blocks, decode batches of 1 and 256, mixed prefill+decode plans, chunked prefill over
 // cached context, chunk lengths around the prefill tiles (16 and 32 tokens, 64-key tiles), an
-// 8,192-token prompt; every prefill case runs both tilings and both softmax variants. Everything
+// 8,192-token prompt; every prefill case runs both mma.sync tilings and both softmax variants, and
+// the wgmma kernel (PrefillTiling::Wgmma64), which is also compared with the mma.sync kernel
+// directly at 8,192 tokens under a tolerance of bf16 rounding differences only. Everything
 // the kernels must not read (unused cache blocks and slots, the k/v columns of qkv, the output
 // before the kernel writes it) is filled with NaN, so a wrong block lookup or a missing write
 // shows up as NaN instead of passing by luck.
@@ -16,12 +18,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "attention_problem.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
+#include "backend/cuda/kernels/wgmma_check.cuh"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "device_array.h"
@@ -127,6 +131,8 @@ void check_case(const Case& c, Kernel kernel, const std::vector<int>& rows = {})
       expect_matches_reference(p, run_attention(p, dev, dev.plan.view, tiled, 0, variant), rows, &refs);
     }
   }
+  SCOPED_TRACE("wgmma prefill (16-token CTAs, two warpgroups)");
+  expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmma), rows, &refs);
 }
 
 TEST(AttentionKernels, SingleTokenSequence) {
@@ -197,6 +203,95 @@ TEST(AttentionKernels, PrefillOf8kTokens) {
   check_case(sliding({{0, 8192}}, 48), Kernel::Prefill, rows);
 }
 
+// The wgmma prefill kernel's two tile products on random bf16 matrices (launch_wgmma_tile_check):
+// S = A K^T with K as the K-major B operand and O = P V with V as the MN-major (transposed) B operand,
+// both tiles 128-byte swizzled, A and P as register fragments. Against an fp64 product of the same
+// bf16 values (the tensor cores' products are exact and their sums fp32: |error| ~1e-5 here, limit
+// 1e-3). For the first wrong elements it names the nearest reference element (within ~1e-5 of it when
+// the value was only misplaced), which tells a wrong descriptor field or fragment layout apart from a
+// wrong product.
+TEST(AttentionKernels, WgmmaTileProductsMatchTheHost) {
+  REQUIRE_GPU();
+  constexpr int n = 64;
+  std::mt19937_64 rng(131);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<uint16_t> a(n * n), k(n * n), pm(n * n), v(n * n);
+  for (std::vector<uint16_t>* m : {&a, &k, &pm, &v})
+    for (uint16_t& x : *m) x = f32_to_bf16(dist(rng));
+  const DeviceArray<uint16_t> a_d(a), k_d(k), p_d(pm), v_d(v);
+  const DeviceArray<float> s_d(std::vector<float>(n * n, NAN)), o_d(std::vector<float>(n * n, NAN));
+  launch_wgmma_tile_check(a_d.get(), k_d.get(), p_d.get(), v_d.get(), s_d.get(), o_d.get(), nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "wgmma_tile_check");
+  const std::vector<float> s_got = s_d.download(), o_got = o_d.download();
+  std::vector<double> s_ref(n * n, 0.0), o_ref(n * n, 0.0);
+  for (int r = 0; r < n; ++r)
+    for (int col = 0; col < n; ++col)
+      for (int i = 0; i < n; ++i) {
+        s_ref[r * n + col] += double(bf16_to_f32(a[r * n + i])) * bf16_to_f32(k[col * n + i]);
+        o_ref[r * n + col] += double(bf16_to_f32(pm[r * n + i])) * bf16_to_f32(v[i * n + col]);
+      }
+  const auto check = [&](const char* what, const std::vector<float>& got, const std::vector<double>& ref) {
+    int bad = 0;
+    for (int i = 0; i < n * n; ++i) {
+      if (std::fabs(got[i] - ref[i]) <= 1e-3) continue;  // misplaced or wrong values are O(1) off
+      if (++bad > 8) continue;                           // name the first few
+      int nearest = 0;
+      for (int j = 1; j < n * n; ++j)
+        if (std::fabs(got[i] - ref[j]) < std::fabs(got[i] - ref[nearest])) nearest = j;
+      ADD_FAILURE() << what << "[" << i / n << "][" << i % n << "] = " << got[i] << ", want " << ref[i]
+                    << "; nearest reference element [" << nearest / n << "][" << nearest % n << "] = " << ref[nearest];
+    }
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << n * n << " elements wrong";
+  };
+  check("S = A K^T (K-major B)", s_got, s_ref);
+  check("O = P V (MN-major B)", o_got, o_ref);
+}
+
+// The wgmma kernel against the mma.sync kernel's 16-token tiling on gpt-oss's 8k prompt, every output
+// element, full and window layers. Both CTAs take the same 16 tokens and visit the same 64-key tiles
+// from the CTA's first visible key, and both run the same softmax arithmetic (running max from the
+// sink, moved per tile, P rounded to bf16, fp32 sums in the same key order), so they differ only where
+// the tensor cores' fp32 accumulation order differs (S = Q K^T and P V: mma.sync m16n8k16 against
+// wgmma m64n64k16). Such a difference is ~1e-7 relative; it matters only where it flips a bf16
+// rounding: of one P element (2^-8 relative on that key's term; worst when that key dominates the
+// row) or of one output element (one bf16 step, 2^-8 relative). So: relative L2 over a (token, head)
+// row < 8e-3 (a flipped P on a dominant key plus flipped outputs), and over the whole output < 1e-3
+// (flips are rare; expected ~1e-4). A wrong descriptor, fragment layout, mask or rescale is O(1e-2)
+// to O(1) (and the reference check above bounds each kernel to 1e-2 on sampled rows).
+TEST(AttentionKernels, PrefillWgmmaMatchesTheMmaSyncKernelOn8kTokens) {
+  REQUIRE_GPU();
+  for (const bool slide : {false, true}) {
+    SCOPED_TRACE(slide ? "sliding" : "full causal");
+    const Problem p = make_problem(slide ? sliding({{0, 8192}}, 49) : full_causal({{0, 8192}}, 50));
+    const DeviceProblem dev(p);
+    const std::vector<float> want = run_attention(p, dev, dev.plan.view, Kernel::Prefill16);
+    const std::vector<float> got = run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmma);
+    ASSERT_EQ(got.size(), want.size());
+    double err2 = 0, ref2 = 0, worst_row = 0;
+    size_t identical = 0;
+    for (size_t row = 0; row < got.size() / kD; ++row) {
+      double row_err2 = 0, row_ref2 = 0;
+      for (size_t d = 0; d < size_t(kD); ++d) {
+        const size_t i = row * kD + d;
+        ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
+        identical += got[i] == want[i];
+        const double e = double(got[i]) - want[i];
+        row_err2 += e * e;
+        row_ref2 += double(want[i]) * want[i];
+      }
+      const double rel = std::sqrt(row_err2 / std::max(row_ref2, 1e-30));
+      worst_row = std::max(worst_row, rel);
+      ASSERT_LT(rel, 8e-3) << "token " << row / kHq << ", head " << row % kHq;
+      err2 += row_err2;
+      ref2 += row_ref2;
+    }
+    const double rel = std::sqrt(err2 / ref2);
+    std::printf("wgmma vs mma.sync prefill, 8k %s: rel L2 %.3g, worst row %.3g, %.4f%% elements identical\n",
+                slide ? "sliding" : "full", rel, worst_row, 100.0 * double(identical) / double(got.size()));
+    EXPECT_LT(rel, 1e-3);
+  }
+}
+
 // The whole-model failures of the attn-prefill branch (tests/kernels/model_test.cpp, a 300-token
 // prompt prefilled in chunks of 100; engine_cuda_test, prefix-cache hits and batched chunks) at the
 // kernel level: one 300-token sequence prefilled chunk by chunk over its own cached prefix (chunks of
@@ -235,8 +330,9 @@ TEST(AttentionKernels, PrefillChunksOverTheirOwnCacheAtTinyAndGptOssShapes) {
   }
 }
 
-// Not a check: times both prefill tilings and variants at gpt-oss-20b shapes (one sequence, no cached prefix)
-// with CUDA events, warm L2. Run with --gtest_also_run_disabled_tests --gtest_filter=*Timing*.
+// Not a check: times both mma.sync prefill tilings and variants and the wgmma kernel at gpt-oss-20b
+// shapes (one sequence, no cached prefix) with CUDA events, warm L2. Run with
+// --gtest_also_run_disabled_tests --gtest_filter=*Timing*.
 TEST(AttentionKernels, DISABLED_PrefillTiming) {
   REQUIRE_GPU();
   for (const int n : {1024, 4096, 8192}) {
@@ -248,8 +344,10 @@ TEST(AttentionKernels, DISABLED_PrefillTiming) {
       double visible = 0;  // (query, key) pairs per head
       for (int pos = 0; pos < n; ++pos) visible += slide ? std::min(pos + 1, kGptOssWindow) : pos + 1;
       const double flops = 4.0 * kD * kHq * visible;
-      for (int combo = 0; combo < 2 * kPrefillVariants; ++combo) {
-        const PrefillTiling tiling = combo < kPrefillVariants ? PrefillTiling::Tokens16 : PrefillTiling::Tokens32;
+      for (int combo = 0; combo <= 2 * kPrefillVariants; ++combo) {  // the last: the wgmma kernel
+        const PrefillTiling tiling = combo == 2 * kPrefillVariants ? PrefillTiling::Wgmma64
+                                     : combo < kPrefillVariants    ? PrefillTiling::Tokens16
+                                                                   : PrefillTiling::Tokens32;
         const int variant = combo % kPrefillVariants;
         for (int i = 0; i < 3; ++i) launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, tiling, variant);
         cudaEvent_t start, stop;
@@ -265,8 +363,11 @@ TEST(AttentionKernels, DISABLED_PrefillTiming) {
         cudaEventDestroy(start);
         cudaEventDestroy(stop);
         const double us = 1e3 * ms / kIters;
-        std::printf("prefill_timing %s n=%d tok%d variant %d: %.1f us, %.1f TFLOP/s\n", slide ? "sliding" : "full", n,
-                    tiling == PrefillTiling::Tokens16 ? 16 : 32, variant, us, flops / (us * 1e-6) / 1e12);
+        std::printf("prefill_timing %s n=%d %s variant %d: %.1f us, %.1f TFLOP/s\n", slide ? "sliding" : "full", n,
+                    tiling == PrefillTiling::Wgmma64    ? "wgmma"
+                    : tiling == PrefillTiling::Tokens16 ? "tok16"
+                                                        : "tok32",
+                    variant, us, flops / (us * 1e-6) / 1e12);
       }
     }
   }
@@ -521,6 +622,8 @@ TEST(AttentionKernels, RejectsBadArguments) {
   AttentionArgs no_table = a;
   no_table.sliding = true;  // the plan has no window table
   EXPECT_THROW(launch_bf16_sdpa_sinks_d64_prefill(no_table, nullptr), Error);
+  // The wgmma tiling has softmax variant 0 only (checked before anything is launched).
+  EXPECT_THROW(launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, PrefillTiling::Wgmma64, 1), Error);
 }
 
 TEST(AttentionKernels, DecodeSplitsCoverContextsUpToTheMaximum) {

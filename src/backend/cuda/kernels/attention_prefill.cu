@@ -35,6 +35,7 @@
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/attention_paging.cuh"
 #include "backend/cuda/kernels/attention_prefill.cuh"
+#include "backend/cuda/kernels/attention_prefill_common.cuh"
 #include "backend/cuda/kernels/kv_fp8.cuh"
 
 namespace ossrt::cuda {
@@ -44,7 +45,7 @@ constexpr int kD = kAttnHeadDim;
 constexpr int kGroup = kAttnQHeadsPerKvHead;
 static_assert(kD == 64 && kGroup == 8, "the prefill tiling assumes head dim 64 and 8 query heads per KV head");
 constexpr int kWarpTokens = 4;  // two m16 tiles of 2 tokens x 8 heads
-constexpr int kKeyTile = 64;
+constexpr int kKeyTile = kPrefillKeyTile;
 // Shared rows padded by 8 bf16 (16 bytes): a row is 36 words, so the 8 row addresses of an
 // ldmatrix phase start 4 banks apart and cover all 32 banks.
 constexpr int kPitch = kD + 8;
@@ -73,26 +74,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
-
-// 2^x on the SFU (ex2.approx, relative error ~2^-22; -inf -> +0).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t ldg_u32(const uint16_t* p) {
-  return __ldg(reinterpret_cast<const unsigned int*>(p));
-}
-
-// Per-CTA geometry.
-struct CtaTokens {
-  int n_tok;   // query tokens of this CTA (<= kTokens)
-  int row0;    // activation row of the first
-  int p0;      // its absolute position
-  int p_last;  // position of the last
-  int key_lo;  // first key any of them sees
-};
 
 // This warp's 4 tokens: the keys any of them can see are [lo, last].
 struct WarpTokens {
@@ -283,21 +264,6 @@ __device__ __forceinline__ void store_out(const AttentionArgs& a, const CtaToken
   }
 }
 
-// Everything before the key loop: CTA and warp geometry, softmax state. Returns false when the
-// CTA has no tokens (blockIdx past this sequence's chunk).
-template <int kTokens>
-__device__ __forceinline__ bool cta_tokens(const AttentionArgs& a, const SeqStep& seq, CtaTokens& t) {
-  const int tile = int(gridDim.y) - 1 - int(blockIdx.y);  // last (longest) token tiles first
-  const int local0 = tile * kTokens;
-  if (local0 >= seq.num_tokens) return false;
-  t.n_tok = min(kTokens, seq.num_tokens - local0);
-  t.row0 = seq.token_begin + local0;
-  t.p0 = seq.context_begin + local0;
-  t.p_last = t.p0 + t.n_tok - 1;
-  t.key_lo = first_visible_key(t.p0, a.window);
-  return true;
-}
-
 __device__ __forceinline__ WarpTokens warp_tokens(const AttentionArgs& a, const CtaTokens& t, int wt0) {
   WarpTokens w;
   w.has_rows = wt0 < t.n_tok;
@@ -449,6 +415,8 @@ void launch_tiled(const AttentionArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void validate_attention_args(const AttentionArgs& a);  // attention_decode.cu
+// attention_prefill_wgmma.cu: launches the wgmma kernel on validated arguments (a bf16 cache, tokens).
+void launch_bf16_sdpa_sinks_d64_prefill_wgmma(const AttentionArgs& a, cudaStream_t stream);
 
 void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& a, cudaStream_t stream, PrefillTiling tiling,
                                                 int variant) {
@@ -456,6 +424,14 @@ void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& a, cudaStre
   OSSRT_CU_CHECK(a.sm_scale > 0.f, "attention prefill: sm_scale must be positive, got ", a.sm_scale);
   OSSRT_CU_CHECK(variant >= 0 && variant < kPrefillVariants, "attention prefill: no variant ", variant);
   if (a.plan.num_seqs == 0 || a.plan.max_seq_tokens == 0) return;
+  if (tiling == PrefillTiling::Wgmma64) {
+    if (a.kv_elem == KvCacheElem::Bf16) {
+      OSSRT_CU_CHECK(variant == 0, "attention prefill: the wgmma tiling has softmax variant 0 only, got ", variant);
+      launch_bf16_sdpa_sinks_d64_prefill_wgmma(a, stream);
+      return;
+    }
+    tiling = PrefillTiling::Auto;  // an fp8 cache: the mma.sync kernel dequantizes its tiles
+  }
   if (tiling == PrefillTiling::Auto) {
     // 32-token CTAs halve the K/V traffic per query row and were faster on full layers at 1k-8k
     // tokens (H200); window layers (3 key tiles a CTA) and short chunks do better with more CTAs.
@@ -475,7 +451,7 @@ void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& a, cudaStream_t str
 namespace {
 // Device A/B switches for the whole-model tests (tools/device/ab_tests.sh), read once:
 // OSSRT_ATTN_PREFILL_VARIANT=0|1 overrides the softmax variant, OSSRT_ATTN_PREFILL_TILING=16|32
-// forces a tiling (unset: the defaults above).
+// forces a mma.sync tiling and 64 the wgmma kernel (PrefillTiling::Wgmma64; unset: the defaults above).
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;
@@ -487,6 +463,7 @@ void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& a, cudaStream_t str
   static const int tokens = env_int("OSSRT_ATTN_PREFILL_TILING", 0);
   const PrefillTiling tiling = tokens == 16   ? PrefillTiling::Tokens16
                                : tokens == 32 ? PrefillTiling::Tokens32
+                               : tokens == 64 ? PrefillTiling::Wgmma64
                                               : PrefillTiling::Auto;
   launch_bf16_sdpa_sinks_d64_prefill_variant(a, stream, tiling, variant);
 }

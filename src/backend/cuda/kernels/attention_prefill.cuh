@@ -1,6 +1,7 @@
 #pragma once
-// Prefill attention tiling choice (attention_prefill.cu). launch_bf16_sdpa_sinks_d64_prefill
-// (attention.cuh) picks one by the grid size; tests and timing force each to check both.
+// Prefill attention tiling choice (attention_prefill.cu, attention_prefill_wgmma.cu).
+// launch_bf16_sdpa_sinks_d64_prefill (attention.cuh) picks one of the mma.sync tilings by the grid
+// size; tests and timing force each to check them all.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/kernels/attention.cuh"
@@ -11,6 +12,11 @@ enum class PrefillTiling {
   Auto,      // what launch_bf16_sdpa_sinks_d64_prefill uses
   Tokens16,  // CTA = 16 query tokens x 8 heads = 128 rows, 4 warps (2 CTAs per SM)
   Tokens32,  // CTA = 32 query tokens x 8 heads = 256 rows, 8 warps (1 CTA per SM)
+  // CTA = 16 query tokens x 8 heads = 128 rows as two m64 warpgroup tiles on wgmma
+  // (bf16_sdpa_sinks_d64_prefill_wgmma, FlashAttention-3 style; 2 CTAs per SM). bf16 cache only: with
+  // an fp8 cache the mma.sync kernel runs instead (Auto's tiling). Softmax variant 0 only. Not the
+  // Auto choice until it is measured on the device.
+  Wgmma64,
 };
 
 // Same as launch_bf16_sdpa_sinks_d64_prefill (validates, then launches on `stream`) with the tiling forced.
@@ -23,6 +29,7 @@ void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& args, cudaStream_t 
 // against the floor's limit 0.0576, 0.0204 with 0; engine_cuda_test's prefix-cache hit a token 0.16
 // logits off and a seeded request batched diverging after 7 of 12 tokens, both fine with 0). 1 was
 // 1.4-3% faster at 4k-8k.
+// The wgmma tiling has variant 0 only (the launcher rejects 1 there).
 inline constexpr int kPrefillVariants = 2;
 inline constexpr int kPrefillDefaultVariant = 0;
 void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& args, cudaStream_t stream, PrefillTiling tiling,
