@@ -9,13 +9,12 @@
 namespace ossrt::cuda {
 
 enum class PrefillTiling {
-  Auto,      // what launch_bf16_sdpa_sinks_d64_prefill uses
+  Auto,      // what launch_bf16_sdpa_sinks_d64_prefill uses: Wgmma64 over a bf16 cache, else 16 or 32
   Tokens16,  // CTA = 16 query tokens x 8 heads = 128 rows, 4 warps (2 CTAs per SM)
   Tokens32,  // CTA = 32 query tokens x 8 heads = 256 rows, 8 warps (1 CTA per SM)
   // CTA = 16 query tokens x 8 heads = 128 rows as two m64 warpgroup tiles on wgmma
   // (bf16_sdpa_sinks_d64_prefill_wgmma, FlashAttention-3 style; 2 CTAs per SM). bf16 cache only: with
-  // an fp8 cache the mma.sync kernel runs instead (Auto's tiling). Softmax variant 0 only. Not the
-  // Auto choice until it is measured on the device.
+  // an fp8 cache the mma.sync kernel runs instead (Auto's tiling). Softmax variant 0 only.
   Wgmma64,
 };
 
