@@ -1,6 +1,6 @@
 // bf16_sdpa_sinks_d64_prefill_wgmma: the prefill attention of attention_prefill.cu (same plans,
 // masks, sinks and softmax arithmetic, bf16 KV cache only) on Hopper's warpgroup MMA, FlashAttention-3
-// style. PrefillTiling::Wgmma64 launches it (attention_prefill.cuh); not the Auto choice yet.
+// style. PrefillTiling::Wgmma64 launches it (attention_prefill.cuh), Auto's choice over a bf16 cache.
 //
 // One CTA = 16 query tokens of one sequence x the 8 query heads of one KV head = 128 rows, row
 // r = token r / 8, head r % 8 (as in the mma.sync kernel, so each K/V tile is read once for all 8
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_sdpa_sinks_d64_prefill_wgmma
     TileRows ahead_rows;
     if (ahead < n_tiles) lookup_tile(t.key_lo + ahead * kKeyTile, ahead_rows);
 
-    // Zeros in s's own registers before the fence (wgmma_check.cu says why).
+      // Zeros in s's own registers before the fence (wgmma_check.cu says why).
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {
       s[i] = 0.f;
