@@ -21,5 +21,6 @@ struct CommandRegistrar {
 
 #define OSSRT_CONCAT_INNER(a, b) a##b
 #define OSSRT_CONCAT(a, b) OSSRT_CONCAT_INNER(a, b)
+// __COUNTER__, not __LINE__: in a unity build several cmd_*.cpp share one translation unit.
 #define OSSRT_REGISTER_COMMAND(setup_fn) \
-  static ::ossrt::tools::CommandRegistrar OSSRT_CONCAT(ossrt_command_registrar_, __LINE__)(setup_fn)
+  static ::ossrt::tools::CommandRegistrar OSSRT_CONCAT(ossrt_command_registrar_, __COUNTER__)(setup_fn)

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <random>
 
+#include "bench/clock.h"
 #include "bench/dataset.h"
 #include "bench/stats.h"
 #include "core/build_info.h"
@@ -27,8 +28,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kPointTimeout = std::chrono::minutes(30);
 // Random prompt ids stay below the special tokens of gpt-oss's vocabulary (199998 and up).
 constexpr int32_t kFirstSpecialId = 199998;
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 std::vector<int32_t> random_prompt(std::mt19937_64& rng, int n, int vocab) {
   const uint64_t span = uint64_t(std::max(1, std::min(vocab, kFirstSpecialId)));
@@ -270,11 +269,6 @@ DecodePoint measure_decode(Engine& engine, const CostBenchOptions& o, int contex
     p.note = fmt::format("{} preemptions during the point (KV cache too small): figures include recomputation",
                          p.preemptions);
   return p;
-}
-
-std::string utc_now() {
-  return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z",
-                     fmt::gmtime(std::chrono::system_clock::to_time_t(std::chrono::system_clock::now())));
 }
 
 nlohmann::json settings_json(const CostBenchOptions& o) {

@@ -2,14 +2,13 @@
 
 #include <fmt/format.h>
 
+#include "bench/clock.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ossrt::bench {
 
 namespace {
 constexpr size_t kStreamHeadBytes = 2048;
-
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 int64_t int_or(const nlohmann::json& obj, const char* key, int64_t fallback) {
   auto it = obj.find(key);

@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 
+#include "bench/clock.h"
 #include "bench/http_client.h"
 #include "bench/spec_decode_metrics.h"
 #include "core/build_info.h"
@@ -186,11 +187,6 @@ std::vector<RequestRecord> records_for(const std::vector<BenchRequest>& workload
     records.push_back(std::move(r));
   }
   return records;
-}
-
-std::string utc_now() {
-  const auto now = std::chrono::system_clock::now();
-  return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", fmt::gmtime(std::chrono::system_clock::to_time_t(now)));
 }
 
 nlohmann::json settings_json(const ServeBenchOptions& o, const std::string& model) {

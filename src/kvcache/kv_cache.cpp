@@ -3,12 +3,9 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/int_math.h"
 
 namespace ossrt {
-
-namespace {
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
-}  // namespace
 
 KvCache::KvCache(const KvCacheConfig& config)
     : config_(config),
@@ -95,7 +92,7 @@ int KvCache::claim_cached_prefix(SequenceId id, std::span<const int32_t> tokens)
 
 std::pair<int, int> KvCache::blocks_needed(SequenceId id, int num_computed, int num_new) const {
   const SequenceBlocks& s = blocks(id);
-  const int total = ceil_div(num_computed + num_new, config_.block_size);
+  const int total = int(ceil_div(num_computed + num_new, config_.block_size));
   const int need_full = full() ? std::max(0, total - int(s.full.size())) : 0;
   const int need_window = sliding() ? std::max(0, total - (s.window_first + int(s.window.size()))) : 0;
   return {need_full, need_window};

@@ -3,11 +3,11 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/int_math.h"
 
 namespace ossrt {
 
 namespace {
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // K and V, one position, one layer, `kv_heads` heads.
 size_t kv_bytes_per_position_layer(const GptOssConfig& c, int kv_heads, size_t elem_bytes) {
   return 2 * size_t(kv_heads) * size_t(c.head_dim) * elem_bytes;

@@ -3,17 +3,14 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/int_math.h"
 
 namespace ossrt {
-
-namespace {
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
-}  // namespace
 
 int window_ring_blocks(int sliding_window, int max_step_tokens, int block_size) {
   // A step of n tokens from position c touches logical blocks floor((c - W + 1) / bs) .. floor((c + n - 1) / bs):
   // at most ceil((n + W - 2) / bs) + 1 of them, all of which must be distinct ring entries.
-  return ceil_div(max_step_tokens + sliding_window, block_size) + 1;
+  return int(ceil_div(max_step_tokens + sliding_window, block_size)) + 1;
 }
 
 void append_sequence_step(StepPlan& plan, const LinearKvLayout& layout, std::span<const int32_t> tokens,
@@ -30,7 +27,7 @@ void append_sequence_step(StepPlan& plan, const LinearKvLayout& layout, std::spa
 
   const int end = context_begin + n;
   s.full_table_begin = int(plan.full_block_table.size());
-  s.full_table_len = ceil_div(end, bs);
+  s.full_table_len = int(ceil_div(end, bs));
   for (int b = 0; b < s.full_table_len; ++b) plan.full_block_table.push_back(layout.full_block_base + b);
 
   const int oldest_visible = std::max(0, context_begin - sliding_window + 1);
@@ -76,7 +73,7 @@ KvCacheShape SequenceRunnerBase::kv_shape() const {
   KvCacheShape shape;
   shape.num_full_layers = num_full_layers_;
   shape.num_sliding_layers = num_sliding_layers_;
-  shape.num_full_blocks = ceil_div(max_tokens_, layout_.block_size);
+  shape.num_full_blocks = int(ceil_div(max_tokens_, layout_.block_size));
   shape.num_window_blocks = layout_.num_window_blocks;
   shape.block_size = layout_.block_size;
   shape.num_kv_heads = num_kv_heads_;

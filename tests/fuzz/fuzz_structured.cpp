@@ -5,8 +5,6 @@
 // something or may end; rollback restores the previous mask.
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "fuzz_targets.h"
@@ -16,12 +14,6 @@
 
 namespace ossrt::fuzz {
 namespace {
-
-[[noreturn]] void violated(const std::string& what) {
-  std::fprintf(stderr, "fuzz property violated: %s\n", what.c_str());
-  std::fflush(stderr);
-  std::abort();
-}
 
 // Every byte, plus multi-byte pieces typical of JSON and of BPE (so tokens cross rule ends).
 std::shared_ptr<const structured::Vocabulary> fuzz_vocab() {

@@ -31,13 +31,14 @@
 #include "tokenizer/tokenizer.h"
 
 namespace ossrt::fuzz {
-namespace {
 
 [[noreturn]] void violated(const std::string& what) {
   std::fprintf(stderr, "fuzz property violated: %s\n", what.c_str());
   std::fflush(stderr);
   std::abort();
 }
+
+namespace {
 
 std::shared_ptr<const Tokenizer> shared_tokenizer() {
   static std::shared_ptr<const Tokenizer> tok = Tokenizer::load(default_tokenizer_path());

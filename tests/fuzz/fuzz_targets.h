@@ -11,6 +11,9 @@
 
 namespace ossrt::fuzz {
 
+// A property of a target does not hold: prints it and aborts (libFuzzer saves the input).
+[[noreturn]] void violated(const std::string& what);
+
 // An HTTP request (method, target, headers, body) through Beast's parser, then the server's own
 // head checks (framing, route, method, key).
 void http_request(const uint8_t* data, size_t size);

@@ -373,6 +373,98 @@ TEST(AttentionKernels, DISABLED_PrefillTiming) {
   }
 }
 
+// Not a check: the decode kernel's cost in a chain of itself at batch 1 (gpt-oss shapes): a CUDA graph
+// of kChain launches on one stream, with PDL as the backend launches them, so each launch's prologue
+// overlaps the previous one's tail and a launch costs what it adds to a decode step's critical path
+// (without the other kernels' traffic). Split sizes, split caps, rings and the folded merge against
+// the merge kernel. Run with --gtest_also_run_disabled_tests --gtest_filter=*DecodeTiming*.
+TEST(AttentionKernels, DISABLED_DecodeTiming) {
+  REQUIRE_GPU();
+  struct Variant {
+    const char* name;
+    bool slide;
+    int pos, keys, max_splits, ring;
+    bool fold;
+    bool grid_of_the_window = false;  // a sliding layer's grid sized for the window (the backend's), not the context
+    bool cache_blocks = true;         // AttentionArgs::cache_split_blocks
+  };
+  const Variant variants[] = {
+      {"window 1k", true, 1023, 128, 64, 0, true},
+      {"full 1k", false, 1023, 128, 64, 0, true},
+      {"full 1k", false, 1023, 128, 64, 2, true},
+      {"full 1k", false, 1023, 128, 64, 6, true},
+      {"full 1k", false, 1023, 128, 64, 0, false},
+      {"full 1k", false, 1023, 64, 64, 0, true},
+      {"full 1k", false, 1023, 256, 64, 0, true},
+      {"full 1k", false, 1023, 1024, 64, 0, true},
+      {"full 1050", false, 1049, 128, 64, 0, true},
+      {"full 32k", false, 32767, 128, 64, 0, true},
+      {"full 32k", false, 32767, 128, 32, 0, true},
+      {"full 32k", false, 32767, 256, 64, 0, true},
+      {"window 32k", true, 32767, 128, 64, 0, true},
+      {"window 32k", true, 32767, 128, 64, 0, true, true},
+      {"window 1k", true, 1023, 128, 64, 0, true, true},
+      {"full 1k", false, 1023, 128, 64, 0, true, false, false},
+      {"full 1k", false, 1023, 1024, 64, 0, true, false, false},
+      {"full 32k", false, 32767, 128, 64, 0, true, false, false},
+      {"window 1k", true, 1023, 128, 64, 0, true, true, false},
+  };
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  for (const Variant& v : variants) {
+    const Problem p = make_problem(v.slide ? sliding({{v.pos, 1}}, 9) : full_causal({{v.pos, 1}}, 9));
+    const DeviceProblem dev(p);
+    DeviceArray<uint16_t> out(std::vector<uint16_t>(size_t(kHq) * kD, 0));
+    AttentionArgs a = make_args(p, dev, dev.plan.view, out.get());
+    a.min_keys_per_split = v.keys;
+    a.max_splits = v.max_splits;
+    a.decode_ring = v.ring;
+    a.cache_split_blocks = v.cache_blocks;
+    // The grid a decode graph of the context's bucket (the next power of two, at least the context) has.
+    int bucket = 128;
+    while (bucket < v.pos + 1) bucket *= 2;
+    if (v.grid_of_the_window) bucket = std::min(bucket, kGptOssWindow);
+    a.num_splits = attention_decode_splits(1, kHkv, bucket, 132, v.keys, v.max_splits);
+    const size_t ws_bytes = attention_decode_workspace_bytes(1, kHq, a.num_splits);
+    DeviceArray<char> workspace(ws_bytes);
+    a.workspace = workspace.get();
+    a.workspace_bytes = ws_bytes;
+    DeviceArray<int32_t> tickets(std::vector<int32_t>(kHkv, 0));
+    if (v.fold) a.tickets = tickets.get(), a.tickets_capacity = kHkv;
+    launch_bf16_sdpa_sinks_d64_decode(a, stream);  // raises the shared-memory limit outside the capture
+    cuda_ok(cudaStreamSynchronize(stream), "warm-up");
+    constexpr int kChain = 64;
+    cudaGraph_t graph;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int i = 0; i < kChain; ++i) launch_bf16_sdpa_sinks_d64_decode(a, stream);
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+    cudaGraphExec_t exec;
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    cudaEvent_t start, stop;
+    cuda_ok(cudaEventCreate(&start), "event");
+    cuda_ok(cudaEventCreate(&stop), "event");
+    float best = 1e30f;
+    for (int rep = 0; rep < 5; ++rep) {
+      cuda_ok(cudaEventRecord(start, stream), "record");
+      cuda_ok(cudaGraphLaunch(exec, stream), "replay");
+      cuda_ok(cudaEventRecord(stop, stream), "record");
+      cuda_ok(cudaEventSynchronize(stop), "sync");
+      float ms = 0;
+      cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+      if (rep > 0) best = std::min(best, ms);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    for (int32_t t : tickets.download()) EXPECT_EQ(t, 0);
+    std::printf("decode_timing %-10s keys %4d max_splits %3d grid splits %3d ring %d %s: %.2f us a launch\n", v.name,
+                v.keys, v.max_splits, a.num_splits, v.ring,
+                v.fold ? (v.cache_blocks ? "folded" : "folded, table in L2") : "kernel", 1e3 * best / kChain);
+  }
+  cudaStreamDestroy(stream);
+}
+
 TEST(AttentionKernels, LongSequenceDecode) {
   REQUIRE_GPU();
   check_case(full_causal({{4999, 1}}, 51), Kernel::Decode);
@@ -484,6 +576,34 @@ TEST(AttentionKernels, DecodeMergeFoldedIsTheMergeKernel) {
           run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, kPrefillDefaultVariant, false);
       ASSERT_EQ(folded.size(), apart.size());
       ASSERT_EQ(std::memcmp(folded.data(), apart.data(), folded.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(AttentionKernels, DecodeBlockCacheIsTheTableLookup) {
+  REQUIRE_GPU();
+  // Each CTA's split block numbers cached in shared memory (AttentionArgs::cache_split_blocks) against
+  // the per-tile table lookups: bit-identical, with splits of more blocks than the cache holds (one
+  // split over 20k keys: 1,250 blocks of 16), window tables, block size 32 and a batch; and the reference.
+  Case big_blocks = full_causal({{4999, 1}, {33, 1}}, 143);
+  big_blocks.block_size = 32;
+  const std::vector<SeqSpec> batch = random_decode_batch(64, 6000, 141);
+  for (const Case& c : {full_causal({{19999, 1}, {200, 1}, {0, 1}}, 142), sliding({{19999, 1}, {200, 1}}, 144),
+                        big_blocks, full_causal(batch, 145)}) {
+    const Problem p = make_problem(c);
+    const DeviceProblem dev(p);
+    for (int splits : {1, 8, 64}) {
+      for (bool after_wait : {false, true}) {
+        SCOPED_TRACE("splits " + std::to_string(splits) + (after_wait ? ", keys after the wait" : ""));
+        const auto run = [&](bool cache) {
+          return run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, kPrefillDefaultVariant, true,
+                               kAttnDefaultMinKeysPerSplit, after_wait, 0, kAttnMaxDecodeSplits, cache);
+        };
+        const std::vector<float> cached = run(true), looked_up = run(false);
+        ASSERT_EQ(cached.size(), looked_up.size());
+        ASSERT_EQ(std::memcmp(cached.data(), looked_up.data(), cached.size() * sizeof(float)), 0);
+        if (splits == 1 && !after_wait) expect_matches_reference(p, cached);
+      }
     }
   }
 }

@@ -24,6 +24,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/kernels/moe.cuh"
@@ -736,12 +737,117 @@ TEST(Mxfp4Moe, RejectsBadArguments) {
   EXPECT_THROW(launch_mxfp4_repack(r, nullptr), Error);
 }
 
+// The large-M wgmma GEMMs' arguments over a routed workspace (route with tile_m and x permuted
+// into ws.x_perm first): gate_up writes ws.act, down reads it and writes ws.y.
+std::pair<MoeGemmArgs, MoeGemmArgs> wgmma_gemm_args(const Experts& ex, const MoeWorkspace& ws, int tokens, int tile_m,
+                                                    bool bias_bf16 = false) {
+  MoeGemmArgs g;
+  g.num_tiles = ws.num_tiles, g.tile_expert = ws.tile_expert, g.tile_row = ws.tile_row, g.offsets = ws.offsets;
+  g.max_tiles = moe_max_tiles(tokens * kTopK, ex.num_experts, tile_m);
+  g.num_experts = ex.num_experts, g.top_k = kTopK, g.bias_bf16 = bias_bf16;
+  MoeGemmArgs gu = g, dn = g;
+  gu.a = ws.x_perm, gu.pos_to_pair = ws.pos_to_pair, gu.wq = ex.q_gate_up.q->get(), gu.wscale = ex.q_gate_up.s->get();
+  gu.bias = bias_bf16 ? static_cast<const void*>(ex.d_gate_up_b16->get()) : ex.d_gate_up_b->get();
+  gu.n = 2 * kInter, gu.k = kHidden, gu.swiglu_alpha = kAlpha, gu.swiglu_limit = kLimit, gu.act_out = ws.act;
+  dn.a = ws.act, dn.wq = ex.q_down.q->get(), dn.wscale = ex.q_down.s->get();
+  dn.bias = bias_bf16 ? static_cast<const void*>(ex.d_down_b16->get()) : ex.d_down_b->get();
+  dn.n = kHidden, dn.k = kInter, dn.y_out = ws.y;
+  return {gu, dn};
+}
+
+// The pipelined large-M kernels (moe_mxfp4_wgmma_pipe.cu) against the ring kernels
+// (moe_mxfp4_wgmma.cu) on the same routed tiles, both GEMMs, every element compared bit for bit: the
+// gate_up GEMMs' bf16 activations, then the down GEMMs' f32 outputs from the same activations. Both
+// output buffers start NaN-filled, so a row one kernel writes and the other skips fails too.
+void expect_pipe_matches_ring(const Experts& ex, const std::vector<uint16_t>& x, const Routing& r, int tokens,
+                              int tile_m, bool bias_bf16) {
+  const int num_experts = ex.num_experts, pairs = tokens * kTopK;
+  DeviceArray<uint16_t> d_x(x);
+  DeviceArray<int32_t> d_ids(r.ids);
+  const size_t ws_bytes = moe_workspace_bytes(tokens, kTopK, num_experts, kHidden, kInter);
+  auto workspace = DeviceArray<char>::empty(ws_bytes);
+  const MoeWorkspace ws = carve_moe_workspace(workspace->get(), tokens, kTopK, num_experts, kHidden, kInter);
+  auto act_pipe = DeviceArray<uint16_t>::empty(size_t(pairs) * kInter);
+  auto y_pipe = DeviceArray<float>::empty(size_t(pairs) * kHidden);
+  const size_t act_bytes = size_t(pairs) * kInter * 2, y_bytes = size_t(pairs) * kHidden * 4;
+  cuda_ok(cudaMemset(ws.act, 0xff, act_bytes), "memset");
+  cuda_ok(cudaMemset(act_pipe->get(), 0xff, act_bytes), "memset");
+  cuda_ok(cudaMemset(ws.y, 0xff, y_bytes), "memset");
+  cuda_ok(cudaMemset(y_pipe->get(), 0xff, y_bytes), "memset");
+  launch_moe_route(d_ids.get(), pairs, num_experts, ws, nullptr, tile_m);
+  launch_mx_permute_cols(d_x.get(), tokens, kHidden, ws.x_perm, nullptr);
+  auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile_m, bias_bf16);
+  MoeGemmArgs gu_pipe = gu, dn_pipe = dn;
+  gu.act_out = ws.act, gu_pipe.act_out = act_pipe->get();
+  dn.y_out = ws.y, dn_pipe.y_out = y_pipe->get();  // both down GEMMs read the ring's activations
+  launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gu, tile_m, nullptr);
+  launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gu_pipe, tile_m, nullptr);
+  launch_bf16_mxfp4w_moe_down_wgmma(dn, tile_m, nullptr);
+  launch_bf16_mxfp4w_moe_down_wgmma_pipe(dn_pipe, tile_m, nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "wgmma kernels");
+  std::vector<uint16_t> act_ring(size_t(pairs) * kInter);
+  std::vector<float> y_ring(size_t(pairs) * kHidden);
+  cuda_ok(cudaMemcpy(act_ring.data(), ws.act, act_bytes, cudaMemcpyDeviceToHost), "D2H");
+  cuda_ok(cudaMemcpy(y_ring.data(), ws.y, y_bytes, cudaMemcpyDeviceToHost), "D2H");
+  const std::vector<uint16_t> act_got = act_pipe->download();
+  const std::vector<float> y_got = y_pipe->download();
+  size_t bad_act = 0, bad_y = 0, unwritten = 0;
+  for (size_t i = 0; i < act_ring.size(); ++i) {
+    bad_act += act_got[i] != act_ring[i];
+    unwritten += act_ring[i] == 0xffff;
+  }
+  for (size_t i = 0; i < y_ring.size(); ++i) bad_y += std::memcmp(&y_got[i], &y_ring[i], sizeof(float)) != 0;
+  EXPECT_EQ(bad_act, 0u) << "activations differ from the ring kernel's";
+  EXPECT_EQ(bad_y, 0u) << "down outputs differ from the ring kernel's";
+  EXPECT_EQ(unwritten, 0u) << "activation rows left unwritten";  // every pair routed: all rows written
+  std::printf("[metric] E=%d T=%d tile %d: pipe vs ring, %zu activations and %zu outputs compared, %zu / %zu differ\n",
+              num_experts, tokens, tile_m, act_ring.size(), y_ring.size(), bad_act, bad_y);
+}
+
+TEST(Mxfp4Moe, WgmmaPipeIsTheRingBitForBit) {
+  REQUIRE_GPU();
+  // Random routing at 1k and 8k tokens (E = 32: 128 and 1,024 rows an expert) and 2k (E = 128: 64
+  // rows), a short batch with partial tiles, skewed routing (slot 0 of every token on one expert;
+  // every pair on one expert), both route tile sizes each, one case with bf16 biases.
+  struct Case {
+    int experts, tokens;
+    const char* routing;
+    bool bias_bf16;
+  };
+  for (const Case& k : std::vector<Case>{{32, 300, "random", false},
+                                         {32, 1024, "random", false},
+                                         {32, 8192, "random", false},
+                                         {128, 2048, "random", true},
+                                         {32, 1000, "slot 0 on one expert", false},
+                                         {128, 1000, "all on one expert", false}}) {
+    const Experts& ex = experts(k.experts);
+    const std::vector<uint16_t> x = random_bf16(size_t(k.tokens) * kHidden, 91 + k.tokens, 1.0f);
+    Routing r = random_routing(k.tokens, k.experts, 92 + k.tokens);
+    if (std::string(k.routing) == "slot 0 on one expert") {
+      for (int t = 0; t < k.tokens; ++t) {
+        for (int s = 1; s < kTopK; ++s)
+          if (r.ids[t * kTopK + s] == 5) r.ids[t * kTopK + s] = r.ids[t * kTopK];
+        r.ids[t * kTopK] = 5;
+      }
+    } else if (std::string(k.routing) == "all on one expert") {
+      std::fill(r.ids.begin(), r.ids.end(), 9);
+    }
+    for (int tile_m : {64, 128}) {
+      SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) + ", " + k.routing +
+                   ", tile " + std::to_string(tile_m));
+      expect_pipe_matches_ring(ex, x, r, k.tokens, tile_m, k.bias_bf16);
+    }
+  }
+}
+
 // Kernel times of both regimes (and the bf16 kernel) at decode and prefill sizes, for choosing
 // kMoeSmallMMaxRows and for docs/kernels.md; runs only with OSSRT_MOE_TIMING=1 (no assertions: speed
 // is reported, not tested). L2 is flushed before every launch, as `ossrt bench kernels` does.
 TEST(Mxfp4Moe, TimeRegimes) {
   REQUIRE_GPU();
   if (!std::getenv("OSSRT_MOE_TIMING")) GTEST_SKIP() << "set OSSRT_MOE_TIMING=1";
+  // OSSRT_MOE_TIMING=large: only T >= 128 and only the MXFP4 large-M rows.
+  const bool large_only = std::string(std::getenv("OSSRT_MOE_TIMING")) == "large";
   const size_t flush_bytes = size_t(256) << 20;
   auto flush = DeviceArray<char>::empty(flush_bytes);
   cudaEvent_t start, stop;
@@ -750,6 +856,7 @@ TEST(Mxfp4Moe, TimeRegimes) {
   for (int num_experts : {32, 128}) {
     const Experts& ex = experts(num_experts);
     for (int tokens : {1, 8, 64, 128, 256, 512, 1024, 8192}) {
+      if (large_only && tokens < 128) continue;
       const std::vector<uint16_t> x = random_bf16(size_t(tokens) * kHidden, 5, 1.0f);
       const Routing r = random_routing(tokens, num_experts, 6);
       std::vector<bool> used(size_t(num_experts), false);
@@ -827,6 +934,7 @@ TEST(Mxfp4Moe, TimeRegimes) {
         for (auto& e : ev) cudaEventDestroy(e);
       }
       for (Path p : {Path::Bf16, Path::Mxfp4SmallM, Path::Mxfp4LargeM}) {
+        if (large_only && p != Path::Mxfp4LargeM) continue;
         std::vector<float> ms;
         for (int i = 0; i < 12; ++i) {
           cuda_ok(cudaMemsetAsync(flush->get(), i, flush_bytes, nullptr), "flush");
@@ -849,6 +957,41 @@ TEST(Mxfp4Moe, TimeRegimes) {
             "[timing] E=%3d T=%5d %-14s %9.1f us  (mxfp4 weights %.1f MB -> %.2f TB/s; floor at 4.27 TB/s %.1f us)\n",
             num_experts, tokens, path_name(p), us, mx_bytes / 1e6, mx_bytes / (us * 1e-6) / 1e12,
             mx_bytes / 4.27e12 * 1e6);
+      }
+      if (tokens >= 128) {
+        // The large-M wgmma GEMMs alone (gate_up + down, route tile as Auto picks it), the ring kernels
+        // against the pipelined ones in this one process, L2 flushed before each pair.
+        const int tile_m = mxfp4_wgmma_tile_m(tokens, kTopK, num_experts);
+        const MoeWorkspace ws = carve_moe_workspace(a.workspace, tokens, kTopK, num_experts, kHidden, kInter);
+        launch_moe_route(a.ids, tokens * kTopK, num_experts, ws, nullptr, tile_m);
+        launch_mx_permute_cols(a.x, tokens, kHidden, ws.x_perm, nullptr);
+        const auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile_m);
+        const double flops = 2.0 * tokens * kTopK * (2.0 * kInter * kHidden + double(kHidden) * kInter);
+        for (bool pipe : {false, true}) {
+          std::vector<float> ms;
+          for (int i = 0; i < 12; ++i) {
+            cuda_ok(cudaMemsetAsync(flush->get(), i, flush_bytes, nullptr), "flush");
+            cuda_ok(cudaEventRecord(start, nullptr), "record");
+            if (pipe) {
+              launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gu, tile_m, nullptr);
+              launch_bf16_mxfp4w_moe_down_wgmma_pipe(dn, tile_m, nullptr);
+            } else {
+              launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gu, tile_m, nullptr);
+              launch_bf16_mxfp4w_moe_down_wgmma(dn, tile_m, nullptr);
+            }
+            cuda_ok(cudaEventRecord(stop, nullptr), "record");
+            cuda_ok(cudaEventSynchronize(stop), "sync");
+            float t = 0;
+            cuda_ok(cudaEventElapsedTime(&t, start, stop), "elapsed");
+            if (i >= 2) ms.push_back(t);
+          }
+          std::sort(ms.begin(), ms.end());
+          const double us = 1e3 * ms[ms.size() / 2];
+          std::printf(
+              "[timing] E=%3d T=%5d wgmma GEMMs, %-4s, tile %3d %9.1f us  (%.0f TFLOP/s; floor at 810: %.1f us)\n",
+              num_experts, tokens, pipe ? "pipe" : "ring", tile_m, us, flops / (us * 1e-6) / 1e12,
+              flops / 810e12 * 1e6);
+        }
       }
     }
   }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "backend/cuda/cublas_common.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffers.h"
 #include "backend/cuda/kernels/fp8_linear.cuh"
@@ -20,7 +21,6 @@
 namespace ossrt::cuda {
 namespace {
 
-constexpr size_t kWorkspaceBytes = 32u << 20;
 constexpr size_t kScratchBytes = 32u << 20;  // the swapped orientation's y^T, a chunk of rows at a time
 constexpr int kCandidates = 12;
 
@@ -30,13 +30,6 @@ Fp8BlasLayout candidate(int i) {
   l.act_token_major = (i / 3) % 2 == 0;
   l.weight_scales = i % 3;
   return l;
-}
-
-int pointer_alignment(const void* p) {
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  int align = 256;
-  while (align > 1 && addr % uintptr_t(align) != 0) align /= 2;
-  return align;
 }
 
 int64_t round4(int64_t v) { return (v + 3) / 4 * 4; }
@@ -71,7 +64,7 @@ CublasFp8::CublasFp8(DeviceBuffers& buffers, CUstream_st* stream) {
   cublasLtHandle_t h = nullptr;
   OSSRT_CUBLAS_CHECK(cublasLtCreate(&h));
   handle_ = h;
-  workspace_bytes_ = kWorkspaceBytes;
+  workspace_bytes_ = kCublasWorkspaceBytes;
   workspace_ = buffers.allocate(workspace_bytes_, "cuBLASLt FP8 workspace", nullptr);
   scratch_bytes_ = kScratchBytes;
   scratch_ = buffers.allocate(scratch_bytes_, "cuBLASLt FP8 transposed output", nullptr);
@@ -170,7 +163,7 @@ bool CublasFp8::ready(int64_t m, int64_t n, int64_t k_pad, bool out_f32, bool ha
   if (!enabled() || m <= 0 || m % 4 != 0 || k_pad % kFp8KAlign != 0) return false;
   if (!layout_.swapped)
     return (!has_bias || !out_f32) &&
-           plan_for(Key{m, n, k_pad, out_f32, has_bias, pointer_alignment(out), layout_index_}) != nullptr;
+           plan_for(Key{m, n, k_pad, out_f32, has_bias, cublas_pointer_alignment(out), layout_index_}) != nullptr;
   const int64_t c = chunk_rows(m, n, out_f32);
   return plan_for(Key{c, n, k_pad, out_f32, false, 256, layout_index_}) != nullptr &&
          (m % c == 0 || plan_for(Key{m % c, n, k_pad, out_f32, false, 256, layout_index_}) != nullptr);
@@ -193,7 +186,7 @@ bool CublasFp8::run(int index, const uint8_t* x_codes, const float* x_scales, co
     OSSRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, attr, &v, sizeof(v)));
   };
   if (!l.swapped) {
-    Plan* plan = plan_for(Key{m, n, k_pad, out_f32, bias != nullptr, pointer_alignment(out), index});
+    Plan* plan = plan_for(Key{m, n, k_pad, out_f32, bias != nullptr, cublas_pointer_alignment(out), index});
     if (!plan) return false;
     set_ptr(plan, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scales);
     set_ptr(plan, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, x_scales);
@@ -280,7 +273,7 @@ void CublasFp8::calibrate(CUstream_st* stream, int only) {
     const Fp8BlasLayout l = candidate(i);
     int status = 0;
     const bool swapped_key = l.swapped;
-    Plan* plan = plan_for(Key{M, N, K, false, false, swapped_key ? 256 : pointer_alignment(d_y), i}, &status);
+    Plan* plan = plan_for(Key{M, N, K, false, false, swapped_key ? 256 : cublas_pointer_alignment(d_y), i}, &status);
     if (!plan) {
       report_ +=
           fmt::format("[{}] {}: no algorithm ({}); ", i, l.name(), cublasLtGetStatusName(cublasStatus_t(status)));

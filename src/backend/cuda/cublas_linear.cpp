@@ -3,24 +3,11 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/cublas_common.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffers.h"
 
 namespace ossrt::cuda {
-namespace {
-
-// 32 MiB: what NVIDIA recommends for Hopper so the heuristic may pick split-K / stream-K kernels.
-constexpr size_t kWorkspaceBytes = 32u << 20;
-
-int pointer_alignment(const void* p) {
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  int align = 256;
-  while (align > 2 && addr % uintptr_t(align) != 0) align /= 2;
-  return align;
-}
-
-}  // namespace
-
 struct CublasLinear::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -37,7 +24,7 @@ CublasLinear::CublasLinear(DeviceBuffers& buffers) {
   cublasLtHandle_t h = nullptr;
   OSSRT_CUBLAS_CHECK(cublasLtCreate(&h));
   handle_ = h;
-  workspace_bytes_ = kWorkspaceBytes;
+  workspace_bytes_ = kCublasWorkspaceBytes;
   workspace_ = buffers.allocate(workspace_bytes_, "cuBLASLt workspace", nullptr);
 }
 
@@ -103,10 +90,10 @@ void CublasLinear::matmul(const void* x, const void* w, const void* bias, void* 
                 k,
                 out_f32,
                 bias != nullptr,
-                pointer_alignment(x),
-                pointer_alignment(w),
-                pointer_alignment(out),
-                bias ? pointer_alignment(bias) : 256};
+                cublas_pointer_alignment(x),
+                cublas_pointer_alignment(w),
+                cublas_pointer_alignment(out),
+                bias ? cublas_pointer_alignment(bias) : 256};
   Plan& plan = plan_for(key);
   if (bias) {
     OSSRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));

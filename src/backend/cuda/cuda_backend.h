@@ -229,6 +229,9 @@ class CudaBackend final : public Backend {
   // Decode attention: the most splits a sequence takes (AttentionArgs::max_splits); developer switch
   // OSSRT_CUDA_ATTN_MAX_SPLITS (1..64) for A/B timing.
   int attn_max_splits_ = 64;
+  // The fewest keys a decode attention split takes in a step of num_seqs sequences: the developer
+  // switch's value where set, else the kernels' choice.
+  int attn_min_split_keys(int num_seqs) const;
   int gemv_max_rows_ = 8;          // linears and the router of at most this many rows use our GEMV kernels
   int moe_direct_max_pairs_ = -1;  // -1: MoeArgs' default; OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS (A/B switch)
   // The decode attention's folded split-merge tickets (0 between launches); OSSRT_CUDA_ATTN_FOLD=0
@@ -236,6 +239,9 @@ class CudaBackend final : public Backend {
   int32_t* attn_tickets_ = nullptr;
   int64_t attn_tickets_capacity_ = 0;
   bool attn_fold_merge_ = true;
+  // The decode attention's block-table entries cached per CTA (AttentionArgs::cache_split_blocks);
+  // OSSRT_CUDA_ATTN_BLOCK_CACHE=0 looks them up per tile as before (A/B).
+  bool attn_cache_split_blocks_ = true;
   // Steps of sequences of 2..kTokenSeqsMaxTokens tokens through the decode attention, a row a
   // sequence (CudaBackend::attention); OSSRT_CUDA_ATTN_SHORT_SEQS=0 sends them to the prefill kernel.
   bool attn_short_seqs_as_decode_ = true;

@@ -347,6 +347,10 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
   ++fused_qkv_rope_launches_;
 }
 
+int CudaBackend::attn_min_split_keys(int num_seqs) const {
+  return attn_min_split_keys_ != 0 ? attn_min_split_keys_ : cuda::attention_decode_min_split_keys(num_seqs);
+}
+
 void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& p, Tensor& out) {
   bind_device();
   if (ablated(kAblateAttention)) return;
@@ -390,18 +394,23 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
     a.plan.num_seqs = dp.num_tokens;
     a.plan.max_seq_tokens = 1;
     a.kv_after_wait = true;
-    a.min_keys_per_split =
-        attn_min_split_keys_ != 0 ? attn_min_split_keys_ : cuda::attention_decode_min_split_keys(dp.num_tokens);
-    a.num_splits = attn_max_splits_;
+    a.min_keys_per_split = attn_min_split_keys(dp.num_tokens);
+    a.max_splits = attn_max_splits_;
+    a.num_splits = a.max_splits;
   } else if (dp.max_seq_tokens == 1) {
     // Splits for the plan's max_context: each sequence slices its own keys by its own length, so
     // the result is batch-invariant. A captured decode graph sees max_context = its context bucket
     // (cuda_graphs.cpp), an upper bound of every context it replays with, so its grid stays valid;
-    // short contexts do not launch the 32 x Hkv x seqs CTAs of the longest one.
-    a.min_keys_per_split =
-        attn_min_split_keys_ != 0 ? attn_min_split_keys_ : cuda::attention_decode_min_split_keys(dp.num_seqs);
-    a.num_splits = cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, dp.max_context, num_sms_,
-                                                 a.min_keys_per_split, attn_max_splits_);
+    // short contexts do not launch the 32 x Hkv x seqs CTAs of the longest one. A sliding layer sees at
+    // most `window` keys whatever the context, so its grid has only the splits those need: the idle
+    // CTAs of a full layer's count cost ~0.45 us a launch at batch 1 (a window layer at 32k: 4.12 us
+    // on 64 splits against 3.67 on one, attention_test DISABLED_DecodeTiming), and a sequence's slices do not change
+    // (they depend on its own visible length, never above the window, once the grid has the splits it needs).
+    a.min_keys_per_split = attn_min_split_keys(dp.num_seqs);
+    a.max_splits = attn_max_splits_;
+    const int visible = p.window > 0 ? std::min(dp.max_context, p.window) : dp.max_context;
+    a.num_splits = cuda::attention_decode_splits(dp.num_seqs, p.num_kv_heads, visible, num_sms_, a.min_keys_per_split,
+                                                 a.max_splits);
     OSSRT_CHECK(
         cuda::attention_decode_workspace_bytes(dp.num_seqs, p.num_q_heads, a.num_splits) <= attn_workspace_bytes_,
         "attention: decode workspace too small for {} sequences x {} heads", dp.num_seqs, p.num_q_heads);
@@ -411,10 +420,10 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   // (StepGraphCache::key).
   a.workspace = attn_workspace_;
   a.workspace_bytes = attn_workspace_bytes_;
-  a.max_splits = attn_max_splits_;
   a.decode_ring = attn_decode_ring_ != 0
                       ? attn_decode_ring_
                       : cuda::attention_decode_ring(a.plan.num_seqs, a.num_kv_heads, a.num_splits, num_sms_);
+  a.cache_split_blocks = attn_cache_split_blocks_;
   if (attn_fold_merge_) {
     a.tickets = attn_tickets_;
     a.tickets_capacity = attn_tickets_capacity_;

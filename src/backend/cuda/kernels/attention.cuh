@@ -84,6 +84,10 @@ struct AttentionArgs {
   // Decode only: tiles in the decode kernel's cp.async ring (2, 4 or 6; 0 = attention_decode_ring's
   // choice). Deeper rings keep more of a CTA's keys in flight; the arithmetic is the same.
   int decode_ring = 0;
+  // Decode only: each CTA reads its split's block-table entries into shared memory once, before the
+  // PDL wait, instead of an L2 lookup per tile and one for the query's own row after it; the same
+  // rows either way (false: the lookups as before, for A/B timing).
+  bool cache_split_blocks = true;
 };
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys

@@ -12,11 +12,9 @@ __device__ __forceinline__ int first_visible_key(int pos, int window) {
   return window > 0 ? max(0, pos - window + 1) : 0;
 }
 
-// Element offset of key j's row (K or V, same layout) for KV head kv_head, or -1 when the block
-// table does not cover j or names a block outside the pool: such keys are masked, never read.
-__device__ __forceinline__ int64_t kv_row_offset(const AttentionArgs& a, const SeqStep& seq, int kv_head, int j) {
-  const int bs = a.plan.block_size;
-  const int logical = j / bs;
+// The pool block holding logical block `logical` of the sequence's table for this layer's group, or -1
+// when the table does not cover it or names a block outside the pool: such keys are masked, never read.
+__device__ __forceinline__ int kv_block_of(const AttentionArgs& a, const SeqStep& seq, int logical) {
   int idx, len;
   const int32_t* table;
   if (a.sliding) {
@@ -31,8 +29,20 @@ __device__ __forceinline__ int64_t kv_row_offset(const AttentionArgs& a, const S
   }
   if (idx < 0 || idx >= len) return -1;
   const int block = table[idx];
-  if (block < 0 || block >= a.num_blocks) return -1;
-  return ((int64_t(block) * a.num_kv_heads + kv_head) * bs + (j - logical * bs)) * kAttnHeadDim;
+  return block < 0 || block >= a.num_blocks ? -1 : block;
+}
+
+// Element offset of key j's row (K or V, same layout) for KV head kv_head in pool block `block` (its
+// logical block's), or -1 for block -1.
+__device__ __forceinline__ int64_t kv_row_offset_in(const AttentionArgs& a, int kv_head, int block, int j) {
+  const int bs = a.plan.block_size;
+  if (block < 0) return -1;
+  return ((int64_t(block) * a.num_kv_heads + kv_head) * bs + j % bs) * kAttnHeadDim;
+}
+
+// Element offset of key j's row for KV head kv_head, or -1 when its block is not in the table or pool.
+__device__ __forceinline__ int64_t kv_row_offset(const AttentionArgs& a, const SeqStep& seq, int kv_head, int j) {
+  return kv_row_offset_in(a, kv_head, kv_block_of(a, seq, j / a.plan.block_size), j);
 }
 
 }  // namespace ossrt::cuda

@@ -177,8 +177,13 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
   } else if (wgmma) {
     launch_mx_permute_cols(a.x, a.num_tokens, a.hidden, ws.x_perm, stream);
     gate_up.a = ws.x_perm;
-    launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gate_up, tile_m, stream);
-    launch_bf16_mxfp4w_moe_down_wgmma(down, tile_m, stream);
+    if (mxfp4_wgmma_pipe_enabled()) {  // the pipelined kernels, bit-identical to the ring ones and faster
+      launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gate_up, tile_m, stream);
+      launch_bf16_mxfp4w_moe_down_wgmma_pipe(down, tile_m, stream);
+    } else {
+      launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gate_up, tile_m, stream);
+      launch_bf16_mxfp4w_moe_down_wgmma(down, tile_m, stream);
+    }
   } else {
     launch_bf16_mxfp4w_moe_gate_up_swiglu(gate_up, stream);
     launch_bf16_mxfp4w_moe_down(down, stream);

@@ -16,6 +16,9 @@
 // A row's result depends only on its own data (the MMA computes each output on its own), so a token
 // is bit-identical alone or in any batch, on either tile size (tested); the rounding differs from
 // the mma.sync kernels (moe_mxfp4_prefill.cu: other products' order).
+// moe_mxfp4_wgmma_pipe.cu computes exactly these products in this order as a warp-specialized
+// pipeline (producer warpgroup, mbarrier ring, no CTA barrier in the k loop) and is the default
+// (moe.cu); these kernels run with OSSRT_CUDA_MOE_WGMMA_PIPE=0.
 #include <algorithm>
 #include <cstdlib>
 

@@ -128,6 +128,12 @@ void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, c
 int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts);  // 128 from 128 rows an expert on average
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
+// The same GEMMs, bit-identical, as a warp-specialized pipeline (moe_mxfp4_wgmma_pipe.cu): a producer
+// warpgroup fills an mbarrier-guarded ring, three consumer warpgroups never meet at a CTA barrier,
+// persistent CTAs (one an SM) over the (route tile, 192-row block) units.
+bool mxfp4_wgmma_pipe_enabled();  // the default; developer switch OSSRT_CUDA_MOE_WGMMA_PIPE=0 (A/B), read once
+void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
+void launch_bf16_mxfp4w_moe_down_wgmma_pipe(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
 // MXFP4 weights, small M: the route's tiles hold 8 * n_tiles rows (n_tiles = 1, 2 or 4), one CTA
 // per (tile, 16 weight rows), K split over its 4 warps (moe_mxfp4_decode.cu).
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(const MoeGemmArgs& args, int n_tiles, cudaStream_t stream);
