@@ -55,7 +55,7 @@ if [ "${OSSRT_SKIP_SANITIZE:-0}" != 1 ]; then
   OSSRT_BUILD_DIR="$SAN_DIR" OSSRT_KEEP_GOING=1 bash scripts/build.sh -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 -DOSSRT_CUDA=OFF -DCMAKE_UNITY_BUILD=ON \
-    -DOSSRT_SANITIZE=address,undefined -DOSSRT_FUZZ=ON || san_build_failed=1
+    -DOSSRT_SANITIZE=address,undefined -DOSSRT_FUZZ=ON -DOSSRT_BENCHMARKS=OFF || san_build_failed=1
   # Leaks count; a report aborts the process it happened in, which fails that test.
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
