@@ -249,6 +249,19 @@ class Backend {
     linear(x, w, bias, qkv);
     rope_and_cache_write(qkv, rope, params);
   }
+  // A layer's start after the first: residual_out = residual + delta (the previous layer's MoE output),
+  // normed = rmsnorm(residual_out) * norm_w, then qkv_rope_cache_write(normed, ...). residual_out is
+  // another buffer than residual (the caller alternates two), so a backend may fold the norm into the
+  // projection (each of its CTAs normalizes the row it reads, while one writes the sum); normed is
+  // then scratch that may be left unwritten. The default runs the ops one by one.
+  virtual void add_rmsnorm_qkv_rope_cache_write(const Tensor& residual, const Tensor& delta, Tensor& residual_out,
+                                                const Tensor& norm_w, float eps, Tensor& normed, const Tensor& w,
+                                                const Tensor* bias, const RopeParams& rope,
+                                                const AttentionParams& params, Tensor& qkv) {
+    copy(residual, residual_out);
+    add_rmsnorm(residual_out, delta, norm_w, eps, normed);
+    qkv_rope_cache_write(normed, w, bias, rope, params, qkv);
+  }
   // out[t, h*D + d] = attention of query head h of token t over its sequence's cached keys
   // (causal, optional window), with the per-head sink logit in the softmax denominator.
   virtual void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params, Tensor& out) = 0;

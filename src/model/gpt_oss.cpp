@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "model/moe_block.h"
@@ -36,6 +37,9 @@ void expect_experts(const HostExperts& x, int64_t experts, int64_t out, int64_t 
 // are this rank's (q heads, vocab). The MoE block plans its own (model/moe_block.h).
 struct GptOssModel::Workspace {
   Tensor residual;    // [T, H] the residual stream x
+  // [T, H] the residual stream's other buffer: a layer after the first adds the previous MoE output
+  // out of place (add_rmsnorm_qkv_rope_cache_write), so the stream alternates between the two.
+  Tensor residual_alt;
   Tensor normed;      // [T, H] RMSNorm output feeding attention or the MoE
   Tensor qkv;         // [T, (Hq + 2 Hkv) D]
   Tensor attn;        // [T, Hq D]
@@ -114,6 +118,7 @@ GptOssModel::GptOssModel(Backend& backend, const HostModelWeights& host, const M
   const DType act = backend.activation_dtype();
   ws_ = std::make_shared<Workspace>();
   ws_->residual = backend.alloc(backend.residual_dtype(), {T, H});
+  ws_->residual_alt = backend.alloc(backend.residual_dtype(), {T, H});
   ws_->normed = backend.alloc(act, {T, H});
   ws_->qkv = backend.alloc(act, {T, (local_.q_heads + 2 * local_.kv_heads) * D});
   ws_->attn = backend.alloc(act, {T, local_.q_heads * D});
@@ -241,7 +246,8 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
   };
 
   Workspace& ws = *ws_;
-  Tensor x = ws.residual.rows(0, T), normed = ws.normed.rows(0, T), qkv = ws.qkv.rows(0, T);
+  Tensor x = ws.residual.rows(0, T), x_alt = ws.residual_alt.rows(0, T);
+  Tensor normed = ws.normed.rows(0, T), qkv = ws.qkv.rows(0, T);
   Tensor attn = ws.attn.rows(0, T), attn_out = ws.attn_out.rows(0, T);
   Tensor moe_out;  // the previous layer's MoE output, which the next layer adds to the residual
 
@@ -264,19 +270,25 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
     ap.sm_scale = float(1.0 / std::sqrt(double(c.head_dim)));
 
     // x += MoE output of the previous layer (fused with the norm); layer 0 starts from the embedding.
-    if (l == 0)
-      backend_.rmsnorm(x, w.attn_norm, eps, normed);
-    else
-      backend_.add_rmsnorm(x, moe_out, w.attn_norm, eps, normed);
-    capture_layer_output(l - 1, x);  // x is now layer l - 1's output
-    observe(name + ".attn_in", normed);
-    if (observer_) {  // the projection on its own, to observe it before the rotation
+    if (observer_) {  // each op on its own, to observe the norm and the projection before the rotation
+      if (l == 0)
+        backend_.rmsnorm(x, w.attn_norm, eps, normed);
+      else
+        backend_.add_rmsnorm(x, moe_out, w.attn_norm, eps, normed);
+      observe(name + ".attn_in", normed);
       backend_.linear(normed, w.qkv_w, &w.qkv_b, qkv);
       observe(name + ".qkv", qkv);
       backend_.rope_and_cache_write(qkv, rope_, ap);
-    } else {
+    } else if (l == 0) {
+      backend_.rmsnorm(x, w.attn_norm, eps, normed);
       backend_.qkv_rope_cache_write(normed, w.qkv_w, &w.qkv_b, rope_, ap, qkv);
+    } else {
+      // Out of place, so a backend may fold the norm into the projection (backend.h).
+      backend_.add_rmsnorm_qkv_rope_cache_write(x, moe_out, x_alt, w.attn_norm, eps, normed, w.qkv_w, &w.qkv_b, rope_,
+                                                ap, qkv);
+      std::swap(x, x_alt);
     }
+    capture_layer_output(l - 1, x);  // x is now layer l - 1's output
     observe(name + ".qkv_rope", qkv);
     backend_.attention(qkv, w.sinks, ap, attn);
     observe(name + ".attn", attn);

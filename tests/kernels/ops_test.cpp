@@ -531,8 +531,11 @@ TEST(CudaOps, RopeMatchesCpuElementwiseAtLongPositions) {
 // parts, each on its own block grid as the model uploads them, and the fused op is the FP8 kernel.
 // (Slot -1, no cache write, is tested on the kernels: both backends refuse it in a plan.) `kv`: the
 // backends' KV cache dtype (fp8: the fused kernels' e4m3 codes must be the plain kernel's).
-void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t seed,
-                                               KvCacheDtype kv = KvCacheDtype::Auto) {
+// fold_norm: the token row is rmsnorm(residual + delta) through add_rmsnorm_qkv_rope_cache_write
+// (with bf16 weights the norm folded into the kernel), against copy, add_rmsnorm, linear and
+// rope_and_cache_write on the plain backend: qkv, the cache and residual_out bit for bit.
+void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t seed, KvCacheDtype kv = KvCacheDtype::Auto,
+                                               bool fold_norm = false) {
   const BackendOptions options{.weight_format = format, .kv_cache_dtype = kv};
   std::unique_ptr<Backend> cpu = make_backend("cpu", options), gpu = make_backend("cuda", options);
   std::unique_ptr<Backend> plain = make_backend("cuda", options);  // runs the two ops
@@ -561,11 +564,13 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
   }
   std::vector<const HostTensor*> parts;
   for (const HostTensor& v : part_views) parts.push_back(&v);
-  std::vector<Tensor> wt, bt, st;
+  auto norm_w = test::host_bf16(random_floats(rng, size_t(kHidden), 0.2f, 1.0f), {kHidden}, "attn_norm.w");
+  std::vector<Tensor> wt, bt, st, nt;
   for (Backend* be : all) {
     wt.push_back(be->upload_linear(parts));
     bt.push_back(be->upload(bias->view));
     st.push_back(be->upload(sinks->view));
+    nt.push_back(be->upload(norm_w->view));
     if (fp8 && be != cpu.get()) {
       ASSERT_EQ(wt.back().dtype, DType::FP8_E4M3);
     }
@@ -599,15 +604,39 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
     plan.block_size = kBlock;
     builder.add(plan, seq, 1);
     for (Backend* be : all) be->begin_step(plan);
-    const auto x = random_floats(rng, size_t(kHidden), 1.0f);
+    const auto x = random_floats(rng, size_t(kHidden), 1.0f);  // the residual row when fold_norm
+    const auto delta = random_floats(rng, size_t(kHidden), 1.0f);
     for (KvGroup g : {KvGroup::Full, KvGroup::Sliding}) {
       const AttentionParams p = params_for(g);
-      std::vector<std::vector<float>> qkv_out, attn_out;
+      std::vector<std::vector<float>> qkv_out, attn_out, residual_out;
       for (size_t i = 0; i < 3; ++i) {
         Backend& be = *all[i];
+        const DType act = i == 0 ? DType::F32 : DType::BF16;
         Tensor xt = put_act(be, {1, kHidden}, x);
-        Tensor qkv = be.alloc(i == 0 ? DType::F32 : DType::BF16, {1, kQkvDim});
-        if (i == 2) {
+        Tensor qkv = be.alloc(act, {1, kQkvDim});
+        if (fold_norm) {
+          Tensor residual = put(be, DType::F32, {1, kHidden}, x), dt = put_act(be, {1, kHidden}, delta);
+          Tensor res_out = be.alloc(DType::F32, {1, kHidden}), normed = be.alloc(act, {1, kHidden});
+          if (i == 2) {
+            be.copy(residual, res_out);
+            be.add_rmsnorm(res_out, dt, nt[i], 1e-5f, normed);
+            be.linear(normed, wt[i], &bt[i], qkv);
+            be.rope_and_cache_write(qkv, rope, p);
+          } else if (i == 1) {
+            auto& cuda_backend = dynamic_cast<CudaBackend&>(be);
+            const int64_t fused = cuda_backend.fused_qkv_rope_launches();
+            const int64_t folded = cuda_backend.folded_qkv_norm_launches();
+            be.add_rmsnorm_qkv_rope_cache_write(residual, dt, res_out, nt[i], 1e-5f, normed, wt[i], &bt[i], rope, p,
+                                                qkv);
+            EXPECT_EQ(cuda_backend.fused_qkv_rope_launches(), fused + 1) << "the fused kernel did not run";
+            // bf16 weights: the norm in the kernel; FP8: the norm kernel, then the FP8 fused kernel.
+            EXPECT_EQ(cuda_backend.folded_qkv_norm_launches(), folded + (fp8 ? 0 : 1)) << "the fold";
+          } else {
+            be.add_rmsnorm_qkv_rope_cache_write(residual, dt, res_out, nt[i], 1e-5f, normed, wt[i], &bt[i], rope, p,
+                                                qkv);
+          }
+          residual_out.push_back(be.to_host_f32(res_out));
+        } else if (i == 2) {
           be.linear(xt, wt[i], &bt[i], qkv);
           be.rope_and_cache_write(qkv, rope, p);
         } else if (i == 1) {
@@ -625,8 +654,12 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
         attn_out.push_back(be.to_host_f32(out));
       }
       const std::string what =
-          fmt::format("{}, {} KV, step {} {}", fp8 ? "fp8" : "bf16", kv == KvCacheDtype::Fp8E4m3 ? "fp8" : "bf16", step,
-                      g == KvGroup::Full ? "full" : "sliding");
+          fmt::format("{}, {} KV, step {} {}{}", fp8 ? "fp8" : "bf16", kv == KvCacheDtype::Fp8E4m3 ? "fp8" : "bf16",
+                      step, g == KvGroup::Full ? "full" : "sliding", fold_norm ? ", norm folded" : "");
+      if (fold_norm) {
+        EXPECT_EQ(residual_out[1], residual_out[2]) << "folded vs plain residual_out, " << what;
+        OSSRT_EXPECT_CLOSE(residual_out[1], residual_out[0], 1e-6, "residual_out vs CPU, " + what);
+      }
       EXPECT_EQ(qkv_out[1], qkv_out[2]) << "fused vs plain qkv, " << what;
       EXPECT_EQ(attn_out[1], attn_out[2]) << "fused vs plain attention (the cached k, v), " << what;
       OSSRT_EXPECT_CLOSE(qkv_out[1], qkv_out[0], 1e-2, "fused qkv vs CPU, " + what);
@@ -665,6 +698,16 @@ TEST(CudaOps, FusedQkvRopeCacheWriteIsTheLinearThenRopeWithAnFp8KvCache) {
   OSSRT_SKIP_WITHOUT_GPU();
   expect_fused_qkv_rope_is_linear_then_rope(WeightFormat::Reference, 33, KvCacheDtype::Fp8E4m3);
   expect_fused_qkv_rope_is_linear_then_rope(WeightFormat::Mxfp4Fp8, 34, KvCacheDtype::Fp8E4m3);
+}
+
+// add_rmsnorm_qkv_rope_cache_write: with bf16 weights the RMSNorm folded into the fused kernel's
+// prologue (each CTA normalizes the row, CTA 0 writes residual + delta), bf16 and fp8 caches; with FP8
+// weights the out-of-place norm kernel, then the FP8 fused kernel.
+TEST(CudaOps, FoldedNormQkvRopeCacheWriteIsTheNormThenLinearThenRope) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  expect_fused_qkv_rope_is_linear_then_rope(WeightFormat::Reference, 35, KvCacheDtype::Auto, /*fold_norm=*/true);
+  expect_fused_qkv_rope_is_linear_then_rope(WeightFormat::Reference, 36, KvCacheDtype::Fp8E4m3, /*fold_norm=*/true);
+  expect_fused_qkv_rope_is_linear_then_rope(WeightFormat::Mxfp4Fp8, 37, KvCacheDtype::Auto, /*fold_norm=*/true);
 }
 
 TEST(CudaOps, AttentionOneToken) {

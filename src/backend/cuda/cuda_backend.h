@@ -95,6 +95,12 @@ class CudaBackend final : public Backend {
   void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) override;
   void qkv_rope_cache_write(const Tensor& x, const Tensor& w, const Tensor* bias, const RopeParams& rope,
                             const AttentionParams& params, Tensor& qkv) override;
+  // One-token steps with bf16 QKV weights: the norm folded into the fused QKV + RoPE kernel (one launch);
+  // otherwise the out-of-place add + norm kernel, then qkv_rope_cache_write.
+  void add_rmsnorm_qkv_rope_cache_write(const Tensor& residual, const Tensor& delta, Tensor& residual_out,
+                                        const Tensor& norm_w, float eps, Tensor& normed, const Tensor& w,
+                                        const Tensor* bias, const RopeParams& rope, const AttentionParams& params,
+                                        Tensor& qkv) override;
   void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params, Tensor& out) override;
   void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) override;
   void moe(const Tensor& x, const ExpertWeights& experts, const Tensor& ids, const Tensor& weights,
@@ -127,6 +133,8 @@ class CudaBackend final : public Backend {
   // Launches of a fused QKV + RoPE + KV-write kernel (bf16 or FP8 weights): tests check that the
   // fused path ran rather than the two-op fallback, which computes the same values.
   int64_t fused_qkv_rope_launches() const { return fused_qkv_rope_launches_; }
+  // Of those, the launches with the RMSNorm folded in (add_rmsnorm_qkv_rope_cache_write).
+  int64_t folded_qkv_norm_launches() const { return folded_qkv_norm_launches_; }
   // Every captured graph's key (batch bucket, tokens a sequence, context bucket) and its replays.
   std::vector<cuda::GraphUse> graph_uses() const;
   // Bytes this backend holds on the device (weights, workspaces, KV cache).
@@ -186,6 +194,10 @@ class CudaBackend final : public Backend {
   // fp8_mma_from_rows_ 1). OSSRT_CUDA_FP8_QKV_ROPE=0 (developer switch, read at start, for A/B
   // timing) runs the linear then rope_and_cache_write.
   bool fp8_qkv_rope_ = true;
+  // add_rmsnorm_qkv_rope_cache_write folds the norm into the one-token bf16 QKV + RoPE kernel;
+  // OSSRT_CUDA_QKV_NORM_FOLD=0 (developer switch, read at start, for A/B timing) launches the norm
+  // kernel first. The bits are the same.
+  bool qkv_norm_fold_ = true;
   // The one-token-row FP8 GEMVs (the linear and the fused QKV + RoPE) split K of each 16-row tile over
   // 2 CTAs, summed by the last by a ticket (docs/kernels.md, "FP8 linears"): the workspace, planned in
   // the constructor (partials; tickets 0 between launches). OSSRT_CUDA_FP8_GEMV_SPLIT=0 (developer
@@ -261,6 +273,7 @@ class CudaBackend final : public Backend {
   bool graphs_enabled_ = true;
   int graph_replays_ = 0;
   int64_t fused_qkv_rope_launches_ = 0;
+  int64_t folded_qkv_norm_launches_ = 0;
   // OSSRT_CUDA_PROFILE_DECODE_STEPS="first:count": cudaProfilerStart before decode-only step
   // `first` (0-based) and cudaProfilerStop before step first + count, so that `ncu
   // --profile-from-start off` records exactly those steps, sampling included

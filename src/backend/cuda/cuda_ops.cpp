@@ -38,6 +38,40 @@ void check_float(const Tensor& t, const char* op, const char* what) {
 
 cuda::RowsRef rows_ref(const Tensor& t) { return {t.data, t.dtype == DType::F32}; }
 
+// The fused add + norm's arguments, checked: residual_out = residual + delta (into residual itself
+// when residual_out is null), out = rmsnorm(residual_out) * w.
+cuda::RmsNormArgs add_rmsnorm_args(const Tensor& residual, const Tensor& delta, Tensor* residual_out, const Tensor& w,
+                                   float eps, const Tensor& out, const char* op) {
+  check_on_device(residual, op, "residual");
+  OSSRT_CHECK(residual.dtype == DType::F32, "{}: the residual stream must be f32", op);
+  check_float(delta, op, "delta");
+  check_float(w, op, "w");
+  check_float(out, op, "out");
+  const int64_t h = w.numel();
+  const int64_t rows = residual.dim(0);
+  OSSRT_CHECK(residual.row_elems() == h && delta.row_elems() == h && out.row_elems() == h && delta.dim(0) >= rows &&
+                  out.dim(0) >= rows,
+              "{}: residual {} / delta {} / w {} / out {} disagree", op, residual.shape_str(), delta.shape_str(),
+              w.shape_str(), out.shape_str());
+  if (residual_out) {
+    check_on_device(*residual_out, op, "residual_out");
+    OSSRT_CHECK(residual_out->dtype == DType::F32 && residual_out->row_elems() == h && residual_out->dim(0) >= rows,
+                "{}: residual_out {} {} for residual {}", op, dtype_name(residual_out->dtype),
+                residual_out->shape_str(), residual.shape_str());
+  }
+  cuda::RmsNormArgs a{{nullptr, true},
+                      residual.ptr<float>(),
+                      rows_ref(delta),
+                      rows_ref(w),
+                      out.data,
+                      out.dtype == DType::F32,
+                      int(rows),
+                      int(h),
+                      eps,
+                      residual_out ? residual_out->ptr<float>() : nullptr};
+  return a;
+}
+
 // Rows of a [rows, features] activation, checked against the step's token count.
 int64_t step_rows(const Tensor& t, int expected, const char* op, const char* what) {
   OSSRT_CHECK(t.ndim >= 1 && t.dim(0) >= expected, "{}: {} {} has fewer than the step's {} rows", op, what,
@@ -80,34 +114,16 @@ void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& o
               "rmsnorm: x {} / w {} / out {} disagree", x.shape_str(), w.shape_str(), out.shape_str());
   cuda::RmsNormArgs a{rows_ref(x),   nullptr,  {nullptr, true},
                       rows_ref(w),   out.data, out.dtype == DType::F32,
-                      int(x.dim(0)), int(h),   eps};
+                      int(x.dim(0)), int(h),   eps,
+                      nullptr};
   OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
 }
 
 void CudaBackend::add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) {
   bind_device();
   if (ablated(kAblateNorm)) return;
-  check_on_device(residual, "add_rmsnorm", "residual");
-  OSSRT_CHECK(residual.dtype == DType::F32, "add_rmsnorm: the residual stream must be f32");
-  check_float(delta, "add_rmsnorm", "delta");
-  check_float(w, "add_rmsnorm", "w");
-  check_float(out, "add_rmsnorm", "out");
-  const int64_t h = w.numel();
-  const int64_t rows = residual.dim(0);
-  OSSRT_CHECK(residual.row_elems() == h && delta.row_elems() == h && out.row_elems() == h && delta.dim(0) >= rows &&
-                  out.dim(0) >= rows,
-              "add_rmsnorm: residual {} / delta {} / w {} / out {} disagree", residual.shape_str(), delta.shape_str(),
-              w.shape_str(), out.shape_str());
-  cuda::RmsNormArgs a{{nullptr, true},
-                      residual.ptr<float>(),
-                      rows_ref(delta),
-                      rows_ref(w),
-                      out.data,
-                      out.dtype == DType::F32,
-                      int(rows),
-                      int(h),
-                      eps};
-  OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
+  OSSRT_CUDA_CHECK(
+      cuda::launch_f32_rmsnorm(add_rmsnorm_args(residual, delta, nullptr, w, eps, out, "add_rmsnorm"), stream_));
 }
 
 void CudaBackend::add(Tensor& residual, const Tensor& delta) {
@@ -125,7 +141,8 @@ void CudaBackend::add(Tensor& residual, const Tensor& delta) {
                       true,
                       int(residual.dim(0)),
                       int(residual.row_elems()),
-                      0.f};
+                      0.f,
+                      nullptr};
   OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
 }
 
@@ -345,6 +362,41 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
   }
   cuda::launch_bf16_gemv_qkv_rope_kv_write(f, stream_);
   ++fused_qkv_rope_launches_;
+}
+
+void CudaBackend::add_rmsnorm_qkv_rope_cache_write(const Tensor& residual, const Tensor& delta, Tensor& residual_out,
+                                                   const Tensor& norm_w, float eps, Tensor& normed, const Tensor& w,
+                                                   const Tensor* bias, const RopeParams& rope,
+                                                   const AttentionParams& p, Tensor& qkv) {
+  bind_device();
+  constexpr const char* kOp = "add_rmsnorm_qkv_rope_cache_write";
+  OSSRT_CHECK(residual.data != residual_out.data, "{}: residual_out must be another buffer than residual", kOp);
+  const cuda::RmsNormArgs norm = add_rmsnorm_args(residual, delta, &residual_out, norm_w, eps, normed, kOp);
+  // One-token steps with bf16 weights, where qkv_rope_cache_write would take the fused kernel: the
+  // norm in its prologue (rope_cache.cuh, QkvRopeArgs::fold_norm), the same bits as the two kernels.
+  const bool one_token = plan_->host_plan().num_tokens() == 1 && residual.dim(0) == 1 && gemv_max_rows_ >= 1 &&
+                         w.dtype == DType::BF16 && w.ndim == 2 && cuda::gemv_one_warp_per_row(int(w.dim(0)), num_sms_);
+  if (qkv_norm_fold_ && one_token && !ablated(kAblateNorm) && !ablated(kAblateQkv) && qkv.dtype == DType::BF16 &&
+      normed.dtype == DType::BF16 && w.dim(1) == norm_w.numel() && qkv.row_elems() == w.dim(0) &&
+      (!bias || (bias->dtype == DType::BF16 && bias->numel() == w.dim(0)))) {
+    check_on_device(w, kOp, "w");
+    if (bias) check_on_device(*bias, kOp, "bias");
+    cuda::QkvRopeArgs f{nullptr,
+                        static_cast<const uint16_t*>(w.data),
+                        bias ? static_cast<const uint16_t*>(bias->data) : nullptr,
+                        int(w.dim(1)),
+                        rope_cache_args(qkv, rope, p),
+                        /*fold_norm=*/true,
+                        norm};
+    if (cuda::qkv_rope_fused_supported(f)) {
+      cuda::launch_bf16_gemv_qkv_rope_kv_write(f, stream_);
+      ++fused_qkv_rope_launches_;
+      ++folded_qkv_norm_launches_;
+      return;
+    }
+  }
+  if (!ablated(kAblateNorm)) OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(norm, stream_));
+  qkv_rope_cache_write(normed, w, bias, rope, p, qkv);
 }
 
 int CudaBackend::attn_min_split_keys(int num_seqs) const {

@@ -9,15 +9,17 @@ namespace ossrt::cuda {
 
 inline constexpr int kGemvBatch = 4;  // 16-byte weight chunks in flight per lane
 
-// acc[r] += dot(8 weights, x[r][col .. col + 8)) for the first m rows.
-template <int kM>
+// acc[r] += dot(8 weights, x[r][col .. col + 8)) for the first m rows. kXShared: x is in shared
+// memory (a generic load; __ldg is for global memory only).
+template <int kM, bool kXShared = false>
 __device__ __forceinline__ void gemv_fma_chunk(float (&acc)[kM], const uint4& wv, const uint16_t* x, int64_t k, int m,
                                                int64_t col) {
   const float2 w0 = unpack_bf16x2(wv.x), w1 = unpack_bf16x2(wv.y), w2 = unpack_bf16x2(wv.z), w3 = unpack_bf16x2(wv.w);
 #pragma unroll
   for (int r = 0; r < kM; ++r) {
     if (r >= m) break;
-    const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + r * k + col));
+    const uint4* const xp = reinterpret_cast<const uint4*>(x + r * k + col);
+    const uint4 xv = kXShared ? *xp : __ldg(xp);
     const float2 x0 = unpack_bf16x2(xv.x), x1 = unpack_bf16x2(xv.y), x2 = unpack_bf16x2(xv.z), x3 = unpack_bf16x2(xv.w);
     float s = acc[r];
     s = fmaf(w0.x, x0.x, s);
@@ -98,14 +100,22 @@ __device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* 
   return lane == 0 && row_ok;
 }
 
+// The token row as given (gemv_rows_dot_one_token's default x_after_wait).
+struct GemvXAsGiven {
+  __device__ __forceinline__ const uint16_t* operator()(const uint16_t* x) const { return x; }
+};
+
 // kRows weight rows against ONE token row x (bf16 [k]) by one warp, for epilogues that need several
 // rows of a token in one lane (the fused QKV + RoPE kernel pairs rows i and i + 32 of a head). Each
 // row's arithmetic is gemv_row_dot<1, 1, ...>'s exactly (the same lane split, chunk order, FMA order
 // and shuffle reduction), so a row's sum is bit-identical to bf16_gemv's; the rows' chunks are in
-// flight together. PDL as gemv_row_dot. Lane 0 holds the sums.
-template <int kRows>
+// flight together. PDL as gemv_row_dot. Lane 0 holds the sums. x_after_wait(x), called by every
+// thread right after pdl_wait(), gives the row the dot products read: a kernel that makes its own
+// row from the previous kernel's output (the QKV projection normalizing the residual) makes it there,
+// in shared memory (kXShared), while the weight rows already stream.
+template <int kRows, bool kXShared = false, class XAfterWait = GemvXAsGiven>
 __device__ __forceinline__ void gemv_rows_dot_one_token(const uint16_t* x, const uint16_t* const (&w)[kRows], int k,
-                                                        float (&sum)[kRows]) {
+                                                        float (&sum)[kRows], XAfterWait x_after_wait = {}) {
   const int lane = threadIdx.x % 32;
   const int chunks = k / 8;
   int c = lane;
@@ -122,6 +132,7 @@ __device__ __forceinline__ void gemv_rows_dot_one_token(const uint16_t* x, const
     for (int cb = c + kGemvBatch * 32; cb < chunks; cb += 32) prefetch_l2(w[r] + int64_t(cb) * 8);
   pdl_wait();
   pdl_launch_dependents();
+  x = x_after_wait(x);
   float acc[kRows][1];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r][0] = 0.f;
@@ -139,7 +150,7 @@ __device__ __forceinline__ void gemv_rows_dot_one_token(const uint16_t* x, const
       const int cb = c + b * 32;
       if (cb >= chunks) break;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) gemv_fma_chunk<1>(acc[r], wv[r][b], x, k, 1, int64_t(cb) * 8);
+      for (int r = 0; r < kRows; ++r) gemv_fma_chunk<1, kXShared>(acc[r], wv[r][b], x, k, 1, int64_t(cb) * 8);
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r)

@@ -23,10 +23,14 @@ struct RmsNormArgs {
   int rows;
   int hidden;
   float eps;
+  // fused add: where residual + delta goes; null = into residual (in place). Out of place, the
+  // residual is only read, so a kernel whose CTAs each normalize the whole row (the one-token QKV
+  // projection, rope_cache.cu) can read it while one of them writes the sum.
+  float* residual_out = nullptr;
 };
 
-// out = rmsnorm(x) * w, or (fused) residual += delta; out = rmsnorm(residual) * w,
-// or (out == null) residual += delta only.
+// out = rmsnorm(x) * w, or (fused) residual_out = residual + delta; out = rmsnorm(residual_out) * w,
+// or (out == null) residual_out = residual + delta only (residual_out: residual unless set).
 cudaError_t launch_f32_rmsnorm(const RmsNormArgs& args, cudaStream_t stream);
 
 }  // namespace ossrt::cuda

@@ -1,5 +1,6 @@
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/gemv_common.cuh"
+#include "backend/cuda/kernels/norm_row.cuh"
 #include "backend/cuda/kernels/rope_cache.cuh"
 #include "backend/cuda/kernels/rope_common.cuh"
 
@@ -78,9 +79,13 @@ __global__ void __launch_bounds__(kThreads) bf16_rope_kv_cache_write(RopeCacheWr
 // bias, rounds to bf16 as the linear's output is, rotates q and k heads as bf16_rope_kv_cache_write
 // does, writes the qkv row and the k / v cache slots. (Hq + 2 Hkv) x 32 warps, 8 a CTA, 3 CTAs an SM
 // (at most 85 registers): one wave for gpt-oss (320 CTAs).
+// kFoldNorm: the RMSNorm before the projection in the prologue (QkvRopeArgs::fold_norm): after the PDL
+// wait, with the weight rows already streaming, the CTA's 256 threads normalize the residual row into
+// shared memory as f32_rmsnorm_vec4's 256 do (norm_row.cuh), and the dot products read it from there.
 constexpr int kFusedWarps = 8;
+static_assert(kFusedWarps * 32 == kNormThreads, "the folded norm's thread layout is the norm kernel's");
 
-template <KvCacheElem kElem>
+template <KvCacheElem kElem, bool kFoldNorm>
 __global__ void __launch_bounds__(kFusedWarps * 32, 3) bf16_gemv_qkv_rope_kv_write(QkvRopeArgs a) {
   const RopeCacheWriteArgs& r = a.rope;
   const int hq = r.num_q_heads, hkv = r.num_kv_heads;
@@ -91,7 +96,21 @@ __global__ void __launch_bounds__(kFusedWarps * 32, 3) bf16_gemv_qkv_rope_kv_wri
   const int row0 = head * kRopeHeadDim + i, row1 = row0 + kRopeHalf;
   const uint16_t* const w[2] = {a.w + int64_t(row0) * a.k, a.w + int64_t(row1) * a.k};
   float sum[2];
-  gemv_rows_dot_one_token<2>(a.x, w, a.k, sum);
+  if constexpr (kFoldNorm) {
+    __shared__ __align__(16) uint16_t x_s[kNormMaxVecHidden];
+    gemv_rows_dot_one_token<2, /*kXShared=*/true>(a.x, w, a.k, sum, [&](const uint16_t*) -> const uint16_t* {
+      rmsnorm_row_vec4(a.norm, 0, /*write_residual=*/blockIdx.x == 0, /*normalize=*/true, [&](int v, const float4& y) {
+        uint2 packed;
+        packed.x = pack_bf16x2(y.x, y.y);
+        packed.y = pack_bf16x2(y.z, y.w);
+        *reinterpret_cast<uint2*>(x_s + 4 * v) = packed;
+      });
+      __syncthreads();
+      return x_s;
+    });
+  } else {
+    gemv_rows_dot_one_token<2>(a.x, w, a.k, sum);
+  }
   __shared__ float cos_s[kRopeHalf], sin_s[kRopeHalf];
   if (warp == 0) rope_cos_sin(r, r.positions[0], lane, cos_s[lane], sin_s[lane]);
   __syncthreads();
@@ -115,8 +134,12 @@ __global__ void __launch_bounds__(kFusedWarps * 32, 3) bf16_gemv_qkv_rope_kv_wri
 }  // namespace
 
 bool qkv_rope_fused_supported(const QkvRopeArgs& a) {
-  return a.rope.num_tokens == 1 && a.k >= 8 && a.k % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.rope.num_q_heads > 0 && a.rope.num_kv_heads > 0;
+  const bool shapes = a.rope.num_tokens == 1 && a.k >= 8 && a.k % 8 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
+                      a.rope.num_q_heads > 0 && a.rope.num_kv_heads > 0;
+  if (!a.fold_norm) return shapes && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  const RmsNormArgs& n = a.norm;
+  return shapes && n.rows == 1 && n.hidden == a.k && n.residual != nullptr && n.residual_out != nullptr &&
+         n.residual_out != n.residual && n.weight.data != nullptr && rmsnorm_vec4_supported(n);
 }
 
 void launch_bf16_gemv_qkv_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {
@@ -124,10 +147,15 @@ void launch_bf16_gemv_qkv_rope_kv_write(const QkvRopeArgs& a, cudaStream_t strea
                  " (one token, k a multiple of 8, 16-byte aligned x and w)");
   const int units = (a.rope.num_q_heads + 2 * a.rope.num_kv_heads) * kRopeHalf;
   const dim3 grid((units + kFusedWarps - 1) / kFusedWarps), block(kFusedWarps * 32);
-  if (a.rope.kv_elem == KvCacheElem::Fp8E4m3)
-    OSSRT_CUDA_CALL(launch_pdl(bf16_gemv_qkv_rope_kv_write<KvCacheElem::Fp8E4m3>, grid, block, stream, a));
+  const bool fp8 = a.rope.kv_elem == KvCacheElem::Fp8E4m3;
+  if (a.fold_norm)
+    OSSRT_CUDA_CALL(launch_pdl(fp8 ? bf16_gemv_qkv_rope_kv_write<KvCacheElem::Fp8E4m3, true>
+                                   : bf16_gemv_qkv_rope_kv_write<KvCacheElem::Bf16, true>,
+                               grid, block, stream, a));
   else
-    OSSRT_CUDA_CALL(launch_pdl(bf16_gemv_qkv_rope_kv_write<KvCacheElem::Bf16>, grid, block, stream, a));
+    OSSRT_CUDA_CALL(launch_pdl(fp8 ? bf16_gemv_qkv_rope_kv_write<KvCacheElem::Fp8E4m3, false>
+                                   : bf16_gemv_qkv_rope_kv_write<KvCacheElem::Bf16, false>,
+                               grid, block, stream, a));
 }
 
 cudaError_t launch_bf16_rope_kv_cache_write(const RopeCacheWriteArgs& args, cudaStream_t stream) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels/kv_cache_elem.cuh"
+#include "backend/cuda/kernels/norm.cuh"
 
 namespace ossrt::cuda {
 
@@ -41,13 +42,20 @@ cudaError_t launch_bf16_rope_kv_cache_write(const RopeCacheWriteArgs& args, cuda
 // rotation and the cache write of launch_bf16_rope_kv_cache_write in its epilogue; qkv and the cache
 // get exactly what the one-row bf16_gemv followed by that kernel write.
 struct QkvRopeArgs {
-  const uint16_t* x;     // bf16 [1, k]
+  const uint16_t* x;     // bf16 [1, k]; not read when fold_norm
   const uint16_t* w;     // bf16 [(Hq + 2 Hkv) * 64, k]
   const uint16_t* bias;  // bf16 [(Hq + 2 Hkv) * 64] or null
   int k;
   RopeCacheWriteArgs rope;  // num_tokens 1; rope.qkv is the projection's output
+  // The RMSNorm before the projection, folded in (one row; norm.out unused): each CTA makes x itself,
+  // rmsnorm(residual + delta) * weight with launch_f32_rmsnorm's arithmetic (norm_row.cuh), in shared
+  // memory, and CTA 0 writes residual + delta to norm.residual_out, which must not be norm.residual
+  // (the other CTAs still read it). Saves the norm kernel's launch and its trip through memory.
+  bool fold_norm = false;
+  RmsNormArgs norm{};
 };
 
+// Whether launch_bf16_gemv_qkv_rope_kv_write takes these arguments, fold_norm's included.
 bool qkv_rope_fused_supported(const QkvRopeArgs& args);
 void launch_bf16_gemv_qkv_rope_kv_write(const QkvRopeArgs& args, cudaStream_t stream);
 
