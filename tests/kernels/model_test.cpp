@@ -3,11 +3,13 @@
 // script runs (enabled by OSSRT_BENCH_OUT=<json path>; skipped otherwise).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "backend/registry/registry.h"
@@ -138,6 +140,77 @@ TEST(CudaModel, TinyActivationsMatchCpuOpByOp) {
     if (!ids) {
       EXPECT_LT(s.rel_l2, 2e-2) << name;
     }
+  }
+}
+
+// The QKV norm fold inside the model (Backend::add_rmsnorm_qkv_rope_cache_write): gpt-oss-20b's
+// shapes (the fold takes the one-token bf16 QKV kernel, which needs >= 2,112 QKV rows on an H200; the
+// tiny preset has 640), the vocabulary cut to 4,096, 3 and 4 layers (the residual stream ends in
+// either buffer). A 40-token prompt, then one-token steps through run_step (CUDA graphs), layers 0,
+// 1 and the last captured, on two backends made with OSSRT_CUDA_QKV_NORM_FOLD=1 and =0: the logits and
+// the captured layer outputs bit for bit, and the fold counted on the first backend only.
+TEST(CudaModel, QkvNormFoldDecodesAsTheSeparateOps) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  constexpr int kBlk = 16, kMaxTokens = 256, kStepTokens = 64;
+  const char* outside = std::getenv("OSSRT_CUDA_QKV_NORM_FOLD");
+  const std::string saved = outside ? outside : "";
+  for (int layers : {3, 4}) {
+    GptOssConfig config = preset_config("gpt-oss-20b");
+    config.num_layers = layers;
+    config.layer_types.resize(size_t(layers));
+    config.vocab_size = 4096;
+    const HostModelWeights weights = make_dummy_weights(config, 21);
+    const int ring = window_ring_blocks(config.sliding_window, kStepTokens, kBlk);
+    KvCacheShape shape;
+    shape.num_full_layers = config.num_full_layers();
+    shape.num_sliding_layers = config.num_sliding_layers();
+    shape.num_full_blocks = kMaxTokens / kBlk;
+    shape.num_window_blocks = ring;
+    shape.block_size = kBlk;
+    shape.num_kv_heads = config.num_key_value_heads;
+    shape.head_dim = config.head_dim;
+    const LinearKvLayout layout{kBlk, 0, 0, ring};
+    std::unique_ptr<CudaBackend> backends[2];
+    std::unique_ptr<GptOssModel> models[2];
+    for (int side = 0; side < 2; ++side) {
+      setenv("OSSRT_CUDA_QKV_NORM_FOLD", side == 0 ? "1" : "0", 1);
+      backends[side] = std::make_unique<CudaBackend>(BackendOptions{});
+      backends[side]->allocate_kv_cache(shape);
+      models[side] = std::make_unique<GptOssModel>(*backends[side], weights, ModelLimits{kStepTokens, 8});
+      models[side]->set_capture_layers({0, 1, layers - 1});
+    }
+    if (outside)
+      setenv("OSSRT_CUDA_QKV_NORM_FOLD", saved.c_str(), 1);
+    else
+      unsetenv("OSSRT_CUDA_QKV_NORM_FOLD");
+    std::mt19937_64 rng(7);
+    std::uniform_int_distribution<int32_t> token(0, config.vocab_size - 1);
+    int position = 0;
+    auto differing = [](const std::vector<float>& a, const std::vector<float>& b) {
+      if (a.size() != b.size()) return a.size() + b.size();
+      size_t n = 0;
+      for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      return n;
+    };
+    for (int step = 0; step < 6; ++step) {
+      std::vector<int32_t> tokens(step == 0 ? 40 : 1);
+      for (auto& t : tokens) t = token(rng);
+      StepPlan plan;
+      append_sequence_step(plan, layout, tokens, position, config.sliding_window, false);
+      position += int(tokens.size());
+      std::vector<float> logits[2];
+      std::vector<std::vector<float>> captures[2];
+      for (int side = 0; side < 2; ++side) {
+        logits[side] = backends[side]->to_host_f32(models[side]->run_step(plan));
+        for (size_t i = 0; i < 3; ++i) captures[side].push_back(backends[side]->to_host_f32(models[side]->captured(i)));
+      }
+      const std::string what = fmt::format("{} layers, step {} ({} tokens)", layers, step, tokens.size());
+      EXPECT_EQ(differing(logits[0], logits[1]), 0u) << "logits, " << what;
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_EQ(differing(captures[0][i], captures[1][i]), 0u) << "captured layer " << i << ", " << what;
+    }
+    EXPECT_GT(backends[0]->folded_qkv_norm_launches(), 0) << "the fold never ran";
+    EXPECT_EQ(backends[1]->folded_qkv_norm_launches(), 0) << "the fold ran with OSSRT_CUDA_QKV_NORM_FOLD=0";
   }
 }
 

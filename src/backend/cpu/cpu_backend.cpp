@@ -146,6 +146,13 @@ class CpuBackend final : public Backend {
   void to_host(const Tensor& t, void* dst) override { std::memcpy(dst, t.data, t.bytes()); }
   void from_host(Tensor& t, const void* src) override { std::memcpy(t.data, src, t.bytes()); }
   void sync() override {}
+  // Same dtype: one memcpy (the default stages through a host vector, which every layer's out-of-place
+  // residual add would pay; Backend::add_rmsnorm_qkv_rope_cache_write).
+  void copy(const Tensor& src, Tensor& dst) override {
+    if (src.dtype != dst.dtype) return Backend::copy(src, dst);
+    OSSRT_CHECK(src.numel() == dst.numel(), "copy: src {} and dst {} differ", src.shape_str(), dst.shape_str());
+    std::memmove(dst.data, src.data, src.bytes());
+  }
 
   Tensor upload(const HostTensor& src) override {
     OSSRT_CHECK(!src.empty(), "upload: tensor '{}' has no data", src.name);

@@ -370,7 +370,14 @@ void CudaBackend::add_rmsnorm_qkv_rope_cache_write(const Tensor& residual, const
                                                    const AttentionParams& p, Tensor& qkv) {
   bind_device();
   constexpr const char* kOp = "add_rmsnorm_qkv_rope_cache_write";
-  OSSRT_CHECK(residual.data != residual_out.data, "{}: residual_out must be another buffer than residual", kOp);
+  // CTA 0 of the folded kernel (and each row of the norm kernel) writes residual_out while others still
+  // read residual and delta: no byte of it may be theirs.
+  auto overlaps = [&](const Tensor& t) {
+    const auto* a = static_cast<const uint8_t*>(residual_out.data);
+    const auto* b = static_cast<const uint8_t*>(t.data);
+    return a < b + t.bytes() && b < a + residual_out.bytes();
+  };
+  OSSRT_CHECK(!overlaps(residual) && !overlaps(delta), "{}: residual_out overlaps residual or delta", kOp);
   const cuda::RmsNormArgs norm = add_rmsnorm_args(residual, delta, &residual_out, norm_w, eps, normed, kOp);
   // One-token steps with bf16 weights, where qkv_rope_cache_write would take the fused kernel: the
   // norm in its prologue (rope_cache.cuh, QkvRopeArgs::fold_norm), the same bits as the two kernels.
@@ -395,7 +402,10 @@ void CudaBackend::add_rmsnorm_qkv_rope_cache_write(const Tensor& residual, const
       return;
     }
   }
-  if (!ablated(kAblateNorm)) OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(norm, stream_));
+  if (ablated(kAblateNorm))
+    copy(residual, residual_out);  // the ablated norm leaves the stream as it was, as add_rmsnorm does
+  else
+    OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(norm, stream_));
   qkv_rope_cache_write(normed, w, bias, rope, p, qkv);
 }
 

@@ -144,7 +144,8 @@ bool qkv_rope_fused_supported(const QkvRopeArgs& a) {
 
 void launch_bf16_gemv_qkv_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {
   OSSRT_CU_CHECK(qkv_rope_fused_supported(a), "bf16_gemv_qkv_rope_kv_write: ", a.rope.num_tokens, " tokens, k ", a.k,
-                 " (one token, k a multiple of 8, 16-byte aligned x and w)");
+                 " (one token, k a multiple of 8, 16-byte aligned x and w; a folded norm: one row of k values, "
+                 "residual_out another buffer than residual, the norm kernel's vector alignment)");
   const int units = (a.rope.num_q_heads + 2 * a.rope.num_kv_heads) * kRopeHalf;
   const dim3 grid((units + kFusedWarps - 1) / kFusedWarps), block(kFusedWarps * 32);
   const bool fp8 = a.rope.kv_elem == KvCacheElem::Fp8E4m3;
