@@ -538,8 +538,18 @@ TEST(CudaOps, RopeMatchesCpuElementwiseAtLongPositions) {
 void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t seed, KvCacheDtype kv = KvCacheDtype::Auto,
                                                bool fold_norm = false) {
   const BackendOptions options{.weight_format = format, .kv_cache_dtype = kv};
-  std::unique_ptr<Backend> cpu = make_backend("cpu", options), gpu = make_backend("cuda", options);
+  std::unique_ptr<Backend> cpu = make_backend("cpu", options);
+  // The fold is a developer switch read when the backend is made: on for `gpu`, off for `plain`.
+  const char* outside = std::getenv("OSSRT_CUDA_QKV_NORM_FOLD");
+  const std::string saved = outside ? outside : "";
+  setenv("OSSRT_CUDA_QKV_NORM_FOLD", "1", 1);
+  std::unique_ptr<Backend> gpu = make_backend("cuda", options);
+  setenv("OSSRT_CUDA_QKV_NORM_FOLD", "0", 1);
   std::unique_ptr<Backend> plain = make_backend("cuda", options);  // runs the two ops
+  if (outside)
+    setenv("OSSRT_CUDA_QKV_NORM_FOLD", saved.c_str(), 1);
+  else
+    unsetenv("OSSRT_CUDA_QKV_NORM_FOLD");
   std::mt19937_64 rng(seed);
   const KvCacheShape shape = one_layer_per_group(40);
   Backend* all[] = {cpu.get(), gpu.get(), plain.get()};
@@ -637,9 +647,7 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
                                                 qkv);
             EXPECT_EQ(cuda_backend.fused_qkv_rope_launches(), fused + 1) << "the fused kernel did not run";
             // bf16 weights: the norm in the kernel; FP8: the norm kernel, then the FP8 fused kernel.
-            const char* fold_switch = std::getenv("OSSRT_CUDA_QKV_NORM_FOLD");
-            const bool fold_on = !(fold_switch && fold_switch[0] == '0');
-            EXPECT_EQ(cuda_backend.folded_qkv_norm_launches(), folded + (fp8 || !fold_on ? 0 : 1)) << "the fold";
+            EXPECT_EQ(cuda_backend.folded_qkv_norm_launches(), folded + (fp8 ? 0 : 1)) << "the fold";
           } else {
             be.add_rmsnorm_qkv_rope_cache_write(residual, dt, res_out, nt[i], 1e-5f, normed, wt[i], &bt[i], rope, p,
                                                 qkv);

@@ -157,7 +157,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
     fp8_mma_from_rows_ = v == "0" ? cuda::kFp8GemvMaxRows + 1 : v == "all" ? 1 : 2;
   }
   if (const char* fused = std::getenv("OSSRT_CUDA_FP8_QKV_ROPE")) fp8_qkv_rope_ = fused[0] != '0';
-  if (const char* fold = std::getenv("OSSRT_CUDA_QKV_NORM_FOLD")) qkv_norm_fold_ = fold[0] != '0';
+  if (const char* fold = std::getenv("OSSRT_CUDA_QKV_NORM_FOLD")) qkv_norm_fold_ = fold[0] == '1';
   // OSSRT_CUDA_GRAPHS=0: every step eager (vLLM's --enforce-eager), to tell a graph problem from a kernel one.
   if (const char* graphs = std::getenv("OSSRT_CUDA_GRAPHS")) graphs_enabled_ = graphs[0] != '0';
   if (const char* split = std::getenv("OSSRT_CUDA_FP8_GEMV_SPLIT")) fp8_gemv_split_ = split[0] != '0';
