@@ -36,7 +36,7 @@ void expect_experts(const HostExperts& x, int64_t experts, int64_t out, int64_t 
 // Activation buffers planned once for ModelLimits; each step uses the first T (or R) rows. Widths
 // are this rank's (q heads, vocab). The MoE block plans its own (model/moe_block.h).
 struct GptOssModel::Workspace {
-  Tensor residual;    // [T, H] the residual stream x
+  Tensor residual;  // [T, H] the residual stream x
   // [T, H] the residual stream's other buffer: a layer after the first adds the previous MoE output
   // out of place (add_rmsnorm_qkv_rope_cache_write), so the stream alternates between the two.
   Tensor residual_alt;

@@ -112,10 +112,9 @@ void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& o
   const int64_t h = w.numel();
   OSSRT_CHECK(x.row_elems() == h && out.row_elems() == h && out.dim(0) >= x.dim(0),
               "rmsnorm: x {} / w {} / out {} disagree", x.shape_str(), w.shape_str(), out.shape_str());
-  cuda::RmsNormArgs a{rows_ref(x),   nullptr,  {nullptr, true},
-                      rows_ref(w),   out.data, out.dtype == DType::F32,
-                      int(x.dim(0)), int(h),   eps,
-                      nullptr};
+  cuda::RmsNormArgs a{
+      rows_ref(x), nullptr, {nullptr, true}, rows_ref(w), out.data, out.dtype == DType::F32, int(x.dim(0)),
+      int(h),      eps,     nullptr};
   OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
 }
 
@@ -366,8 +365,8 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
 
 void CudaBackend::add_rmsnorm_qkv_rope_cache_write(const Tensor& residual, const Tensor& delta, Tensor& residual_out,
                                                    const Tensor& norm_w, float eps, Tensor& normed, const Tensor& w,
-                                                   const Tensor* bias, const RopeParams& rope,
-                                                   const AttentionParams& p, Tensor& qkv) {
+                                                   const Tensor* bias, const RopeParams& rope, const AttentionParams& p,
+                                                   Tensor& qkv) {
   bind_device();
   constexpr const char* kOp = "add_rmsnorm_qkv_rope_cache_write";
   // CTA 0 of the folded kernel (and each row of the norm kernel) writes residual_out while others still

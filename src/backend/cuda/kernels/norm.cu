@@ -45,17 +45,16 @@ __global__ void __launch_bounds__(kNormThreads) f32_rmsnorm_vec4(RmsNormArgs a) 
   pdl_wait();
   pdl_launch_dependents();
   const int64_t base = int64_t(blockIdx.x) * a.hidden;
-  rmsnorm_row_vec4(a, blockIdx.x, /*write_residual=*/true, /*normalize=*/a.out != nullptr,
-                   [&](int i, const float4& y) {
-                     if (a.out_f32) {
-                       *reinterpret_cast<float4*>(static_cast<float*>(a.out) + base + 4 * i) = y;
-                     } else {
-                       uint2 packed;
-                       packed.x = pack_bf16x2(y.x, y.y);
-                       packed.y = pack_bf16x2(y.z, y.w);
-                       *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(a.out) + base + 4 * i) = packed;
-                     }
-                   });
+  rmsnorm_row_vec4(a, blockIdx.x, /*write_residual=*/true, /*normalize=*/a.out != nullptr, [&](int i, const float4& y) {
+    if (a.out_f32) {
+      *reinterpret_cast<float4*>(static_cast<float*>(a.out) + base + 4 * i) = y;
+    } else {
+      uint2 packed;
+      packed.x = pack_bf16x2(y.x, y.y);
+      packed.y = pack_bf16x2(y.z, y.w);
+      *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(a.out) + base + 4 * i) = packed;
+    }
+  });
 }
 
 }  // namespace

@@ -134,8 +134,8 @@ __global__ void __launch_bounds__(kFusedWarps * 32, 3) bf16_gemv_qkv_rope_kv_wri
 }  // namespace
 
 bool qkv_rope_fused_supported(const QkvRopeArgs& a) {
-  const bool shapes = a.rope.num_tokens == 1 && a.k >= 8 && a.k % 8 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
-                      a.rope.num_q_heads > 0 && a.rope.num_kv_heads > 0;
+  const bool shapes = a.rope.num_tokens == 1 && a.k >= 8 && a.k % 8 == 0 &&
+                      reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.rope.num_q_heads > 0 && a.rope.num_kv_heads > 0;
   if (!a.fold_norm) return shapes && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   const RmsNormArgs& n = a.norm;
   return shapes && n.rows == 1 && n.hidden == a.k && n.residual != nullptr && n.residual_out != nullptr &&
