@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -853,6 +854,22 @@ TEST(Mxfp4Moe, TimeRegimes) {
   cudaEvent_t start, stop;
   cuda_ok(cudaEventCreate(&start), "event");
   cuda_ok(cudaEventCreate(&stop), "event");
+  // The median of 10 timed runs of `launch` (after 2 warm-ups), L2 flushed before each: us.
+  auto median_flushed_us = [&](const std::function<void()>& launch) {
+    std::vector<float> ms;
+    for (int i = 0; i < 12; ++i) {
+      cuda_ok(cudaMemsetAsync(flush->get(), i, flush_bytes, nullptr), "flush");
+      cuda_ok(cudaEventRecord(start, nullptr), "record");
+      launch();
+      cuda_ok(cudaEventRecord(stop, nullptr), "record");
+      cuda_ok(cudaEventSynchronize(stop), "sync");
+      float t = 0;
+      cuda_ok(cudaEventElapsedTime(&t, start, stop), "elapsed");
+      if (i >= 2) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return 1e3 * ms[ms.size() / 2];
+  };
   for (int num_experts : {32, 128}) {
     const Experts& ex = experts(num_experts);
     for (int tokens : {1, 8, 64, 128, 256, 512, 1024, 8192}) {
@@ -935,24 +952,14 @@ TEST(Mxfp4Moe, TimeRegimes) {
       }
       for (Path p : {Path::Bf16, Path::Mxfp4SmallM, Path::Mxfp4LargeM}) {
         if (large_only && p != Path::Mxfp4LargeM) continue;
-        std::vector<float> ms;
-        for (int i = 0; i < 12; ++i) {
-          cuda_ok(cudaMemsetAsync(flush->get(), i, flush_bytes, nullptr), "flush");
-          cuda_ok(cudaEventRecord(start, nullptr), "record");
+        const double us = median_flushed_us([&] {
           if (p == Path::Bf16) {
             launch_bf16_bf16w_moe(a, nullptr);
           } else {
             a.regime = p == Path::Mxfp4SmallM ? MoeRegime::SmallM : MoeRegime::LargeM;
             launch_bf16_mxfp4w_moe(a, nullptr);
           }
-          cuda_ok(cudaEventRecord(stop, nullptr), "record");
-          cuda_ok(cudaEventSynchronize(stop), "sync");
-          float t = 0;
-          cuda_ok(cudaEventElapsedTime(&t, start, stop), "elapsed");
-          if (i >= 2) ms.push_back(t);
-        }
-        std::sort(ms.begin(), ms.end());
-        const double us = 1e3 * ms[ms.size() / 2];
+        });
         std::printf(
             "[timing] E=%3d T=%5d %-14s %9.1f us  (mxfp4 weights %.1f MB -> %.2f TB/s; floor at 4.27 TB/s %.1f us)\n",
             num_experts, tokens, path_name(p), us, mx_bytes / 1e6, mx_bytes / (us * 1e-6) / 1e12,
@@ -968,10 +975,7 @@ TEST(Mxfp4Moe, TimeRegimes) {
         const auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile_m);
         const double flops = 2.0 * tokens * kTopK * (2.0 * kInter * kHidden + double(kHidden) * kInter);
         for (bool pipe : {false, true}) {
-          std::vector<float> ms;
-          for (int i = 0; i < 12; ++i) {
-            cuda_ok(cudaMemsetAsync(flush->get(), i, flush_bytes, nullptr), "flush");
-            cuda_ok(cudaEventRecord(start, nullptr), "record");
+          const double us = median_flushed_us([&] {
             if (pipe) {
               launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gu, tile_m, nullptr);
               launch_bf16_mxfp4w_moe_down_wgmma_pipe(dn, tile_m, nullptr);
@@ -979,14 +983,7 @@ TEST(Mxfp4Moe, TimeRegimes) {
               launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gu, tile_m, nullptr);
               launch_bf16_mxfp4w_moe_down_wgmma(dn, tile_m, nullptr);
             }
-            cuda_ok(cudaEventRecord(stop, nullptr), "record");
-            cuda_ok(cudaEventSynchronize(stop), "sync");
-            float t = 0;
-            cuda_ok(cudaEventElapsedTime(&t, start, stop), "elapsed");
-            if (i >= 2) ms.push_back(t);
-          }
-          std::sort(ms.begin(), ms.end());
-          const double us = 1e3 * ms[ms.size() / 2];
+          });
           std::printf(
               "[timing] E=%3d T=%5d wgmma GEMMs, %-4s, tile %3d %9.1f us  (%.0f TFLOP/s; floor at 810: %.1f us)\n",
               num_experts, tokens, pipe ? "pipe" : "ring", tile_m, us, flops / (us * 1e-6) / 1e12,

@@ -219,6 +219,9 @@ class CudaBackend final : public Backend {
   };
   unsigned ablate_ = 0;
   bool ablated(Ablate op) const { return (ablate_ & op) != 0; }
+  // Whether qkv_rope_cache_write(x, w, bias, ..., qkv) with bf16 weights takes the fused one-token
+  // kernel (add_rmsnorm_qkv_rope_cache_write folds its norm into the same cases).
+  bool bf16_qkv_rope_fusable(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& qkv) const;
   float* fp8_split_partials_ = nullptr;
   int32_t* fp8_split_tickets_ = nullptr;
 

@@ -306,6 +306,14 @@ void CudaBackend::rope_and_cache_write(Tensor& qkv, const RopeParams& rope, cons
   OSSRT_CUDA_CHECK(cuda::launch_bf16_rope_kv_cache_write(rope_cache_args(qkv, rope, p), stream_));
 }
 
+bool CudaBackend::bf16_qkv_rope_fusable(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& qkv) const {
+  // Only where the one-row GEMV takes a warp per row, the arithmetic the fused kernel repeats.
+  const bool one_token = plan_->host_plan().num_tokens() == 1 && x.dim(0) == 1 && gemv_max_rows_ >= 1 &&
+                         w.dtype == DType::BF16 && w.ndim == 2 && cuda::gemv_one_warp_per_row(int(w.dim(0)), num_sms_);
+  return one_token && x.dtype == DType::BF16 && qkv.dtype == DType::BF16 && x.row_elems() == w.dim(1) &&
+         qkv.row_elems() == w.dim(0) && (!bias || (bias->dtype == DType::BF16 && bias->numel() == w.dim(0)));
+}
+
 void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const Tensor* bias, const RopeParams& rope,
                                        const AttentionParams& p, Tensor& qkv) {
   bind_device();
@@ -339,13 +347,7 @@ void CudaBackend::qkv_rope_cache_write(const Tensor& x, const Tensor& w, const T
     Backend::qkv_rope_cache_write(x, w, bias, rope, p, qkv);
     return;
   }
-  // bf16 weights: only where the one-row GEMV takes a warp per row, the arithmetic the fused kernel
-  // repeats.
-  const bool one_token = one_token_step && gemv_max_rows_ >= 1 && cuda::gemv_one_warp_per_row(int(w.dim(0)), num_sms_);
-  const bool shapes = x.dtype == DType::BF16 && w.dtype == DType::BF16 && qkv.dtype == DType::BF16 && w.ndim == 2 &&
-                      x.row_elems() == w.dim(1) && qkv.row_elems() == w.dim(0) &&
-                      (!bias || (bias->dtype == DType::BF16 && bias->numel() == w.dim(0)));
-  if (!one_token || !shapes) {
+  if (!bf16_qkv_rope_fusable(x, w, bias, qkv)) {
     Backend::qkv_rope_cache_write(x, w, bias, rope, p, qkv);
     return;
   }
@@ -380,11 +382,7 @@ void CudaBackend::add_rmsnorm_qkv_rope_cache_write(const Tensor& residual, const
   const cuda::RmsNormArgs norm = add_rmsnorm_args(residual, delta, &residual_out, norm_w, eps, normed, kOp);
   // One-token steps with bf16 weights, where qkv_rope_cache_write would take the fused kernel: the
   // norm in its prologue (rope_cache.cuh, QkvRopeArgs::fold_norm), the same bits as the two kernels.
-  const bool one_token = plan_->host_plan().num_tokens() == 1 && residual.dim(0) == 1 && gemv_max_rows_ >= 1 &&
-                         w.dtype == DType::BF16 && w.ndim == 2 && cuda::gemv_one_warp_per_row(int(w.dim(0)), num_sms_);
-  if (qkv_norm_fold_ && one_token && !ablated(kAblateNorm) && !ablated(kAblateQkv) && qkv.dtype == DType::BF16 &&
-      normed.dtype == DType::BF16 && w.dim(1) == norm_w.numel() && qkv.row_elems() == w.dim(0) &&
-      (!bias || (bias->dtype == DType::BF16 && bias->numel() == w.dim(0)))) {
+  if (qkv_norm_fold_ && !ablated(kAblateNorm) && !ablated(kAblateQkv) && bf16_qkv_rope_fusable(normed, w, bias, qkv)) {
     check_on_device(w, kOp, "w");
     if (bias) check_on_device(*bias, kOp, "bias");
     cuda::QkvRopeArgs f{nullptr,
