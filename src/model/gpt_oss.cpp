@@ -312,8 +312,12 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
   backend_.gather_logit_rows(x, logit_in);
   backend_.rmsnorm(logit_in, weights_.final_norm, eps, final_norm);
   observe("final_norm", final_norm);
-  // Vocab-parallel unembedding: this rank's vocab rows, then every rank's columns side by side.
-  backend_.linear(final_norm, weights_.lm_head, nullptr, lm_head_out);
+  // Vocab-parallel unembedding: this rank's vocab rows, then every rank's columns side by side. On one
+  // rank the logits are the step's own, so the backend may fold greedy decoding's argmax into it.
+  if (shard_.tp_size == 1)
+    backend_.unembed(final_norm, weights_.lm_head, lm_head_out);
+  else
+    backend_.linear(final_norm, weights_.lm_head, nullptr, lm_head_out);
   all_gather_columns(shard_.tp, lm_head_out, logits);
   observe("logits", logits);
   return logits;

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +26,28 @@ namespace ossrt::test {
   do {                                                                               \
     if (!::ossrt::CudaBackend::device_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
+
+// Sets an environment variable for the scope and restores what was there (or its absence): the CUDA
+// backend's developer switches are read when a backend is made, so a test makes one on each side.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* outside = std::getenv(name)) saved_ = outside;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (saved_)
+      setenv(name_.c_str(), saved_->c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> saved_;
+};
 
 // Host data in bf16 with the HostTensor view the backends upload from.
 struct OwnedHost {

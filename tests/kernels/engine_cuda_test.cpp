@@ -235,6 +235,47 @@ TEST_F(EngineCuda, BatchedGreedyMatchesSingleSequenceAndGraphsChangeNothing) {
   expect_all_blocks_back(engine_e, "graphs off");
 }
 
+// The unembedding's fused greedy argmax (OSSRT_CUDA_FUSED_GREEDY=1, CudaBackend::unembed) through the
+// engine: the same 16 requests give the sampler's tokens exactly, with graphs (the replayed graph's
+// fused ids, restored at each replay) and without; steps of up to 8 rows take the fused ids (the
+// counter), larger ones the sampler; every token is still sampled on the device.
+TEST_F(EngineCuda, FusedGreedyArgmaxGivesTheSamplersTokensWithAndWithoutGraphs) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  const auto cases = mixed_cases();
+  std::unique_ptr<SmallModel> fused_graphs, fused_eager, sampler;
+  {
+    test::ScopedEnv on("OSSRT_CUDA_FUSED_GREEDY", "1");
+    fused_graphs = cuda_small_model();
+    fused_eager = cuda_small_model();
+  }
+  {
+    test::ScopedEnv off("OSSRT_CUDA_FUSED_GREEDY", "0");
+    sampler = cuda_small_model();
+  }
+  cuda(*fused_eager).set_graphs_enabled(false);
+  Engine engine_fg(fused_graphs->model, engine_config(29));
+  Engine engine_fe(fused_eager->model, engine_config(29));
+  Engine engine_s(sampler->model, engine_config(29));
+  const auto fg = run_greedy(engine_fg, cases);
+  const auto fe = run_greedy(engine_fe, cases);
+  const auto s = run_greedy(engine_s, cases);
+  for (const auto& c : cases) {
+    EXPECT_EQ(fg.at(c.id), s.at(c.id)) << c.id << ": fused argmax with graphs vs the sampler";
+    EXPECT_EQ(fe.at(c.id), s.at(c.id)) << c.id << ": fused argmax without graphs vs the sampler";
+  }
+  EXPECT_GT(cuda(*fused_graphs).graph_replays(), 0) << "decode steps must replay captured graphs";
+  EXPECT_GT(cuda(*fused_graphs).fused_greedy_samples(), 0) << "graph replays never used the fused ids";
+  EXPECT_GT(cuda(*fused_eager).fused_greedy_samples(), 0) << "eager steps never used the fused ids";
+  EXPECT_EQ(cuda(*sampler).fused_greedy_samples(), 0);
+  std::printf("[metric] fused greedy: %lld steps of %d replays (graphs), %lld eager steps\n",
+              static_cast<long long>(cuda(*fused_graphs).fused_greedy_samples()), cuda(*fused_graphs).graph_replays(),
+              static_cast<long long>(cuda(*fused_eager).fused_greedy_samples()));
+  for (Engine* e : {&engine_fg, &engine_fe}) {
+    EXPECT_EQ(e->sampling_counters().host_rows, 0u);
+    expect_all_blocks_back(*e, "fused greedy");
+  }
+}
+
 TEST_F(EngineCuda, PreemptionAndCancellationMatchTheReferenceAndReturnEveryBlock) {
   OSSRT_SKIP_WITHOUT_GPU();
   const auto cases = mixed_cases();

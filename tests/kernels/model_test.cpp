@@ -147,13 +147,12 @@ TEST(CudaModel, TinyActivationsMatchCpuOpByOp) {
 // shapes (the fold takes the one-token bf16 QKV kernel, which needs >= 2,112 QKV rows on an H200; the
 // tiny preset has 640), the vocabulary cut to 4,096, 3 and 4 layers (the residual stream ends in
 // either buffer). A 40-token prompt, then one-token steps through run_step (CUDA graphs), layers 0,
-// 1 and the last captured, on two backends made with OSSRT_CUDA_QKV_NORM_FOLD=1 and =0: the logits and
-// the captured layer outputs bit for bit, and the fold counted on the first backend only.
+// 1 and the last captured, on backends made with OSSRT_CUDA_QKV_NORM_FOLD=1 and =0 (and the in-place
+// path, below): the logits and the captured layer outputs bit for bit, and the fold counted on the
+// first backend only.
 TEST(CudaModel, QkvNormFoldDecodesAsTheSeparateOps) {
   OSSRT_SKIP_WITHOUT_GPU();
   constexpr int kBlk = 16, kMaxTokens = 256, kStepTokens = 64;
-  const char* outside = std::getenv("OSSRT_CUDA_QKV_NORM_FOLD");
-  const std::string saved = outside ? outside : "";
   for (int layers : {3, 4}) {
     GptOssConfig config = preset_config("gpt-oss-20b");
     config.num_layers = layers;
@@ -170,19 +169,22 @@ TEST(CudaModel, QkvNormFoldDecodesAsTheSeparateOps) {
     shape.num_kv_heads = config.num_key_value_heads;
     shape.head_dim = config.head_dim;
     const LinearKvLayout layout{kBlk, 0, 0, ring};
-    std::unique_ptr<CudaBackend> backends[2];
-    std::unique_ptr<GptOssModel> models[2];
-    for (int side = 0; side < 2; ++side) {
-      setenv("OSSRT_CUDA_QKV_NORM_FOLD", side == 0 ? "1" : "0", 1);
+    // Side 2: fold off and a no-op observer, which keeps the model on its in-place path (one residual
+    // buffer, the unfused QKV and RoPE ops): the same bits again, so the two-buffer path's swaps end
+    // on the right buffer whatever the layer count's parity. Eager (an observer synchronizes, which a
+    // graph capture cannot; graph replays are eager runs bit for bit, graph_test).
+    constexpr int kSides = 3;
+    std::unique_ptr<CudaBackend> backends[kSides];
+    std::unique_ptr<GptOssModel> models[kSides];
+    for (int side = 0; side < kSides; ++side) {
+      const test::ScopedEnv fold("OSSRT_CUDA_QKV_NORM_FOLD", side == 0 ? "1" : "0");
       backends[side] = std::make_unique<CudaBackend>(BackendOptions{});
       backends[side]->allocate_kv_cache(shape);
       models[side] = std::make_unique<GptOssModel>(*backends[side], weights, ModelLimits{kStepTokens, 8});
       models[side]->set_capture_layers({0, 1, layers - 1});
     }
-    if (outside)
-      setenv("OSSRT_CUDA_QKV_NORM_FOLD", saved.c_str(), 1);
-    else
-      unsetenv("OSSRT_CUDA_QKV_NORM_FOLD");
+    models[2]->set_observer([](const std::string&, const Tensor&) {});
+    backends[2]->set_graphs_enabled(false);
     std::mt19937_64 rng(7);
     std::uniform_int_distribution<int32_t> token(0, config.vocab_size - 1);
     int position = 0;
@@ -198,16 +200,20 @@ TEST(CudaModel, QkvNormFoldDecodesAsTheSeparateOps) {
       StepPlan plan;
       append_sequence_step(plan, layout, tokens, position, config.sliding_window, false);
       position += int(tokens.size());
-      std::vector<float> logits[2];
-      std::vector<std::vector<float>> captures[2];
-      for (int side = 0; side < 2; ++side) {
+      std::vector<float> logits[kSides];
+      std::vector<std::vector<float>> captures[kSides];
+      for (int side = 0; side < kSides; ++side) {
         logits[side] = backends[side]->to_host_f32(models[side]->run_step(plan));
         for (size_t i = 0; i < 3; ++i) captures[side].push_back(backends[side]->to_host_f32(models[side]->captured(i)));
       }
       const std::string what = fmt::format("{} layers, step {} ({} tokens)", layers, step, tokens.size());
-      EXPECT_EQ(differing(logits[0], logits[1]), 0u) << "logits, " << what;
-      for (size_t i = 0; i < 3; ++i)
-        EXPECT_EQ(differing(captures[0][i], captures[1][i]), 0u) << "captured layer " << i << ", " << what;
+      for (int side = 1; side < kSides; ++side) {
+        const char* against = side == 1 ? "fold on vs off" : "fold on vs the in-place path";
+        EXPECT_EQ(differing(logits[0], logits[side]), 0u) << "logits, " << against << ", " << what;
+        for (size_t i = 0; i < 3; ++i)
+          EXPECT_EQ(differing(captures[0][i], captures[side][i]), 0u)
+              << "captured layer " << i << ", " << against << ", " << what;
+      }
     }
     EXPECT_GT(backends[0]->folded_qkv_norm_launches(), 0) << "the fold never ran";
     EXPECT_EQ(backends[1]->folded_qkv_norm_launches(), 0) << "the fold ran with OSSRT_CUDA_QKV_NORM_FOLD=0";

@@ -8,10 +8,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <thread>
 
+#include "backend/cuda/kernels/norm.cuh"
 #include "backend/registry/registry.h"
 #include "config/gpt_oss_config.h"
 #include "cuda_test_util.h"
@@ -48,6 +51,13 @@ struct Backends {
   std::unique_ptr<Backend> cpu, gpu;
 };
 
+// Bit patterns, to compare float results exactly (NaN included).
+std::vector<uint32_t> float_bits(const std::vector<float>& v) {
+  std::vector<uint32_t> bits(v.size());
+  std::memcpy(bits.data(), v.data(), v.size() * sizeof(float));
+  return bits;
+}
+
 // ---------------------------------------------------------------- norms and residual adds
 
 // Hidden 2880 takes the register-resident vector kernel; 90 (not a multiple of 4) and 5000 (wider
@@ -74,8 +84,29 @@ TEST(CudaOps, RmsNormAddRmsNormAndAdd) {
       OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og32), b.cpu->to_host_f32(oc), 1e-5, "rmsnorm f32 out " + where);
       // add_rmsnorm: residual += bf16 delta, normalized out
       Tensor dc = put_act(*b.cpu, {t, hidden}, delta), dg = put_act(*b.gpu, {t, hidden}, delta);
+      // The same out of place first (RmsNormArgs::residual_out: the model's layers from 1 on, and
+      // the one-token QKV fold's fallback): the sum and the output must be the in-place kernel's bit
+      // for bit, and its input residual left as it was.
+      Tensor ro = b.gpu->alloc(DType::F32, {t, hidden}), og_oop = b.gpu->alloc(DType::BF16, {t, hidden});
+      cuda::RmsNormArgs oop{};
+      oop.x = {nullptr, true};
+      oop.residual = xg.ptr<float>();
+      oop.delta = {dg.data, false};
+      oop.weight = {w_gpu.data, false};
+      oop.out = og_oop.data;
+      oop.out_f32 = false;
+      oop.rows = int(t);
+      oop.hidden = int(hidden);
+      oop.eps = 1e-5f;
+      oop.residual_out = ro.ptr<float>();
+      ASSERT_EQ(cuda::launch_f32_rmsnorm(oop, static_cast<CudaBackend&>(*b.gpu).stream()), cudaSuccess);
+      EXPECT_EQ(b.gpu->to_host_f32(xg), x) << "out-of-place add_rmsnorm wrote its input, " << where;
       b.cpu->add_rmsnorm(xc, dc, w_cpu, 1e-5f, oc);
       b.gpu->add_rmsnorm(xg, dg, w_gpu, 1e-5f, og);
+      EXPECT_EQ(float_bits(b.gpu->to_host_f32(ro)), float_bits(b.gpu->to_host_f32(xg)))
+          << "out-of-place sum, " << where;
+      EXPECT_EQ(float_bits(b.gpu->to_host_f32(og_oop)), float_bits(b.gpu->to_host_f32(og)))
+          << "out-of-place output, " << where;
       OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(xg), b.cpu->to_host_f32(xc), 1e-5, "add_rmsnorm residual " + where);
       OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(og), b.cpu->to_host_f32(oc), 1e-2, "add_rmsnorm out " + where);
       // add
@@ -122,6 +153,137 @@ TEST(CudaOps, LinearQkvOutputAndUnembedding) {
       b.gpu->linear(xg, wg, c.bias ? &bg : nullptr, yg);
       OSSRT_EXPECT_CLOSE(b.gpu->to_host_f32(yg), b.cpu->to_host_f32(yc), 1e-2,
                          fmt::format("linear [{}x{}] -> {} bias {}", t, c.in, c.out, c.bias));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- the unembedding's fused greedy argmax
+
+// The device sampler's greedy rule on host logits: NaN counts as -inf, the lowest id wins ties (and
+// a row of nothing but -inf and NaN gives id 0).
+int32_t greedy_id(const float* row, int64_t vocab) {
+  int32_t best = 0;
+  float best_value = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float v = std::isnan(row[i]) ? -INFINITY : row[i];
+    if (v > best_value) best_value = v, best = int32_t(i);
+  }
+  return best;
+}
+
+// unembed with OSSRT_CUDA_FUSED_GREEDY=1 against the same op on a backend without it (linear(), then
+// the sampler): the logits bit for bit, and the ids sample_on_device returns for greedy rows (served by
+// the fused argmax: its counter moves) equal to the host's argmax of those logits and to the sampler's.
+// Each token row r has two vocabulary rows with the same weights, made to be its largest logit (an
+// exact tie with bf16 weights: the lower id must win); with bf16 weights one more row is NaN (never
+// chosen). Every GEMV the unembedding can take: one row a warp (201,088 x 2,880 at one token; 4,104 x
+// 200, K not a multiple of 32, at 1-8), tensor cores (2-8 tokens), a CTA a row (40 outputs), and FP8
+// weights (the persistent tensor-core kernel; 16,000 outputs at one token: the split one). Two rounds per shape
+// (the second finds the keys the first left reset). Rows that are not plain greedy (sampled, masked),
+// and logits rewritten by linear() after unembed, go to the sampler.
+TEST(CudaOps, UnembedWithTheFusedGreedyArgmaxKeepsTheLogitsAndGivesTheSamplersIds) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t vocab, in;
+    WeightFormat format;
+    std::vector<int64_t> tokens;
+  };
+  const Case cases[] = {{201088, kHidden, WeightFormat::Reference, {1, 2, 3, 8}},
+                        {4104, 200, WeightFormat::Reference, {1, 3, 8}},
+                        {40, kHidden, WeightFormat::Reference, {1, 5}},
+                        {201088, kHidden, WeightFormat::Fp8, {1, 3}},
+                        {16000, kHidden, WeightFormat::Fp8, {1, 2}}};
+  std::mt19937_64 rng(41);
+  for (const Case& c : cases) {
+    const BackendOptions options{.weight_format = c.format};
+    std::unique_ptr<CudaBackend> fused, plain;
+    {
+      test::ScopedEnv on("OSSRT_CUDA_FUSED_GREEDY", "1");
+      fused = std::make_unique<CudaBackend>(options);
+    }
+    {
+      test::ScopedEnv off("OSSRT_CUDA_FUSED_GREEDY", "0");
+      plain = std::make_unique<CudaBackend>(options);
+    }
+    // Token row r's direction u_r; its tie rows hold 0.1 u_r (logit ~0.1 |u_r|^2, far above the
+    // others' ~N(0, 1)), and x_r = u_r plus a little noise each round.
+    constexpr int kSlots = 8;
+    std::vector<std::vector<float>> u(kSlots);
+    for (auto& d : u) d = random_floats(rng, size_t(c.in), 1.0f);
+    std::vector<float> w = random_floats(rng, size_t(c.vocab * c.in), 1.0f / std::sqrt(float(c.in)));
+    std::vector<std::pair<int64_t, int64_t>> tie(kSlots);
+    for (int r = 0; r < kSlots; ++r) {
+      tie[size_t(r)] = c.vocab > 100 ? std::pair{100 + 7 * int64_t(r), c.vocab - 1 - 5 * int64_t(r)}
+                                     : std::pair{int64_t(r), c.vocab - 1 - int64_t(r)};
+      for (const int64_t row : {tie[size_t(r)].first, tie[size_t(r)].second})
+        for (int64_t k = 0; k < c.in; ++k) w[size_t(row * c.in + k)] = round_to_bf16(0.1f * u[size_t(r)][size_t(k)]);
+    }
+    const int64_t nan_row = c.vocab / 2;  // bf16 only: an FP8 block of a NaN has no scale
+    if (c.format == WeightFormat::Reference)
+      for (int64_t k = 0; k < c.in; ++k) w[size_t(nan_row * c.in + k)] = NAN;
+    auto w_host = test::host_bf16(w, {c.vocab, c.in}, "lm_head");
+    const HostTensor* parts[] = {&w_host->view};
+    const Tensor w_fused = fused->upload_linear(parts), w_plain = plain->upload_linear(parts);
+    for (int64_t t : c.tokens) {
+      for (int round = 0; round < 2; ++round) {
+        const std::string what = fmt::format("{} x {} {} weights, {} tokens, round {}", c.vocab, c.in,
+                                             c.format == WeightFormat::Fp8 ? "fp8" : "bf16", t, round);
+        std::vector<float> x;
+        for (int64_t r = 0; r < t; ++r) {
+          const auto noise = random_floats(rng, size_t(c.in), 0.1f);
+          for (int64_t k = 0; k < c.in; ++k) x.push_back(u[size_t(r)][size_t(k)] + noise[size_t(k)]);
+        }
+        Tensor xf = put_act(*fused, {t, c.in}, x), xp = put_act(*plain, {t, c.in}, x);
+        Tensor lf = fused->alloc(DType::F32, {t, c.vocab}), lp = plain->alloc(DType::F32, {t, c.vocab});
+        fused->unembed(xf, w_fused, lf);
+        plain->unembed(xp, w_plain, lp);
+        const std::vector<float> logits = fused->to_host_f32(lf);
+        EXPECT_EQ(float_bits(logits), float_bits(plain->to_host_f32(lp))) << "logits, " << what;
+        std::vector<int32_t> expected(static_cast<size_t>(t));
+        for (int64_t r = 0; r < t; ++r) {
+          expected[size_t(r)] = greedy_id(logits.data() + r * c.vocab, c.vocab);
+          // FP8 quantizes the two rows on different block grids, so only bf16 keeps the tie exact.
+          if (c.format == WeightFormat::Reference)
+            EXPECT_EQ(expected[size_t(r)], tie[size_t(r)].first)
+                << "the tie's lower id must win, row " << r << ", " << what;
+          else
+            EXPECT_TRUE(expected[size_t(r)] == tie[size_t(r)].first || expected[size_t(r)] == tie[size_t(r)].second)
+                << "the planted rows are not row " << r << "'s max, " << what;
+        }
+
+        const std::vector<DeviceSamplingRow> greedy(static_cast<size_t>(t));
+        std::vector<int32_t> ids(static_cast<size_t>(t), -1), sampler_ids(static_cast<size_t>(t), -1);
+        const int64_t served = fused->fused_greedy_samples();
+        ASSERT_TRUE(fused->sample_on_device(lf, greedy, ids)) << what;
+        EXPECT_EQ(fused->fused_greedy_samples(), served + 1) << "the fused ids were not used, " << what;
+        EXPECT_EQ(ids, expected) << "fused argmax, " << what;
+        ASSERT_TRUE(plain->sample_on_device(lp, greedy, sampler_ids)) << what;
+        EXPECT_EQ(plain->fused_greedy_samples(), 0) << what;
+        EXPECT_EQ(sampler_ids, expected) << "the sampler's greedy, " << what;
+
+        // A sampled row and a masked row send the step to the sampler; its greedy rows still agree.
+        std::vector<DeviceSamplingRow> mixed(static_cast<size_t>(t));
+        mixed[0].temperature = 0.8f, mixed[0].seed = 5;
+        const std::vector<uint32_t> all_allowed(size_t((c.vocab + 31) / 32), ~0u);
+        std::vector<DeviceSamplingRow> masked(static_cast<size_t>(t));
+        masked[0].allowed = all_allowed;
+        ASSERT_TRUE(fused->sample_on_device(lf, mixed, ids)) << what;
+        for (int64_t r = 1; r < t; ++r) EXPECT_EQ(ids[size_t(r)], expected[size_t(r)]) << "mixed rows, " << what;
+        ASSERT_TRUE(fused->sample_on_device(lf, masked, ids)) << what;
+        EXPECT_EQ(ids, expected) << "an all-allowed mask, " << what;
+        EXPECT_EQ(fused->fused_greedy_samples(), served + 1) << "non-greedy rows took the fused ids, " << what;
+
+        // New logits written by linear() into the same buffer: their ids come from the sampler.
+        std::vector<float> x2(x.size());
+        for (size_t i = 0; i < x.size(); ++i) x2[i] = -x[i];
+        Tensor xf2 = put_act(*fused, {t, c.in}, x2);
+        fused->linear(xf2, w_fused, nullptr, lf);
+        const std::vector<float> logits2 = fused->to_host_f32(lf);
+        ASSERT_TRUE(fused->sample_on_device(lf, greedy, ids)) << what;
+        for (int64_t r = 0; r < t; ++r)
+          EXPECT_EQ(ids[size_t(r)], greedy_id(logits2.data() + r * c.vocab, c.vocab)) << "after linear(), " << what;
+        EXPECT_EQ(fused->fused_greedy_samples(), served + 1) << "stale fused ids used after linear(), " << what;
+      }
     }
   }
 }
@@ -540,16 +702,15 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
   const BackendOptions options{.weight_format = format, .kv_cache_dtype = kv};
   std::unique_ptr<Backend> cpu = make_backend("cpu", options);
   // The fold is a developer switch read when the backend is made: on for `gpu`, off for `plain`.
-  const char* outside = std::getenv("OSSRT_CUDA_QKV_NORM_FOLD");
-  const std::string saved = outside ? outside : "";
-  setenv("OSSRT_CUDA_QKV_NORM_FOLD", "1", 1);
-  std::unique_ptr<Backend> gpu = make_backend("cuda", options);
-  setenv("OSSRT_CUDA_QKV_NORM_FOLD", "0", 1);
-  std::unique_ptr<Backend> plain = make_backend("cuda", options);  // runs the two ops
-  if (outside)
-    setenv("OSSRT_CUDA_QKV_NORM_FOLD", saved.c_str(), 1);
-  else
-    unsetenv("OSSRT_CUDA_QKV_NORM_FOLD");
+  std::unique_ptr<Backend> gpu, plain;
+  {
+    test::ScopedEnv fold("OSSRT_CUDA_QKV_NORM_FOLD", "1");
+    gpu = make_backend("cuda", options);
+  }
+  {
+    test::ScopedEnv fold("OSSRT_CUDA_QKV_NORM_FOLD", "0");
+    plain = make_backend("cuda", options);  // runs the two ops
+  }
   std::mt19937_64 rng(seed);
   const KvCacheShape shape = one_layer_per_group(40);
   Backend* all[] = {cpu.get(), gpu.get(), plain.get()};
@@ -626,14 +787,16 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
         Tensor xt = put_act(be, {1, kHidden}, x);
         Tensor qkv = be.alloc(act, {1, kQkvDim});
         if (fold_norm) {
-          // The residual made by a kernel just before the op (x - delta, then + delta, the same rounding on
-          // every backend): a fold that read it before its PDL wait would read a stale row.
-          std::vector<float> x_minus(x.size());
+          // The residual made by a kernel just before the op (x - delta, then + delta: one f32 add of
+          // bf16-exact values, so the host's sum is every backend's), with nothing between the two that
+          // waits for the stream (every buffer is made first): a fold that read the row before its PDL
+          // wait would read the stale x - delta.
+          std::vector<float> x_minus(x.size()), residual_before(x.size());
           for (size_t e = 0; e < x.size(); ++e) x_minus[e] = x[e] - delta[e];
+          for (size_t e = 0; e < x.size(); ++e) residual_before[e] = x_minus[e] + delta[e];
           Tensor residual = put(be, DType::F32, {1, kHidden}, x_minus), dt = put_act(be, {1, kHidden}, delta);
-          be.add(residual, dt);
-          const std::vector<float> residual_before = be.to_host_f32(residual);
           Tensor res_out = be.alloc(DType::F32, {1, kHidden}), normed = be.alloc(act, {1, kHidden});
+          be.add(residual, dt);
           if (i == 2) {
             be.copy(residual, res_out);
             be.add_rmsnorm(res_out, dt, nt[i], 1e-5f, normed);

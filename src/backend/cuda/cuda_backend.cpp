@@ -102,6 +102,9 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   fp8_split_tickets_ =
       static_cast<int32_t*>(device_alloc(sizeof(int32_t) * size_t(cuda::kFp8SplitMaxTiles), "FP8 GEMV split tickets"));
   OSSRT_CUDA_CHECK(cudaMemsetAsync(fp8_split_tickets_, 0, sizeof(int32_t) * size_t(cuda::kFp8SplitMaxTiles), stream_));
+  greedy_keys_ = static_cast<unsigned long long*>(device_alloc(cuda::greedy_argmax_key_bytes(), "greedy argmax keys"));
+  OSSRT_CUDA_CHECK(cudaMemsetAsync(greedy_keys_, 0, cuda::greedy_argmax_key_bytes(), stream_));
+  greedy_ids_ = static_cast<int32_t*>(device_alloc(sizeof(int32_t) * cuda::kGreedyMaxRows, "greedy argmax ids"));
   OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   attn_workspace_bytes_ =
       cuda::attention_decode_workspace_bytes(cap.max_seqs, kPlannedQueryHeads, cuda::kAttnMaxDecodeSplits);
@@ -158,6 +161,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   }
   if (const char* fused = std::getenv("OSSRT_CUDA_FP8_QKV_ROPE")) fp8_qkv_rope_ = fused[0] != '0';
   if (const char* fold = std::getenv("OSSRT_CUDA_QKV_NORM_FOLD")) qkv_norm_fold_ = fold[0] == '1';
+  if (const char* greedy = std::getenv("OSSRT_CUDA_FUSED_GREEDY")) fused_greedy_enabled_ = greedy[0] == '1';
   // OSSRT_CUDA_GRAPHS=0: every step eager (vLLM's --enforce-eager), to tell a graph problem from a kernel one.
   if (const char* graphs = std::getenv("OSSRT_CUDA_GRAPHS")) graphs_enabled_ = graphs[0] != '0';
   if (const char* split = std::getenv("OSSRT_CUDA_FP8_GEMV_SPLIT")) fp8_gemv_split_ = split[0] != '0';
@@ -376,6 +380,7 @@ void CudaBackend::begin_step(const StepPlan& plan) {
   bind_device();
   cuda::validate_step_plan(plan, plan_->capacity(), kv_ ? &kv_->internal : nullptr);
   plan_->upload(plan, stream_, /*copy=*/!graphs_->capturing());
+  fused_greedy_ = {};  // a new step: its unembed (or a graph replay) says again what the ids are
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {

@@ -50,6 +50,7 @@ class StepGraphCache;
 struct GraphUse;
 class StepTimer;
 struct RopeCacheWriteArgs;
+struct GreedyArgmaxArgs;
 }  // namespace cuda
 
 class CudaBackend final : public Backend {
@@ -92,6 +93,10 @@ class CudaBackend final : public Backend {
   // conversion kernel for f32 <-> bf16; both are captured into CUDA graphs like the other ops.
   void copy(const Tensor& src, Tensor& dst) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  // With OSSRT_CUDA_FUSED_GREEDY=1, up to 8 rows on our GEMVs (bf16 or FP8 weights): the GEMV also
+  // finds each row's argmax (greedy_argmax.cuh) and sample_on_device copies those ids for steps whose
+  // rows are all greedy and unmasked, instead of running the sampler's passes over the logits.
+  void unembed(const Tensor& x, const Tensor& w, Tensor& logits) override;
   void rope_and_cache_write(Tensor& qkv, const RopeParams& rope, const AttentionParams& params) override;
   void qkv_rope_cache_write(const Tensor& x, const Tensor& w, const Tensor* bias, const RopeParams& rope,
                             const AttentionParams& params, Tensor& qkv) override;
@@ -135,6 +140,9 @@ class CudaBackend final : public Backend {
   int64_t fused_qkv_rope_launches() const { return fused_qkv_rope_launches_; }
   // Of those, the launches with the RMSNorm folded in (add_rmsnorm_qkv_rope_cache_write).
   int64_t folded_qkv_norm_launches() const { return folded_qkv_norm_launches_; }
+  // sample_on_device calls served by the unembedding's fused argmax (unembed): tests check that the
+  // fused ids were used, not the sampler, which computes the same ones.
+  int64_t fused_greedy_samples() const { return fused_greedy_samples_; }
   // Every captured graph's key (batch bucket, tokens a sequence, context bucket) and its replays.
   std::vector<cuda::GraphUse> graph_uses() const;
   // Bytes this backend holds on the device (weights, workspaces, KV cache).
@@ -164,7 +172,12 @@ class CudaBackend final : public Backend {
   cuda::RopeCacheWriteArgs rope_cache_args(Tensor& qkv, const RopeParams& rope, const AttentionParams& params);
   // linear() with an FP8 weight (upload_linear in Fp8 / Mxfp4Fp8): decode sizes on our GEMV, larger
   // ones on cuBLASLt's block-scaled matmul where it has an algorithm (cuda_ops.cpp).
-  void fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& f, const Tensor* bias, Tensor& out);
+  // greedy (or null): the fused argmax's buffers for the GEMV paths; returns whether a GEMV took them.
+  bool fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& f, const Tensor* bias, Tensor& out,
+                  const cuda::GreedyArgmaxArgs* greedy);
+  // linear()'s work without the ablation check; greedy as fp8_linear's.
+  bool run_linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out,
+                  const cuda::GreedyArgmaxArgs* greedy);
 
   BackendOptions options_;
   int device_ = 0;
@@ -272,6 +285,20 @@ class CudaBackend final : public Backend {
   void* sample_ids_ = nullptr;        // device int32 [max_sample_rows_]
   void* sample_workspace_ = nullptr;  // the argmax pass's partial results (sample.cuh)
   int max_sample_rows_ = 0;
+  // The fused greedy argmax (unembed): OSSRT_CUDA_FUSED_GREEDY=1 (developer switch, read at start)
+  // turns it on; off by default until measured on the H200. Keys (all 0 between launches) and ids
+  // are greedy_argmax.cuh's. fused_greedy_ names the logits the ids belong to: set by unembed, and
+  // for a graph replay by the graph cache (what the captured step set); cleared by begin_step and by
+  // any other write to those logits through linear().
+  bool fused_greedy_enabled_ = false;
+  unsigned long long* greedy_keys_ = nullptr;
+  int32_t* greedy_ids_ = nullptr;
+  struct FusedGreedy {
+    const void* logits = nullptr;
+    int64_t rows = 0, vocab = 0;
+  };
+  FusedGreedy fused_greedy_;
+  int64_t fused_greedy_samples_ = 0;
 
   bool graphs_enabled_ = true;
   int graph_replays_ = 0;

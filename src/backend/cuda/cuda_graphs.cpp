@@ -62,6 +62,7 @@ Tensor StepGraphCache::run(const StepPlan& plan, const GraphKey& key, const Back
   if (it != graphs_.end()) {
     backend_.begin_step(padded);  // uploads into the buffers the graph reads
     OSSRT_CUDA_CHECK(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(it->second.exec), backend_.stream_));
+    backend_.fused_greedy_ = {it->second.greedy_logits, it->second.greedy_rows, it->second.greedy_vocab};
     ++it->second.replays;
     ++backend_.graph_replays_;
     return it->second.logits.rows(0, rows);
@@ -89,7 +90,10 @@ Tensor StepGraphCache::run(const StepPlan& plan, const GraphKey& key, const Back
   cudaGraphExec_t exec = nullptr;
   OSSRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   OSSRT_CUDA_CHECK(cudaGraphDestroy(graph));
-  graphs_[key] = Entry{reinterpret_cast<CUgraphExec_st*>(exec), eager, 0};
+  // The capture's unembed set the fused greedy state of the launches the graph holds (the eager run's
+  // ids are in the buffer now: the capture launched nothing).
+  const auto& greedy = backend_.fused_greedy_;
+  graphs_[key] = Entry{reinterpret_cast<CUgraphExec_st*>(exec), eager, 0, greedy.logits, greedy.rows, greedy.vocab};
   spdlog::debug("cuda: captured a step graph for batch bucket {}, {} tokens a sequence, context bucket {}",
                 key.batch_bucket, key.seq_tokens, key.context_bucket);
   return eager.rows(0, rows);

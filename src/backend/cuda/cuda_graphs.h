@@ -48,6 +48,10 @@ class StepGraphCache {
     CUgraphExec_st* exec = nullptr;
     Tensor logits;
     int replays = 0;
+    // What the captured step's unembed said of its fused greedy ids (CudaBackend::fused_greedy_),
+    // restored at each replay after begin_step cleared it.
+    const void* greedy_logits = nullptr;
+    int64_t greedy_rows = 0, greedy_vocab = 0;
   };
   CudaBackend& backend_;
   std::map<GraphKey, Entry> graphs_;

@@ -162,14 +162,33 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   bind_device();
   if (ablated(w.dim(0) > 65536 ? kAblateLmHead : kAblateLinear)) return;  // the unembedding: vocab rows
+  if (out.data == fused_greedy_.logits) fused_greedy_ = {};               // new values: the fused ids no longer hold
+  run_linear(x, w, bias, out, nullptr);
+}
+
+void CudaBackend::unembed(const Tensor& x, const Tensor& w, Tensor& logits) {
+  bind_device();
+  fused_greedy_ = {};
+  if (ablated(kAblateLmHead)) return;
+  const int64_t rows = x.ndim == 2 ? x.dim(0) : 0;
+  const bool fuse = fused_greedy_enabled_ && logits.dtype == DType::F32 && logits.ndim == 2 && rows >= 1 &&
+                    rows <= cuda::kGreedyMaxRows && logits.row_elems() < (int64_t(1) << 31);
+  const cuda::GreedyArgmaxArgs greedy{greedy_keys_, greedy_ids_, int(rows)};
+  // Larger steps, cuBLASLt's shapes and the OSSRT_CUDA_GEMV_MAX_ROWS=0 A/B run linear() alone.
+  if (!run_linear(x, w, nullptr, logits, fuse ? &greedy : nullptr)) return;
+  cuda::launch_greedy_argmax_finish(greedy, stream_);
+  fused_greedy_ = {logits.data, rows, logits.row_elems()};
+}
+
+bool CudaBackend::run_linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out,
+                             const cuda::GreedyArgmaxArgs* greedy) {
   check_on_device(x, "linear", "x");
   check_on_device(w, "linear", "w");
   check_float(out, "linear", "out");
   if (w.dtype == DType::FP8_E4M3) {
     const auto it = fp8_weights_.find(w.data);
     OSSRT_CHECK(it != fp8_weights_.end(), "linear: an fp8 weight {} that upload_linear did not make", w.shape_str());
-    fp8_linear(x, w, *it->second, bias, out);
-    return;
+    return fp8_linear(x, w, *it->second, bias, out, greedy);
   }
   OSSRT_CHECK(x.dtype == DType::BF16 && w.dtype == DType::BF16, "linear: x and w must be bf16 (got {} / {})",
               dtype_name(x.dtype), dtype_name(w.dtype));
@@ -181,23 +200,26 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
                 dtype_name(bias->dtype), bias->shape_str(), w.shape_str());
   }
   // Decode sizes: our GEMV (one launch, bias in the epilogue, no split-K reduce); cuBLASLt otherwise.
-  const cuda::GemvArgs g{static_cast<const uint16_t*>(x.data),
-                         static_cast<const uint16_t*>(w.data),
-                         bias ? static_cast<const uint16_t*>(bias->data) : nullptr,
-                         out.data,
-                         out.dtype == DType::F32,
-                         int(x.dim(0)),
-                         int(w.dim(0)),
-                         int(w.dim(1))};
+  cuda::GemvArgs g{static_cast<const uint16_t*>(x.data),
+                   static_cast<const uint16_t*>(w.data),
+                   bias ? static_cast<const uint16_t*>(bias->data) : nullptr,
+                   out.data,
+                   out.dtype == DType::F32,
+                   int(x.dim(0)),
+                   int(w.dim(0)),
+                   int(w.dim(1))};
   if (x.dim(0) <= gemv_max_rows_ && cuda::gemv_supported(g)) {
+    if (greedy) g.greedy = *greedy;
     cuda::launch_bf16_gemv(g, num_sms_, stream_);
-    return;
+    return greedy != nullptr;
   }
   blas_->matmul(x.data, w.data, bias ? bias->data : nullptr, out.data, x.dim(0), w.dim(0), w.dim(1),
                 out.dtype == DType::F32, stream_);
+  return false;
 }
 
-void CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& f, const Tensor* bias, Tensor& out) {
+bool CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& f, const Tensor* bias, Tensor& out,
+                             const cuda::GreedyArgmaxArgs* greedy) {
   OSSRT_CHECK(x.dtype == DType::BF16, "linear: x must be bf16 (got {})", dtype_name(x.dtype));
   OSSRT_CHECK(x.row_elems() == f.k && out.row_elems() == f.n && out.dim(0) >= x.dim(0),
               "linear: x {} / fp8 w [{}, {}] / out {} disagree", x.shape_str(), f.n, f.k, out.shape_str());
@@ -207,7 +229,7 @@ void CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& 
                 dtype_name(bias->dtype), bias->shape_str(), f.n, f.k);
   }
   const int64_t m = x.dim(0);
-  if (m == 0) return;
+  if (m == 0) return false;
   const bool out_f32 = out.dtype == DType::F32;
   const auto* codes = static_cast<const uint8_t*>(w.data);
   cuda::Fp8GemvArgs g{static_cast<const uint16_t*>(x.data),
@@ -250,10 +272,11 @@ void CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& 
     OSSRT_CHECK(ran, "linear: cuBLASLt refused an FP8 shape it had an algorithm for");
     if (blas_then_bias)
       cuda::launch_bf16_add_bias_rows({out.data, static_cast<const uint16_t*>(bias->data), int(m4), f.n}, stream_);
-    if (m4 == m) return;
+    if (m4 == m) return false;
     g.x += m4 * f.k;
     g.out = static_cast<char*>(out.data) + size_t(m4) * size_t(f.n) * (out_f32 ? 4 : 2);
     g.m = int(m - m4);
+    greedy = nullptr;  // the GEMV below sees only the last rows
   }
   // From 4 rows on (and where cuBLASLt does not serve more than 8): quantized once here, then our
   // tensor-core GEMV (by groups of 8 rows, grid.y) copies its rows' codes. Each CTA quantizing its
@@ -265,7 +288,10 @@ void CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& 
     g.x_scales = fp8_act_scales_;
   }
   // Decode sizes: our GEMV (1-3 rows: one launch, the activation quantized by each CTA).
+  if (greedy && g.m > cuda::kGreedyMaxRows) greedy = nullptr;
+  if (greedy) g.greedy = *greedy;
   cuda::launch_bf16_fp8w_gemv(g, num_sms_, fp8_mma_from_rows_, stream_);
+  return greedy != nullptr;
 }
 
 cuda::RopeCacheWriteArgs CudaBackend::rope_cache_args(Tensor& qkv, const RopeParams& rope, const AttentionParams& p) {

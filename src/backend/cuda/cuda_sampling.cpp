@@ -88,6 +88,25 @@ bool CudaBackend::sample_on_device(const Tensor& logits, std::span<const DeviceS
                                    std::span<int32_t> out) {
   bind_device();
   OSSRT_CHECK(out.size() == rows.size(), "sample_on_device: {} output slots for {} rows", out.size(), rows.size());
+  // Greedy unmasked rows of the logits the unembedding just made: their argmax is already on the
+  // device (unembed's fused argmax, the sampler's greedy rule bit for bit), so only the ids come back.
+  const bool fused = fused_greedy_.logits != nullptr && logits.data == fused_greedy_.logits && logits.ndim == 2 &&
+                     logits.dim(0) == int64_t(rows.size()) && logits.dim(0) <= fused_greedy_.rows &&
+                     logits.dim(1) == fused_greedy_.vocab &&
+                     std::all_of(rows.begin(), rows.end(),
+                                 [](const DeviceSamplingRow& r) { return r.temperature == 0.f && r.allowed.empty(); });
+  if (fused && !rows.empty()) {
+    if (step_timer_) step_timer_->sampler_enqueued();
+    OSSRT_CUDA_CHECK(
+        cudaMemcpyAsync(out.data(), greedy_ids_, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (step_timer_) step_timer_->sampler_synced();
+    for (const int32_t id : out)
+      OSSRT_CHECK(id >= 0 && id < fused_greedy_.vocab, "sample_on_device: the fused greedy argmax gave id {} of {}", id,
+                  fused_greedy_.vocab);
+    ++fused_greedy_samples_;
+    return true;
+  }
   // Masks have room for one row per planned sequence (the constructor's plan); a step with more
   // masked rows (constrained requests speculating: a mask per verify row) samples on the host.
   const size_t words = size_t(logits.ndim == 2 ? logits.dim(1) + 31 : 0) / 32;

@@ -274,6 +274,7 @@ __global__ void __launch_bounds__(kThreads, kM == 1 ? 5 : 1) bf16_fp8w_gemv(Fp8G
         static_cast<float*>(a.out)[int64_t(tok) * a.n + row] = y;
       else
         reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(tok) * a.n + row] = __float2bfloat16_rn(y);
+      if (a.greedy.keys) greedy_offer(a.greedy, tok, greedy_key(y, row));
     }
   }
 }
@@ -437,6 +438,8 @@ __global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a)
   const int m0 = blockIdx.y * kMmaTokens;
   mma_stage_tokens(a, m0, min(kMmaTokens, a.m - m0), blocks, warp, lane, xs, ss, stride, kb_pad);
 
+  // Warp 0's lane (g, c): the greedy keys of tokens m0 + 2c, + 1 over its rows (as bf16_gemv_mma).
+  unsigned long long best[2] = {0ull, 0ull};
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int r_lo = tile * kMmaRows + g, r_hi = r_lo + 8;
     const float* s_lo = a.w_scales + int64_t(fp8_scale_row(a.parts, r_lo < a.n ? r_lo : 0)) * kb_pad;
@@ -464,9 +467,23 @@ __global__ void __launch_bounds__(kThreads, 3) bf16_fp8w_gemv_mma(Fp8GemvArgs a)
           static_cast<float*>(a.out)[int64_t(tok) * a.n + row] = y;
         else
           reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(tok) * a.n + row] = __float2bfloat16_rn(y);
+        if (a.greedy.keys) {
+          const unsigned long long key = greedy_key(y, row);
+          if (key > best[i & 1]) best[i & 1] = key;
+        }
       }
     }
     __syncthreads();  // red is reused by the next tile
+  }
+  if (warp == 0 && a.greedy.keys) {
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      for (int o = 4; o < 32; o <<= 1) {  // lanes of one c (the same two tokens), all g
+        const unsigned long long other = __shfl_xor_sync(0xffffffffu, best[t], o);
+        if (other > best[t]) best[t] = other;
+      }
+      if (g == 0 && m0 + 2 * c + t < a.m && best[t] != 0) greedy_offer(a.greedy, m0 + 2 * c + t, best[t]);
+    }
   }
 }
 
@@ -799,6 +816,7 @@ __global__ void __launch_bounds__(kSplitThreads, 4) bf16_fp8w_gemv_mma_split(Fp8
       static_cast<float*>(a.out)[row] = y;
     else
       reinterpret_cast<__nv_bfloat16*>(a.out)[row] = __float2bfloat16_rn(y);
+    if (a.greedy.keys) greedy_offer(a.greedy, 0, greedy_key(y, row));
   }
 }
 
@@ -964,6 +982,9 @@ void launch_bf16_fp8w_gemv(const Fp8GemvArgs& a, int sms, int mma_from_rows, cud
   OSSRT_CU_CHECK(fp8_gemv_supported(a), "bf16_fp8w_gemv: m ", a.m, " n ", a.n, " k ", a.k, " k_pad ", a.k_pad,
                  " parts ", a.parts.count, " (k_pad a multiple of ", kFp8KAlign, ", 16-byte aligned weights)");
   OSSRT_CU_CHECK(!a.x_codes || a.x_scales, "bf16_fp8w_gemv: x_codes without x_scales");
+  OSSRT_CU_CHECK(!a.greedy.keys || (a.out_f32 && a.greedy.rows == a.m && a.m <= kGreedyMaxRows),
+                 "bf16_fp8w_gemv: the fused greedy argmax needs f32 outputs and the GEMV's token rows (", a.greedy.rows,
+                 " for ", a.m, ", at most ", kGreedyMaxRows, ")");
   if (a.m >= mma_from_rows || a.m > kFp8GemvMaxRows || a.x_codes) {
     if (split_takes(a)) {
       const unsigned tiles = unsigned((a.n + kMmaRows - 1) / kMmaRows);

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels/greedy_argmax.cuh"
 #include "backend/cuda/kernels/rope_cache.cuh"
 
 namespace ossrt::cuda {
@@ -88,6 +89,9 @@ struct Fp8GemvArgs {
   // one-CTA-a-tile kernel (OSSRT_CUDA_FP8_GEMV_SPLIT=0).
   float* split_partials = nullptr;
   int32_t* split_tickets = nullptr;
+  // Optional (keys non-null; f32 out, at most kGreedyMaxRows rows): the fused greedy argmax of each
+  // token row, as GemvArgs::greedy (greedy_argmax.cuh); every kernel above offers its outputs.
+  GreedyArgmaxArgs greedy = {};
 };
 bool fp8_gemv_supported(const Fp8GemvArgs& args);
 // Lets the GEMV kernels take the shared memory of 8 token rows at this k_pad (more than the default

@@ -1,7 +1,8 @@
 // The small-M linears of gemv.cuh. 2 to 8 rows and K a multiple of 32 (every gpt-oss linear):
 // bf16_gemv_mma, on tensor cores. One row, or other K: bf16_gemv, a 256-thread CTA of 8 warps owns 8 / kWarpsPerRow
 // output rows (gemv_common.cuh: how a row's dot products are split and summed), one warp per row when there are enough
-// rows to fill the GPU, a whole CTA per row when there are few.
+// rows to fill the GPU, a whole CTA per row when there are few. Both offer their outputs to the fused greedy argmax
+// when asked (GemvArgs::greedy: the unembedding of a decode step, greedy_argmax.cuh).
 #include <algorithm>
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
@@ -35,6 +36,7 @@ __global__ void __launch_bounds__(kThreads, kM == 1 && kWarpsPerRow == 1 ? 5 : 1
       static_cast<float*>(a.out)[int64_t(r) * a.n + row] = y;
     else
       reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(r) * a.n + row] = __float2bfloat16_rn(y);
+    if (a.greedy.keys) greedy_offer(a.greedy, r, greedy_key(y, row));
   }
 }
 
@@ -67,6 +69,9 @@ __global__ void __launch_bounds__(kThreads) bf16_gemv_mma(GemvArgs a) {
   const bool token_ok = g < a.m;
   const uint16_t* xrow = a.x + int64_t(token_ok ? g : 0) * a.k + 8 * c;
   __shared__ float red[kWarps][4][32];
+  // Warp 0's lane (g, c): the greedy keys of tokens 2c and 2c + 1 over the rows it wrote, offered
+  // once after the last tile (a CTA's few offers rather than 4 a lane a tile).
+  unsigned long long best[2] = {0ull, 0ull};
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int r_lo = tile * kMmaRows + g, r_hi = r_lo + 8;
     const bool lo_ok = r_lo < a.n, hi_ok = r_hi < a.n;
@@ -114,9 +119,23 @@ __global__ void __launch_bounds__(kThreads) bf16_gemv_mma(GemvArgs a) {
           static_cast<float*>(a.out)[int64_t(token) * a.n + row] = y;
         else
           reinterpret_cast<__nv_bfloat16*>(a.out)[int64_t(token) * a.n + row] = __float2bfloat16_rn(y);
+        if (a.greedy.keys) {
+          const unsigned long long key = greedy_key(y, row);
+          if (key > best[i & 1]) best[i & 1] = key;
+        }
       }
     }
     __syncthreads();  // red is reused by the next tile
+  }
+  if (warp == 0 && a.greedy.keys) {
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      for (int o = 4; o < 32; o <<= 1) {  // lanes of one c (the same two tokens), all g
+        const unsigned long long other = __shfl_xor_sync(0xffffffffu, best[t], o);
+        if (other > best[t]) best[t] = other;
+      }
+      if (g == 0 && 2 * c + t < a.m && best[t] != 0) greedy_offer(a.greedy, 2 * c + t, best[t]);
+    }
   }
 }
 
@@ -141,6 +160,9 @@ void launch_bf16_gemv(const GemvArgs& a, int sms, cudaStream_t stream) {
   OSSRT_CU_CHECK(gemv_supported(a), "bf16_gemv: m ", a.m, " n ", a.n, " k ", a.k,
                  " (m 1..8, k a multiple of 8, 16-byte aligned x and w)");
   OSSRT_CU_CHECK(sms > 0, "bf16_gemv: ", sms, " multiprocessors");
+  OSSRT_CU_CHECK(!a.greedy.keys || (a.out_f32 && a.greedy.rows == a.m),
+                 "bf16_gemv: the fused greedy argmax needs f32 outputs and the GEMV's token rows (", a.greedy.rows,
+                 " for ", a.m, ")");
   // One row: the FMA kernel (measured on the H200 in a decode step: 2.10 ms against 2.18 with the MMA
   // one at batch 1); 2 to 8 rows: the MMA one (the FMA kernel is L1-bound there: 5.9 ms at batch 8).
   if (a.k % 32 == 0 && a.m >= 2) {

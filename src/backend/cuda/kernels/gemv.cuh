@@ -9,9 +9,12 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels/greedy_argmax.cuh"
+
 namespace ossrt::cuda {
 
 inline constexpr int kGemvMaxRows = 8;
+static_assert(kGreedyMaxRows == kGemvMaxRows, "the fused argmax takes the GEMV's token rows");
 
 struct GemvArgs {
   const uint16_t* x;     // bf16 [m, k], rows contiguous
@@ -20,6 +23,9 @@ struct GemvArgs {
   void* out;             // [m, n], f32 or bf16
   bool out_f32;
   int m, n, k;
+  // Optional (keys non-null; f32 out, n < 2^31): greedy decoding's argmax of each token row over the
+  // n outputs, fused (greedy_argmax.cuh); launch_greedy_argmax_finish after the GEMV completes it.
+  GreedyArgmaxArgs greedy = {};
 };
 
 // Whether launch_bf16_gemv takes these sizes and pointers: 1 <= m <= kGemvMaxRows, k a multiple of

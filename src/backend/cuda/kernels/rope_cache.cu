@@ -139,13 +139,15 @@ bool qkv_rope_fused_supported(const QkvRopeArgs& a) {
   if (!a.fold_norm) return shapes && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   const RmsNormArgs& n = a.norm;
   return shapes && n.rows == 1 && n.hidden == a.k && n.residual != nullptr && n.residual_out != nullptr &&
-         n.residual_out != n.residual && n.weight.data != nullptr && rmsnorm_vec4_supported(n);
+         n.residual_out != n.residual && n.delta.data != nullptr && n.weight.data != nullptr &&
+         rmsnorm_vec4_supported(n);
 }
 
 void launch_bf16_gemv_qkv_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {
-  OSSRT_CU_CHECK(qkv_rope_fused_supported(a), "bf16_gemv_qkv_rope_kv_write: ", a.rope.num_tokens, " tokens, k ", a.k,
-                 " (one token, k a multiple of 8, 16-byte aligned x and w; a folded norm: one row of k values, "
-                 "residual_out another buffer than residual, the norm kernel's vector alignment)");
+  OSSRT_CU_CHECK(
+      qkv_rope_fused_supported(a), "bf16_gemv_qkv_rope_kv_write: ", a.rope.num_tokens, " tokens, k ", a.k,
+      " (one token, k a multiple of 8, 16-byte aligned x and w; a folded norm: one row of k values, "
+      "residual and delta given, residual_out another buffer than residual, the norm kernel's vector alignment)");
   const int units = (a.rope.num_q_heads + 2 * a.rope.num_kv_heads) * kRopeHalf;
   const dim3 grid((units + kFusedWarps - 1) / kFusedWarps), block(kFusedWarps * 32);
   const bool fp8 = a.rope.kv_elem == KvCacheElem::Fp8E4m3;
