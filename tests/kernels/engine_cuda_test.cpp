@@ -264,12 +264,13 @@ TEST_F(EngineCuda, FusedGreedyArgmaxGivesTheSamplersTokensWithAndWithoutGraphs) 
     EXPECT_EQ(fe.at(c.id), s.at(c.id)) << c.id << ": fused argmax without graphs vs the sampler";
   }
   EXPECT_GT(cuda(*fused_graphs).graph_replays(), 0) << "decode steps must replay captured graphs";
-  EXPECT_GT(cuda(*fused_graphs).fused_greedy_samples(), 0) << "graph replays never used the fused ids";
+  EXPECT_GT(cuda(*fused_graphs).fused_greedy_replay_samples(), 0) << "graph replays never used the fused ids";
   EXPECT_GT(cuda(*fused_eager).fused_greedy_samples(), 0) << "eager steps never used the fused ids";
   EXPECT_EQ(cuda(*sampler).fused_greedy_samples(), 0);
-  std::printf("[metric] fused greedy: %lld steps of %d replays (graphs), %lld eager steps\n",
-              static_cast<long long>(cuda(*fused_graphs).fused_greedy_samples()), cuda(*fused_graphs).graph_replays(),
-              static_cast<long long>(cuda(*fused_eager).fused_greedy_samples()));
+  std::printf("[metric] fused greedy: %lld steps (%lld of them replays, of %d replays) with graphs, %lld eager\n",
+              static_cast<long long>(cuda(*fused_graphs).fused_greedy_samples()),
+              static_cast<long long>(cuda(*fused_graphs).fused_greedy_replay_samples()),
+              cuda(*fused_graphs).graph_replays(), static_cast<long long>(cuda(*fused_eager).fused_greedy_samples()));
   for (Engine* e : {&engine_fg, &engine_fe}) {
     EXPECT_EQ(e->sampling_counters().host_rows, 0u);
     expect_all_blocks_back(*e, "fused greedy");

@@ -129,7 +129,7 @@ TEST(CudaOps, LinearQkvOutputAndUnembedding) {
     std::vector<int64_t> tokens;
   };
   // Up to 8 rows take our GEMV kernels, more take cuBLASLt: K a multiple of 32 the tensor-core one
-  // (40 outputs: a partial 16-row tile), K = 200 the FMA one (2,056 outputs: a warp per row; 40: a
+  // (40 outputs: a partial 16-row tile), K = 200 the FMA one (2,056 outputs: a CTA per row on 132 SMs; 40: a
   // CTA per row), K = 90 (not a multiple of 8) always cuBLASLt.
   const Case cases[] = {{kQkvDim, kHidden, true, false, {1, 2, 3, 4, 7, 8, 9, 256, 1000}},
                         {kHidden, kQHeads * kHeadDim, true, false, {1, 5, 8, 33}},
@@ -174,49 +174,59 @@ int32_t greedy_id(const float* row, int64_t vocab) {
 // unembed with OSSRT_CUDA_FUSED_GREEDY=1 against the same op on a backend without it (linear(), then
 // the sampler): the logits bit for bit, and the ids sample_on_device returns for greedy rows (served by
 // the fused argmax: its counter moves) equal to the host's argmax of those logits and to the sampler's.
-// Each token row r has two vocabulary rows with the same weights, made to be its largest logit (an
-// exact tie with bf16 weights: the lower id must win); with bf16 weights one more row is NaN (never
-// chosen). Every GEMV the unembedding can take: one row a warp (201,088 x 2,880 at one token; 4,104 x
-// 200, K not a multiple of 32, at 1-8), tensor cores (2-8 tokens), a CTA a row (40 outputs), and FP8
-// weights (the persistent tensor-core kernel; 16,000 outputs at one token: the split one). Two rounds per shape
-// (the second finds the keys the first left reset). Rows that are not plain greedy (sampled, masked),
-// and logits rewritten by linear() after unembed, go to the sampler.
+// Each token row has two vocabulary rows with the same weights, made to be its largest logit: an exact
+// tie (the two rows share one 128-row FP8 scale block too) that the lower id must win, placed where a
+// tie meets in one lane of a tensor-core tile (rows g and g + 8), across the lanes of a tile, or across
+// CTAs; with bf16 weights one more row is NaN (never chosen). Every GEMV the unembedding can take: one
+// row a warp (201,088 x 2,880 at one token; 4,104 x 200, K not a multiple of 32, at 1-8), bf16 tensor
+// cores (2-8 tokens), a CTA a row (40 outputs: K 200 at 1-5 tokens, K 2,880 at one), and FP8 weights
+// (the persistent tensor-core kernel, pre-quantized rows at 8; 16,000 outputs at one token: the split
+// one; the FMA kernel with OSSRT_CUDA_FP8_GEMV_MMA=0). Two rounds per shape: the second's winners are
+// other rows with smaller logits, so keys the first left behind would win. Rows that are not plain
+// greedy (sampled, masked), and logits rewritten by linear() after unembed, go to the sampler.
 TEST(CudaOps, UnembedWithTheFusedGreedyArgmaxKeepsTheLogitsAndGivesTheSamplersIds) {
   OSSRT_SKIP_WITHOUT_GPU();
   struct Case {
     int64_t vocab, in;
     WeightFormat format;
     std::vector<int64_t> tokens;
+    bool fp8_fma = false;
   };
   const Case cases[] = {{201088, kHidden, WeightFormat::Reference, {1, 2, 3, 8}},
                         {4104, 200, WeightFormat::Reference, {1, 3, 8}},
+                        {40, 200, WeightFormat::Reference, {1, 2, 5}},
                         {40, kHidden, WeightFormat::Reference, {1, 5}},
-                        {201088, kHidden, WeightFormat::Fp8, {1, 3}},
-                        {16000, kHidden, WeightFormat::Fp8, {1, 2}}};
+                        {201088, kHidden, WeightFormat::Fp8, {1, 3, 8}},
+                        {16000, kHidden, WeightFormat::Fp8, {1, 2}},
+                        {16000, kHidden, WeightFormat::Fp8, {1, 3}, /*fp8_fma=*/true}};
   std::mt19937_64 rng(41);
   for (const Case& c : cases) {
     const BackendOptions options{.weight_format = c.format};
     std::unique_ptr<CudaBackend> fused, plain;
     {
-      test::ScopedEnv on("OSSRT_CUDA_FUSED_GREEDY", "1");
-      fused = std::make_unique<CudaBackend>(options);
-    }
-    {
+      test::ScopedEnv fma("OSSRT_CUDA_FP8_GEMV_MMA", c.fp8_fma ? "0" : "all");
+      {
+        test::ScopedEnv on("OSSRT_CUDA_FUSED_GREEDY", "1");
+        fused = std::make_unique<CudaBackend>(options);
+      }
       test::ScopedEnv off("OSSRT_CUDA_FUSED_GREEDY", "0");
       plain = std::make_unique<CudaBackend>(options);
     }
-    // Token row r's direction u_r; its tie rows hold 0.1 u_r (logit ~0.1 |u_r|^2, far above the
-    // others' ~N(0, 1)), and x_r = u_r plus a little noise each round.
+    // Slot s's direction u_s; its tie rows hold 0.1 u_s (logit ~0.1 |u_s|^2 when x ~ u_s, far above
+    // the others' ~N(0, 1)). Round 0: token row r's x is u_r plus a little noise; round 1: half of
+    // u_{r+1}, whose tie wins with half the logit.
     constexpr int kSlots = 8;
     std::vector<std::vector<float>> u(kSlots);
     for (auto& d : u) d = random_floats(rng, size_t(c.in), 1.0f);
     std::vector<float> w = random_floats(rng, size_t(c.vocab * c.in), 1.0f / std::sqrt(float(c.in)));
     std::vector<std::pair<int64_t, int64_t>> tie(kSlots);
-    for (int r = 0; r < kSlots; ++r) {
-      tie[size_t(r)] = c.vocab > 100 ? std::pair{100 + 7 * int64_t(r), c.vocab - 1 - 5 * int64_t(r)}
-                                     : std::pair{int64_t(r), c.vocab - 1 - int64_t(r)};
-      for (const int64_t row : {tie[size_t(r)].first, tie[size_t(r)].second})
-        for (int64_t k = 0; k < c.in; ++k) w[size_t(row * c.in + k)] = round_to_bf16(0.1f * u[size_t(r)][size_t(k)]);
+    for (int s = 0; s < kSlots; ++s) {
+      const int64_t block = 128 * (2 + int64_t(s));  // one FP8 row block a slot
+      const std::pair<int64_t, int64_t> within[] = {
+          {block + 3, block + 11}, {block + 1, block + 5}, {block + 2, block + 100}};
+      tie[size_t(s)] = c.vocab >= 128 * (3 + kSlots) ? within[s % 3] : std::pair{int64_t(s), c.vocab - 1 - int64_t(s)};
+      for (const int64_t row : {tie[size_t(s)].first, tie[size_t(s)].second})
+        for (int64_t k = 0; k < c.in; ++k) w[size_t(row * c.in + k)] = round_to_bf16(0.1f * u[size_t(s)][size_t(k)]);
     }
     const int64_t nan_row = c.vocab / 2;  // bf16 only: an FP8 block of a NaN has no scale
     if (c.format == WeightFormat::Reference)
@@ -226,12 +236,15 @@ TEST(CudaOps, UnembedWithTheFusedGreedyArgmaxKeepsTheLogitsAndGivesTheSamplersId
     const Tensor w_fused = fused->upload_linear(parts), w_plain = plain->upload_linear(parts);
     for (int64_t t : c.tokens) {
       for (int round = 0; round < 2; ++round) {
-        const std::string what = fmt::format("{} x {} {} weights, {} tokens, round {}", c.vocab, c.in,
-                                             c.format == WeightFormat::Fp8 ? "fp8" : "bf16", t, round);
+        const std::string what =
+            fmt::format("{} x {} {} weights{}, {} tokens, round {}", c.vocab, c.in,
+                        c.format == WeightFormat::Fp8 ? "fp8" : "bf16", c.fp8_fma ? " (FMA GEMV)" : "", t, round);
         std::vector<float> x;
         for (int64_t r = 0; r < t; ++r) {
           const auto noise = random_floats(rng, size_t(c.in), 0.1f);
-          for (int64_t k = 0; k < c.in; ++k) x.push_back(u[size_t(r)][size_t(k)] + noise[size_t(k)]);
+          const auto& dir = u[size_t((r + round) % kSlots)];
+          for (int64_t k = 0; k < c.in; ++k)
+            x.push_back((round == 0 ? 1.0f : 0.5f) * dir[size_t(k)] + noise[size_t(k)]);
         }
         Tensor xf = put_act(*fused, {t, c.in}, x), xp = put_act(*plain, {t, c.in}, x);
         Tensor lf = fused->alloc(DType::F32, {t, c.vocab}), lp = plain->alloc(DType::F32, {t, c.vocab});
@@ -242,13 +255,8 @@ TEST(CudaOps, UnembedWithTheFusedGreedyArgmaxKeepsTheLogitsAndGivesTheSamplersId
         std::vector<int32_t> expected(static_cast<size_t>(t));
         for (int64_t r = 0; r < t; ++r) {
           expected[size_t(r)] = greedy_id(logits.data() + r * c.vocab, c.vocab);
-          // FP8 quantizes the two rows on different block grids, so only bf16 keeps the tie exact.
-          if (c.format == WeightFormat::Reference)
-            EXPECT_EQ(expected[size_t(r)], tie[size_t(r)].first)
-                << "the tie's lower id must win, row " << r << ", " << what;
-          else
-            EXPECT_TRUE(expected[size_t(r)] == tie[size_t(r)].first || expected[size_t(r)] == tie[size_t(r)].second)
-                << "the planted rows are not row " << r << "'s max, " << what;
+          EXPECT_EQ(expected[size_t(r)], tie[size_t((r + round) % kSlots)].first)
+              << "the planted tie is not row " << r << "'s max, or its lower id lost, " << what;
         }
 
         const std::vector<DeviceSamplingRow> greedy(static_cast<size_t>(t));

@@ -143,6 +143,8 @@ class CudaBackend final : public Backend {
   // sample_on_device calls served by the unembedding's fused argmax (unembed): tests check that the
   // fused ids were used, not the sampler, which computes the same ones.
   int64_t fused_greedy_samples() const { return fused_greedy_samples_; }
+  // Of those, the ones whose ids a graph replay computed (the state its capture recorded).
+  int64_t fused_greedy_replay_samples() const { return fused_greedy_replay_samples_; }
   // Every captured graph's key (batch bucket, tokens a sequence, context bucket) and its replays.
   std::vector<cuda::GraphUse> graph_uses() const;
   // Bytes this backend holds on the device (weights, workspaces, KV cache).
@@ -293,12 +295,15 @@ class CudaBackend final : public Backend {
   bool fused_greedy_enabled_ = false;
   unsigned long long* greedy_keys_ = nullptr;
   int32_t* greedy_ids_ = nullptr;
+  // Only linear() into the logits' own base pointer clears it: nothing else writes a step's logits
+  // between unembed and the sampler (the engine samples right after run_step).
   struct FusedGreedy {
     const void* logits = nullptr;
     int64_t rows = 0, vocab = 0;
+    bool replayed = false;  // restored by a graph replay (counted apart, for the tests)
   };
   FusedGreedy fused_greedy_;
-  int64_t fused_greedy_samples_ = 0;
+  int64_t fused_greedy_samples_ = 0, fused_greedy_replay_samples_ = 0;
 
   bool graphs_enabled_ = true;
   int graph_replays_ = 0;

@@ -62,7 +62,7 @@ Tensor StepGraphCache::run(const StepPlan& plan, const GraphKey& key, const Back
   if (it != graphs_.end()) {
     backend_.begin_step(padded);  // uploads into the buffers the graph reads
     OSSRT_CUDA_CHECK(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(it->second.exec), backend_.stream_));
-    backend_.fused_greedy_ = {it->second.greedy_logits, it->second.greedy_rows, it->second.greedy_vocab};
+    backend_.fused_greedy_ = {it->second.greedy_logits, it->second.greedy_rows, it->second.greedy_vocab, true};
     ++it->second.replays;
     ++backend_.graph_replays_;
     return it->second.logits.rows(0, rows);

@@ -169,15 +169,20 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
 void CudaBackend::unembed(const Tensor& x, const Tensor& w, Tensor& logits) {
   bind_device();
   fused_greedy_ = {};
-  if (ablated(kAblateLmHead)) return;
+  if (ablated(w.dim(0) > 65536 ? kAblateLmHead : kAblateLinear)) return;  // linear()'s rule
   const int64_t rows = x.ndim == 2 ? x.dim(0) : 0;
   const bool fuse = fused_greedy_enabled_ && logits.dtype == DType::F32 && logits.ndim == 2 && rows >= 1 &&
                     rows <= cuda::kGreedyMaxRows && logits.row_elems() < (int64_t(1) << 31);
   const cuda::GreedyArgmaxArgs greedy{greedy_keys_, greedy_ids_, int(rows)};
   // Larger steps, cuBLASLt's shapes and the OSSRT_CUDA_GEMV_MAX_ROWS=0 A/B run linear() alone.
   if (!run_linear(x, w, nullptr, logits, fuse ? &greedy : nullptr)) return;
-  cuda::launch_greedy_argmax_finish(greedy, stream_);
-  fused_greedy_ = {logits.data, rows, logits.row_elems()};
+  try {
+    cuda::launch_greedy_argmax_finish(greedy, stream_);
+  } catch (...) {
+    cudaMemsetAsync(greedy_keys_, 0, cuda::greedy_argmax_key_bytes(), stream_);  // the next GEMV's keys start clean
+    throw;
+  }
+  fused_greedy_ = {logits.data, rows, logits.row_elems(), false};
 }
 
 bool CudaBackend::run_linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out,

@@ -105,6 +105,7 @@ bool CudaBackend::sample_on_device(const Tensor& logits, std::span<const DeviceS
       OSSRT_CHECK(id >= 0 && id < fused_greedy_.vocab, "sample_on_device: the fused greedy argmax gave id {} of {}", id,
                   fused_greedy_.vocab);
     ++fused_greedy_samples_;
+    if (fused_greedy_.replayed) ++fused_greedy_replay_samples_;
     return true;
   }
   // Masks have room for one row per planned sequence (the constructor's plan); a step with more

@@ -12,8 +12,9 @@ __global__ void __launch_bounds__(kGreedyMaxRows * 32) greedy_argmax_finish(Gree
   pdl_wait();  // the GEMV's offers, all of them (its grid has completed)
   pdl_launch_dependents();
   const int r = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // Every row's slots are zeroed, used or not, so a launch with more rows finds them clean.
-  unsigned long long key = atomicExch(a.keys + r * kGreedySlots + lane, 0ull);
+  // Every row's slots are zeroed, used or not, so a launch with more rows finds them clean (the
+  // padding between kGreedyMaxRows and kGreedySlotStride is never written).
+  unsigned long long key = atomicExch(a.keys + lane * kGreedySlotStride + r, 0ull);
   for (int o = 16; o > 0; o >>= 1) {
     const unsigned long long other = __shfl_xor_sync(0xffffffffu, key, o);
     key = other > key ? other : key;

@@ -6,8 +6,9 @@
 // so the largest key is the largest logit and, among equal logits, the lowest id: the device
 // sampler's greedy rule (sample.cu: NaN counts as -inf, lowest id on ties), bit for bit, since the
 // keys are made from the very floats the GEMV writes. The offers go to kGreedySlots slots a token
-// row (a CTA picks slot blockIdx.x % kGreedySlots), so some 200k atomics do not queue on one L2
-// address; they are reductions (no return value), so no warp waits on them. A one-CTA kernel
+// row (a CTA picks slot blockIdx.x % kGreedySlots; each slot on its own L2 line), so some 200k
+// atomics do not queue on one L2 address; they are reductions (no return value), so no warp waits
+// on them. A one-CTA kernel
 // launched after the GEMV (PDL: it waits for the GEMV's completion) takes each row's largest slot,
 // writes the id and zeroes the slots for the next launch. The engine's sampler then copies ids
 // instead of launching its argmax passes (CudaBackend::unembed, sample_on_device).
@@ -19,14 +20,20 @@ namespace ossrt::cuda {
 
 inline constexpr int kGreedySlots = 32;
 inline constexpr int kGreedyMaxRows = 8;  // token rows: the decode GEMVs' kGemvMaxRows
+// Keys of one slot, all token rows, fill one 128-byte line of their own (slot s, row r at
+// s * kGreedySlotStride + r), so the slots' reductions land on different L2 lines.
+inline constexpr int kGreedySlotStride = 16;
+static_assert(kGreedySlotStride >= kGreedyMaxRows, "a slot's line holds every token row");
 
 struct GreedyArgmaxArgs {
-  unsigned long long* keys = nullptr;  // [kGreedyMaxRows][kGreedySlots], all 0 before a GEMV launch
+  unsigned long long* keys = nullptr;  // [kGreedySlots][kGreedySlotStride], all 0 before a GEMV launch
   int32_t* ids = nullptr;              // [kGreedyMaxRows]: the argmax of each token row
   int rows = 0;                        // token rows of the GEMV (1..kGreedyMaxRows)
 };
 
-inline size_t greedy_argmax_key_bytes() { return size_t(kGreedyMaxRows) * kGreedySlots * sizeof(unsigned long long); }
+inline size_t greedy_argmax_key_bytes() {
+  return size_t(kGreedySlots) * kGreedySlotStride * sizeof(unsigned long long);
+}
 
 // After a GEMV launched with these keys: ids[r] = the argmax of token row r; every slot back to 0.
 void launch_greedy_argmax_finish(const GreedyArgmaxArgs& args, cudaStream_t stream);
@@ -44,7 +51,7 @@ __device__ __forceinline__ unsigned long long greedy_key(float y, int id) {
 
 // Offers token row r's candidate: an atomic reduction into this CTA's slot.
 __device__ __forceinline__ void greedy_offer(const GreedyArgmaxArgs& g, int r, unsigned long long key) {
-  atomicMax(g.keys + r * kGreedySlots + int(blockIdx.x % kGreedySlots), key);
+  atomicMax(g.keys + int(blockIdx.x % kGreedySlots) * kGreedySlotStride + r, key);
 }
 #endif
 
