@@ -161,6 +161,9 @@ class Backend {
   virtual Tensor upload_linear(std::span<const HostTensor* const> parts) {
     return parts.size() == 1 ? upload(*parts[0]) : upload_concat_rows(parts);
   }
+  // The unembedding (what unembed() will read): upload_linear, plus whatever the backend keeps beside
+  // it to answer greedy-only steps faster (the CUDA backend's greedy screen). The default is upload_linear.
+  virtual Tensor upload_unembedding(std::span<const HostTensor* const> parts) { return upload_linear(parts); }
 
   // ---- KV cache storage
   // Allocates the KV storage (zeroed). Called again, it replaces the previous storage (freed
@@ -237,11 +240,12 @@ class Backend {
   // out = x w^T (+ bias). With a quantized weight (upload_linear in Fp8 / Mxfp4Fp8), x is quantized
   // the same way first, per row and per 128 channels.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
-  // logits = x w^T for the whole vocabulary (w: the unembedding, uploaded by upload_linear; logits F32
-  // [R, V], the step's logits as run_step returns them). The values are linear()'s. A backend may
-  // also compute each row's argmax on the way, so that its sample_on_device serves greedy rows without
-  // another pass over the logits (the CUDA backend, docs/cuda_backend.md "Greedy argmax fused into the
-  // unembedding"). The default is linear().
+  // logits = x w^T for the whole vocabulary (w: the unembedding, uploaded by upload_unembedding;
+  // logits F32 [R, V], the step's logits as run_step returns them). The values are linear()'s. A
+  // backend may also compute each row's argmax on the way, so that its sample_on_device serves greedy
+  // rows without another pass over the logits (the CUDA backend, docs/cuda_backend.md "Greedy argmax
+  // fused into the unembedding"); in a StepPlan::greedy_ids_only step it may find only the argmax and
+  // leave the logits unwritten. The default is linear().
   virtual void unembed(const Tensor& x, const Tensor& w, Tensor& logits) { linear(x, w, nullptr, logits); }
   // qkv: [T, (Hq + 2 Hkv) * D] with q, k, v concatenated per row. Rotates q and k in place
   // (half-split NeoX RoPE at plan.positions), then writes k and v to the layer's KV storage at the

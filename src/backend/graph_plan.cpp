@@ -35,7 +35,7 @@ GraphKey graph_key(const StepPlan& plan) {
   const int t = uniform_seq_tokens(plan);
   const int bucket = t == 0 ? 0 : graph_batch_bucket(plan.num_seqs());
   if (bucket == 0) return {};
-  return {bucket, t, graph_context_bucket(plan.max_context())};
+  return {bucket, t, graph_context_bucket(plan.max_context()), plan.greedy_ids_only};
 }
 
 StepPlan pad_plan_to_bucket(const StepPlan& plan, int bucket, int full_scratch, int window_scratch) {

@@ -33,6 +33,8 @@ struct GraphKey {
   int batch_bucket = 0;    // sequences after padding
   int seq_tokens = 0;      // T: tokens, and logit rows, of every sequence
   int context_bucket = 0;  // graph_context_bucket(max_context), or 0 where no launch depends on it
+  // StepPlan::greedy_ids_only, where the backend's launches depend on it (else false).
+  bool greedy_ids_only = false;
   int rows() const { return batch_bucket * seq_tokens; }
   auto operator<=>(const GraphKey&) const = default;
 };

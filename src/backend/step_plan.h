@@ -43,6 +43,11 @@ struct StepPlan {
   // Token rows whose logits this step returns, in output order (usually the last token of every
   // sequence that samples; every row for `ossrt logits`). [R]
   std::vector<int32_t> logit_rows;
+  // Every logit row is sampled greedily (argmax, lowest id on ties) and nothing but its id is wanted:
+  // no token mask, logprobs, logit changes or host sampling (the engine sets it; engine/step_sampling.h
+  // only_greedy_ids). A backend may then find the ids without writing all the logits (the CUDA
+  // backend's greedy screen, docs/cuda_backend.md); the logits it returns must then not be read.
+  bool greedy_ids_only = false;
 
   int num_tokens() const { return int(token_ids.size()); }
   int num_seqs() const { return int(seqs.size()); }

@@ -436,6 +436,21 @@ void Engine::propose_drafts() {
   }
 }
 
+bool Engine::greedy_ids_only(const std::vector<ScheduledSequence>& scheduled) const {
+  // The rows execute() builds after the step, as the step sampler will see them: every one must be
+  // plain greedy. Verify rows (drafts) and constrained rows need more than the ids.
+  bool any = false;
+  for (const ScheduledSequence& s : scheduled) {
+    if (!s.samples) continue;
+    const Sequence& seq = *s.seq;
+    if (seq.num_draft != 0 || seq.request.constraint) return false;
+    const SamplingRow row{&seq.request.sampling, &seq.sampling, seq.filter.stop_ids(), {}, {}};
+    if (!only_greedy_ids(row)) return false;
+    any = true;
+  }
+  return any;
+}
+
 bool Engine::run_step() {
   phase_timer_.begin();
   drain_inbox();
@@ -479,7 +494,8 @@ void Engine::run_until_idle() {
 }
 
 void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
-  const StepPlan plan = build_step_plan(scheduled, kv_);
+  StepPlan plan = build_step_plan(scheduled, kv_);
+  plan.greedy_ids_only = greedy_ids_only(scheduled);
   phase_timer_.mark(StepPhase::Plan);
   // Token masks of constrained rows depend only on tokens already accepted and the step's guesses:
   // they are computed on the masker's thread while the model runs the step.
@@ -557,6 +573,9 @@ void Engine::execute(const std::vector<ScheduledSequence>& scheduled) {
     }
   }
   if (rows.empty()) return notify_drafter();
+  // A greedy-only plan may have left the logits unwritten: every row must want nothing but its argmax.
+  OSSRT_CHECK(!plan.greedy_ids_only || std::all_of(rows.begin(), rows.end(), only_greedy_ids),
+              "engine: a greedy-only step has a row that needs its logits");
   const int64_t vocab = model_.config().vocab_size;
   std::vector<SampledToken> sampled = step_sampler_.sample(model_.sampling_backend(), logits, vocab, rows);
   force_outputs(sampling_seqs, sampled);

@@ -133,6 +133,9 @@ class Engine : public Generator {
   void drain_inbox();
   void admit_submission(Submission sub);
   void execute(const std::vector<ScheduledSequence>& scheduled);
+  // StepPlan::greedy_ids_only for these sequences: at least one samples, and every sampled row will be
+  // plain greedy on the device sampler (engine/step_sampling.h only_greedy_ids).
+  bool greedy_ids_only(const std::vector<ScheduledSequence>& scheduled) const;
   // Appends a drafter's guesses to running sequences that may speculate (Sequence::num_draft).
   void propose_drafts();
   // GenerationRequest::forced_output: replaces the sampled ids of rows at forced positions (sampled

@@ -29,6 +29,11 @@ std::optional<DeviceSamplingRow> device_sampling_row(const SamplingRow& row) {
   return d;
 }
 
+bool only_greedy_ids(const SamplingRow& row) {
+  const std::optional<DeviceSamplingRow> d = device_sampling_row(row);
+  return d && d->temperature == 0.0f && d->allowed.empty();
+}
+
 std::vector<SampledToken> StepSampler::sample(Backend& backend, const Tensor& logits, int64_t vocab,
                                               std::span<const SamplingRow> rows) {
   OSSRT_CHECK(logits.ndim == 2 && logits.dim(0) == int64_t(rows.size()) && logits.dim(1) == vocab,

@@ -27,6 +27,11 @@ namespace ossrt {
 // row is masked is its own property too, so the per-row rule above still holds.
 std::optional<DeviceSamplingRow> device_sampling_row(const SamplingRow& row);
 
+// True when the device sampler takes `row` as plain greedy (temperature 0, no token mask): all it
+// needs is the argmax, so a step whose logit rows are all such rows may leave its logits unwritten
+// (StepPlan::greedy_ids_only).
+bool only_greedy_ids(const SamplingRow& row);
+
 struct StepSamplingCounters {
   uint64_t device_rows = 0;   // rows sampled by the device sampler
   uint64_t host_rows = 0;     // rows sampled on the host

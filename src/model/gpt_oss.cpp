@@ -109,7 +109,8 @@ GptOssModel::GptOssModel(Backend& backend, const HostModelWeights& host, const M
   weights_.final_norm = backend.upload(host.final_norm);
   const HostTensor lm_head = slice_rows(host.lm_head, {local_.first_vocab, local_.vocab});
   const HostTensor* lm_head_parts[] = {&lm_head};
-  weights_.lm_head = backend.upload_linear(lm_head_parts);
+  weights_.lm_head =
+      shard.tp_size == 1 ? backend.upload_unembedding(lm_head_parts) : backend.upload_linear(lm_head_parts);
   for (int l = 0; l < c.num_layers; ++l) upload_layer(host.layers[size_t(l)], fmt::format("layer {}", l), keep);
   backend.sync();
   rope_ = compute_rope_params(c);

@@ -277,6 +277,65 @@ TEST_F(EngineCuda, FusedGreedyArgmaxGivesTheSamplersTokensWithAndWithoutGraphs) 
   }
 }
 
+// The greedy screen through the engine (OSSRT_CUDA_GREEDY_SCREEN=1): the engine marks steps whose rows
+// are all plain greedy (StepPlan::greedy_ids_only), one-row ones take the screen (eager, and as captured
+// graphs), and the tokens are exactly those of the full GEMV and the sampler. The small model with a
+// 4,096-token vocabulary (the screen takes unembeddings that a one-warp-a-row GEMV runs). Requests one
+// at a time (batch-1 steps), then the 16 together; a logprobs request is never screened.
+TEST_F(EngineCuda, GreedyScreenGivesTheSamplersTokens) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  GptOssConfig config = small_engine_config_gqa8();
+  config.vocab_size = 4096;
+  auto make = [&] {
+    BackendOptions options;
+    options.max_step_tokens = kMaxStepTokens;
+    options.max_seqs = kMaxSeqs;
+    return std::make_unique<SmallModel>(std::make_unique<CudaBackend>(options), config, kMaxStepTokens, kMaxSeqs);
+  };
+  std::unique_ptr<SmallModel> screen_graphs, screen_eager, plain;
+  {
+    test::ScopedEnv on("OSSRT_CUDA_GREEDY_SCREEN", "1");
+    screen_graphs = make();
+    screen_eager = make();
+  }
+  {
+    test::ScopedEnv off("OSSRT_CUDA_GREEDY_SCREEN", "0");
+    plain = make();
+  }
+  cuda(*screen_eager).set_graphs_enabled(false);
+  Engine engine_g(screen_graphs->model, engine_config(29));
+  Engine engine_e(screen_eager->model, engine_config(29));
+  Engine engine_p(plain->model, engine_config(29));
+  const auto cases = mixed_cases();
+  for (size_t i = 0; i < 4; ++i) {
+    const std::vector<Case> one = {cases[i]};
+    const auto g = run_greedy(engine_g, one), e = run_greedy(engine_e, one), p = run_greedy(engine_p, one);
+    EXPECT_EQ(g.at(cases[i].id), p.at(cases[i].id)) << cases[i].id << " alone: screen with graphs vs the full GEMV";
+    EXPECT_EQ(e.at(cases[i].id), p.at(cases[i].id)) << cases[i].id << " alone: screen without graphs vs the full GEMV";
+  }
+  const int64_t alone_g = cuda(*screen_graphs).greedy_screen_steps();
+  EXPECT_GT(alone_g, 0) << "one-row greedy steps never took the screen (graphs)";
+  EXPECT_GT(cuda(*screen_eager).greedy_screen_steps(), 0) << "one-row greedy steps never took the screen (eager)";
+  EXPECT_EQ(cuda(*plain).greedy_screen_steps(), 0);
+  EXPECT_GT(cuda(*screen_graphs).graph_replays(), 0);
+  const auto g = run_greedy(engine_g, cases), p = run_greedy(engine_p, cases);
+  for (const auto& c : cases) EXPECT_EQ(g.at(c.id), p.at(c.id)) << c.id << ": 16 requests, screen vs the full GEMV";
+
+  // Logprobs need the logits: the same prompt alone, never screened, its tokens the plain engine's.
+  GenerationRequest r = greedy_request("lp", cases[0].prompt, cases[0].max_tokens);
+  r.sampling.logprobs = 1;
+  const int64_t before = cuda(*screen_graphs).greedy_screen_steps();
+  EventLog log_g, log_p;
+  ASSERT_TRUE(engine_g.submit(r, log_g.callback("lp")));
+  ASSERT_TRUE(engine_p.submit(r, log_p.callback("lp")));
+  engine_g.run_until_idle();
+  engine_p.run_until_idle();
+  EXPECT_EQ(log_g.get("lp").final_event.finish_reason, FinishReason::Length) << log_g.get("lp").final_event.error;
+  EXPECT_EQ(log_g.get("lp").tokens, log_p.get("lp").tokens);
+  EXPECT_EQ(cuda(*screen_graphs).greedy_screen_steps(), before) << "a logprobs request took the screen";
+  for (Engine* e : {&engine_g, &engine_e}) expect_all_blocks_back(*e, "greedy screen");
+}
+
 TEST_F(EngineCuda, PreemptionAndCancellationMatchTheReferenceAndReturnEveryBlock) {
   OSSRT_SKIP_WITHOUT_GPU();
   const auto cases = mixed_cases();

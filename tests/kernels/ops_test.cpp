@@ -547,6 +547,104 @@ class PlanBuilder {
   std::vector<int32_t> full_free_, window_free_;
 };
 
+// The greedy screen (OSSRT_CUDA_GREEDY_SCREEN=1, kernels/greedy_screen.cuh): on a one-row greedy-only
+// step unembed finds the id from the int8 copy plus the exact bf16 logits of the candidates, and it must
+// be the full bf16 GEMV's argmax (a backend without the screen: its logits, argmax on the host), at
+// gpt-oss's unembedding shape. Token rows: one planted to win with an exact tie (the lower id), plain
+// random ones (a random argmax among ~N(0, 1) logits), one with a huge channel (a loose bound on x, more
+// candidates), one along 12,000 identical rows (more candidates than the screen keeps: every row is
+// rescored), and a NaN (no bound: every row; all logits NaN, so id 0). Then the planted one again (the
+// counters were reset), a step without the flag (the logits written as before), and a sampled row
+// asked of screened logits (refused).
+TEST(CudaOps, GreedyScreenFindsTheFullGemvsArgmax) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  const int64_t vocab = 201088, in = kHidden;
+  std::unique_ptr<CudaBackend> screened, plain;
+  {
+    test::ScopedEnv on("OSSRT_CUDA_GREEDY_SCREEN", "1");
+    screened = std::make_unique<CudaBackend>(BackendOptions{});
+  }
+  {
+    test::ScopedEnv off("OSSRT_CUDA_GREEDY_SCREEN", "0");
+    plain = std::make_unique<CudaBackend>(BackendOptions{});
+  }
+  const KvCacheShape shape = one_layer_per_group(4);
+  screened->allocate_kv_cache(shape);
+  plain->allocate_kv_cache(shape);
+  std::mt19937_64 rng(43);
+  std::vector<float> w = random_floats(rng, size_t(vocab * in), 1.0f / std::sqrt(float(in)));
+  const auto planted = random_floats(rng, size_t(in), 1.0f), flat = random_floats(rng, size_t(in), 1.0f);
+  for (const int64_t row : {int64_t(1000), int64_t(150000)})
+    for (int64_t k = 0; k < in; ++k) w[size_t(row * in + k)] = round_to_bf16(0.1f * planted[size_t(k)]);
+  for (int64_t row = 50000; row < 62000; ++row)
+    for (int64_t k = 0; k < in; ++k) w[size_t(row * in + k)] = round_to_bf16(0.05f * flat[size_t(k)]);
+  for (int64_t k = 0; k < in; ++k) w[size_t(777 * in + k)] = NAN;
+  auto w_host = test::host_bf16(w, {vocab, in}, "lm_head");
+  const HostTensor* parts[] = {&w_host->view};
+  const Tensor ws = screened->upload_unembedding(parts), wp = plain->upload_unembedding(parts);
+
+  std::mt19937_64 plan_rng(1);
+  PlanBuilder builder(shape.num_full_blocks, plan_rng);
+  SeqBlocks seq;
+  StepPlan plan;
+  plan.block_size = kBlock;
+  builder.add(plan, seq, 1);
+  plan.greedy_ids_only = true;
+  const std::vector<DeviceSamplingRow> greedy(1);
+  auto step = [&](const std::vector<float>& x, const std::string& what) -> int32_t {
+    screened->begin_step(plan);
+    plain->begin_step(plan);
+    Tensor xs = put_act(*screened, {1, in}, x), xp = put_act(*plain, {1, in}, x);
+    Tensor ls = screened->alloc(DType::F32, {1, vocab}), lp = plain->alloc(DType::F32, {1, vocab});
+    const int64_t steps = screened->greedy_screen_steps();
+    screened->unembed(xs, ws, ls);
+    plain->unembed(xp, wp, lp);
+    EXPECT_EQ(screened->greedy_screen_steps(), steps + 1) << "the screen did not run, " << what;
+    const std::vector<float> logits = plain->to_host_f32(lp);
+    std::vector<int32_t> id(1, -1);
+    EXPECT_TRUE(screened->sample_on_device(ls, greedy, id)) << what;
+    EXPECT_EQ(id[0], greedy_id(logits.data(), vocab)) << what;
+    return id[0];
+  };
+  auto around = [&](const std::vector<float>& dir, float scale) {
+    std::vector<float> x = random_floats(rng, size_t(in), 0.1f);
+    for (int64_t k = 0; k < in; ++k) x[size_t(k)] += scale * dir[size_t(k)];
+    return x;
+  };
+  EXPECT_EQ(step(around(planted, 1.0f), "planted tie"), 1000) << "the tie's lower id must win";
+  for (int i = 0; i < 3; ++i) step(random_floats(rng, size_t(in), 1.0f), fmt::format("random x {}", i));
+  std::vector<float> outlier = random_floats(rng, size_t(in), 1.0f);
+  outlier[17] = 300.0f;
+  step(outlier, "one huge channel");
+  EXPECT_EQ(step(around(flat, 1.0f), "12,000 identical rows"), 50000);
+  std::vector<float> nan_x = random_floats(rng, size_t(in), 1.0f);
+  nan_x[5] = NAN;
+  EXPECT_EQ(step(nan_x, "NaN in x"), 0);
+  EXPECT_EQ(step(around(planted, 0.5f), "planted tie after the fallbacks"), 1000);
+
+  // Without the flag: the full GEMV, the logits bit for bit the plain backend's.
+  plan.greedy_ids_only = false;
+  screened->begin_step(plan);
+  plain->begin_step(plan);
+  const std::vector<float> x = random_floats(rng, size_t(in), 1.0f);
+  Tensor xs = put_act(*screened, {1, in}, x), xp = put_act(*plain, {1, in}, x);
+  Tensor ls = screened->alloc(DType::F32, {1, vocab}), lp = plain->alloc(DType::F32, {1, vocab});
+  const int64_t steps = screened->greedy_screen_steps();
+  screened->unembed(xs, ws, ls);
+  plain->unembed(xp, wp, lp);
+  EXPECT_EQ(screened->greedy_screen_steps(), steps) << "a step without greedy_ids_only took the screen";
+  EXPECT_EQ(float_bits(screened->to_host_f32(ls)), float_bits(plain->to_host_f32(lp)));
+
+  // A sampled row of a screened step: refused, not sampled from logits that were never written.
+  plan.greedy_ids_only = true;
+  screened->begin_step(plan);
+  screened->unembed(xs, ws, ls);
+  std::vector<DeviceSamplingRow> sampled(1);
+  sampled[0].temperature = 0.7f;
+  std::vector<int32_t> id(1);
+  EXPECT_THROW(screened->sample_on_device(ls, sampled, id), Error);
+}
+
 struct AttentionScenario {
   std::string name;
   std::vector<int> history;  // tokens already cached per sequence

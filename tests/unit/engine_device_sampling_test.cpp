@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -103,7 +104,16 @@ class RecordingDeviceSamplerBackend final : public Backend {
   void allocate_kv_cache(const KvCacheShape& shape) override { inner_->allocate_kv_cache(shape); }
   size_t kv_block_bytes(const KvCacheShape& shape) const override { return inner_->kv_block_bytes(shape); }
   MemoryUse memory_use() const override { return inner_->memory_use(); }
-  void begin_step(const StepPlan& plan) override { inner_->begin_step(plan); }
+  // Each step's plan: whether the engine marked it greedy-only, and its logit rows.
+  struct PlanSeen {
+    bool greedy_ids_only;
+    size_t logit_rows;
+  };
+  std::vector<PlanSeen> plans;
+  void begin_step(const StepPlan& plan) override {
+    plans.push_back({plan.greedy_ids_only, plan.logit_rows.size()});
+    inner_->begin_step(plan);
+  }
   void embedding(const Tensor& table, Tensor& out) override { inner_->embedding(table, out); }
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override { inner_->rmsnorm(x, w, eps, out); }
   void add_rmsnorm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) override {
@@ -695,6 +705,57 @@ TEST(EngineDeviceSampling, MinTokensRowsGoToTheHostUntilStopIdsAreAllowed) {
   for (int i = 3; i < n; ++i) want.push_back(uint32_t(i));
   EXPECT_EQ(draw_indices(static_cast<RecordingDeviceSamplerBackend&>(*m.backend), 99), want)
       << "the device stream continues at the request's own token index";
+}
+
+// StepPlan::greedy_ids_only: set exactly on the steps whose logit rows are all plain greedy. Greedy
+// requests (chunked prompts, mixed with decodes): every step with logit rows; a step whose sequences
+// only prefill has none and is not marked. A sampled, a logprobs, a constrained or a min_tokens
+// request never has a marked step, alone or beside greedy ones.
+TEST(EngineDeviceSampling, GreedyOnlyStepsAreMarkedInThePlan) {
+  struct Run {
+    std::string what;
+    std::function<void(GenerationRequest&)> change;  // applied to request 0 of 3 (null: all greedy)
+  };
+  const Run runs[] = {
+      {"all greedy", nullptr},
+      {"a sampled request", [](GenerationRequest& r) { r.sampling.temperature = 0.8f, r.sampling.seed = 7; }},
+      {"a logprobs request", [](GenerationRequest& r) { r.sampling.logprobs = 1; }},
+      {"a constrained request", [](GenerationRequest& r) { r.constraint = std::make_shared<EveryNth>(2); }},
+      {"a min_tokens request", [](GenerationRequest& r) { r.sampling.ignore_eos = false, r.sampling.min_tokens = 5; }},
+  };
+  for (const Run& run : runs) {
+    SmallModel m(recording_backend());
+    auto& backend = static_cast<RecordingDeviceSamplerBackend&>(*m.backend);
+    Engine engine(m.model, engine_config(/*budget=*/21));
+    backend.plans.clear();  // the engine's start-up profile step is not the engine's plan
+    EventLog log;
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest r = greedy_request("r" + std::to_string(i), random_prompt(5 + 11 * i, 40 + uint32_t(i)), 6);
+      if (i == 0 && run.change) run.change(r);
+      ASSERT_TRUE(engine.submit(r, log.callback(r.id)));
+    }
+    engine.run_until_idle();
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(log.get("r" + std::to_string(i)).finished) << run.what;
+    int marked = 0, with_rows = 0;
+    for (const auto& p : backend.plans) {
+      with_rows += p.logit_rows > 0;
+      marked += p.greedy_ids_only;
+      if (p.logit_rows == 0) EXPECT_FALSE(p.greedy_ids_only) << run.what << ": a step without logit rows marked";
+    }
+    ASSERT_GT(with_rows, 0) << run.what;
+    if (!run.change) {
+      EXPECT_EQ(marked, with_rows) << run.what;
+    } else {
+      // Request 0 (the shortest prompt, admitted first) samples in each of the first steps with logit
+      // rows until it is done: at least 5 (min_tokens keeps its first 5 rows on the host sampler).
+      int seen = 0;
+      for (const auto& p : backend.plans) {
+        if (p.logit_rows == 0) continue;
+        if (seen++ == 5) break;
+        EXPECT_FALSE(p.greedy_ids_only) << run.what << ": step " << seen << " with its row marked greedy-only";
+      }
+    }
+  }
 }
 
 }  // namespace

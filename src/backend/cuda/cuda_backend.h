@@ -77,6 +77,9 @@ class CudaBackend final : public Backend {
   ExpertWeights upload_experts(const HostExperts& gate_up, const HostExperts& down) override;
   // Fp8 / Mxfp4Fp8: e4m3 codes with 128x128 block scales per part (cuda_weights.cpp); else bf16.
   Tensor upload_linear(std::span<const HostTensor* const> parts) override;
+  // upload_linear; with OSSRT_CUDA_GREEDY_SCREEN=1 and bf16 weights also the greedy screen's int8
+  // copy (kernels/greedy_screen.cuh), which unembed uses for one-row greedy_ids_only steps.
+  Tensor upload_unembedding(std::span<const HostTensor* const> parts) override;
 
   void allocate_kv_cache(const KvCacheShape& shape) override;
   size_t kv_block_bytes(const KvCacheShape& shape) const override;
@@ -145,6 +148,8 @@ class CudaBackend final : public Backend {
   int64_t fused_greedy_samples() const { return fused_greedy_samples_; }
   // Of those, the ones whose ids a graph replay computed (the state its capture recorded).
   int64_t fused_greedy_replay_samples() const { return fused_greedy_replay_samples_; }
+  // unembed calls answered by the greedy screen (no logits written).
+  int64_t greedy_screen_steps() const { return greedy_screen_steps_; }
   // Every captured graph's key (batch bucket, tokens a sequence, context bucket) and its replays.
   std::vector<cuda::GraphUse> graph_uses() const;
   // Bytes this backend holds on the device (weights, workspaces, KV cache).
@@ -156,6 +161,7 @@ class CudaBackend final : public Backend {
   friend class cuda::StepGraphCache;
   struct KvStorage;
   struct Fp8Weight;
+  struct GreedyScreen;
   // Makes this backend's device current on the calling thread (cudaSetDevice when another is).
   // Every public entry point that touches the device calls it first: one backend is called from
   // the thread that made it, from its rank's thread, from the engine thread (sampling rank 0's
@@ -300,10 +306,16 @@ class CudaBackend final : public Backend {
   struct FusedGreedy {
     const void* logits = nullptr;
     int64_t rows = 0, vocab = 0;
-    bool replayed = false;  // restored by a graph replay (counted apart, for the tests)
+    bool replayed = false;       // restored by a graph replay (counted apart, for the tests)
+    bool logits_written = true;  // false: the greedy screen answered, the logits hold nothing
   };
   FusedGreedy fused_greedy_;
   int64_t fused_greedy_samples_ = 0, fused_greedy_replay_samples_ = 0;
+  // The greedy screen (OSSRT_CUDA_GREEDY_SCREEN=1, developer switch read at start, off until measured):
+  // made by upload_unembedding; null when off or when the unembedding does not qualify.
+  bool greedy_screen_enabled_ = false;
+  std::unique_ptr<GreedyScreen> greedy_screen_;
+  int64_t greedy_screen_steps_ = 0;
 
   bool graphs_enabled_ = true;
   int graph_replays_ = 0;

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels/fp8_linear.cuh"
+#include "backend/cuda/kernels/greedy_screen.cuh"
 #include "backend/cuda/kernels/kv_cache_elem.cuh"
 
 namespace ossrt {
@@ -23,6 +24,13 @@ struct CudaBackend::KvStorage {
   Group full, window;
   std::vector<void*> allocations;  // one per group, released when the storage is replaced
   const Group& group(KvGroup g) const { return g == KvGroup::Full ? full : window; }
+};
+
+// The greedy screen of the unembedding whose data is `lm_head` (upload_unembedding).
+struct CudaBackend::GreedyScreen {
+  const void* lm_head = nullptr;
+  cuda::GreedyScreenWeights weights;
+  cuda::GreedyScreenState state;
 };
 
 template <typename KernelArgs>

@@ -40,6 +40,8 @@ GraphKey StepGraphCache::key(const StepPlan& plan) const {
   // attention tiles each sequence's T tokens and reads its context length from the device plan, so
   // one verify graph serves every context.
   if (k.seq_tokens > 1) k.context_bucket = 0;
+  // Greedy-only plans launch other kernels only where the unembedding takes the greedy screen (one row).
+  k.greedy_ids_only = k.greedy_ids_only && k.rows() == 1 && backend_.greedy_screen_ != nullptr;
   return k;
 }
 
@@ -62,7 +64,9 @@ Tensor StepGraphCache::run(const StepPlan& plan, const GraphKey& key, const Back
   if (it != graphs_.end()) {
     backend_.begin_step(padded);  // uploads into the buffers the graph reads
     OSSRT_CUDA_CHECK(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(it->second.exec), backend_.stream_));
-    backend_.fused_greedy_ = {it->second.greedy_logits, it->second.greedy_rows, it->second.greedy_vocab, true};
+    const Entry& e = it->second;
+    backend_.fused_greedy_ = {e.greedy_logits, e.greedy_rows, e.greedy_vocab, true, e.greedy_logits_written};
+    if (!e.greedy_logits_written) ++backend_.greedy_screen_steps_;
     ++it->second.replays;
     ++backend_.graph_replays_;
     return it->second.logits.rows(0, rows);
@@ -93,7 +97,13 @@ Tensor StepGraphCache::run(const StepPlan& plan, const GraphKey& key, const Back
   // The capture's unembed set the fused greedy state of the launches the graph holds (the eager run's
   // ids are in the buffer now: the capture launched nothing).
   const auto& greedy = backend_.fused_greedy_;
-  graphs_[key] = Entry{reinterpret_cast<CUgraphExec_st*>(exec), eager, 0, greedy.logits, greedy.rows, greedy.vocab};
+  graphs_[key] = Entry{reinterpret_cast<CUgraphExec_st*>(exec),
+                       eager,
+                       0,
+                       greedy.logits,
+                       greedy.rows,
+                       greedy.vocab,
+                       greedy.logits_written};
   spdlog::debug("cuda: captured a step graph for batch bucket {}, {} tokens a sequence, context bucket {}",
                 key.batch_bucket, key.seq_tokens, key.context_bucket);
   return eager.rows(0, rows);

@@ -52,6 +52,7 @@ class StepGraphCache {
     // restored at each replay after begin_step cleared it.
     const void* greedy_logits = nullptr;
     int64_t greedy_rows = 0, greedy_vocab = 0;
+    bool greedy_logits_written = true;
   };
   CudaBackend& backend_;
   std::map<GraphKey, Entry> graphs_;

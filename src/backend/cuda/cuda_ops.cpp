@@ -171,6 +171,28 @@ void CudaBackend::unembed(const Tensor& x, const Tensor& w, Tensor& logits) {
   fused_greedy_ = {};
   if (ablated(w.dim(0) > 65536 ? kAblateLmHead : kAblateLinear)) return;  // linear()'s rule
   const int64_t rows = x.ndim == 2 ? x.dim(0) : 0;
+  // A one-row greedy-only step: the screen finds the id without the logits (kernels/greedy_screen.cuh).
+  if (greedy_screen_ && w.data == greedy_screen_->lm_head && rows == 1 && plan_->host_plan().greedy_ids_only) {
+    const cuda::GreedyScreenWeights& g = greedy_screen_->weights;
+    check_on_device(x, "unembed", "x");
+    check_float(logits, "unembed", "logits");
+    OSSRT_CHECK(x.dtype == DType::BF16 && x.row_elems() == g.k && logits.dtype == DType::F32 && logits.ndim == 2 &&
+                    logits.row_elems() == g.n,
+                "unembed: x {} {} / logits {} {} for the screened unembedding [{}, {}]", dtype_name(x.dtype),
+                x.shape_str(), dtype_name(logits.dtype), logits.shape_str(), g.n, g.k);
+    const cuda::GreedyArgmaxArgs keys{greedy_keys_, greedy_ids_, 1};
+    try {
+      cuda::launch_greedy_screen(g, greedy_screen_->state, static_cast<const uint16_t*>(x.data), keys, num_sms_,
+                                 stream_);
+    } catch (...) {  // launched in part: the next step's keys and counters start clean
+      cudaMemsetAsync(greedy_keys_, 0, cuda::greedy_argmax_key_bytes(), stream_);
+      cudaMemsetAsync(greedy_screen_->state.words, 0, cuda::kGreedyScreenWords * sizeof(uint32_t), stream_);
+      throw;
+    }
+    fused_greedy_ = {logits.data, 1, g.n, false, /*logits_written=*/false};
+    ++greedy_screen_steps_;
+    return;
+  }
   const bool fuse = fused_greedy_enabled_ && logits.dtype == DType::F32 && logits.ndim == 2 && rows >= 1 &&
                     rows <= cuda::kGreedyMaxRows && logits.row_elems() < (int64_t(1) << 31);
   const cuda::GreedyArgmaxArgs greedy{greedy_keys_, greedy_ids_, int(rows)};

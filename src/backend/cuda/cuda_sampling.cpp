@@ -90,12 +90,15 @@ bool CudaBackend::sample_on_device(const Tensor& logits, std::span<const DeviceS
   OSSRT_CHECK(out.size() == rows.size(), "sample_on_device: {} output slots for {} rows", out.size(), rows.size());
   // Greedy unmasked rows of the logits the unembedding just made: their argmax is already on the
   // device (unembed's fused argmax, the sampler's greedy rule bit for bit), so only the ids come back.
-  const bool fused = fused_greedy_.logits != nullptr && logits.data == fused_greedy_.logits && logits.ndim == 2 &&
-                     logits.dim(0) == int64_t(rows.size()) && logits.dim(0) <= fused_greedy_.rows &&
-                     logits.dim(1) == fused_greedy_.vocab &&
-                     std::all_of(rows.begin(), rows.end(),
-                                 [](const DeviceSamplingRow& r) { return r.temperature == 0.f && r.allowed.empty(); });
-  if (fused && !rows.empty()) {
+  const bool ours = fused_greedy_.logits != nullptr && logits.data == fused_greedy_.logits && logits.ndim == 2 &&
+                    logits.dim(0) == int64_t(rows.size()) && logits.dim(0) <= fused_greedy_.rows &&
+                    logits.dim(1) == fused_greedy_.vocab;
+  const bool all_greedy = std::all_of(
+      rows.begin(), rows.end(), [](const DeviceSamplingRow& r) { return r.temperature == 0.f && r.allowed.empty(); });
+  OSSRT_CHECK(!ours || fused_greedy_.logits_written || all_greedy,
+              "sample_on_device: the step was planned greedy-only (StepPlan::greedy_ids_only), so its logits were "
+              "not computed, but a row wants more than its argmax");
+  if (ours && all_greedy && !rows.empty()) {
     if (step_timer_) step_timer_->sampler_enqueued();
     OSSRT_CUDA_CHECK(
         cudaMemcpyAsync(out.data(), greedy_ids_, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));

@@ -5,6 +5,7 @@
 // The linear weights (upload_linear) of Fp8 / Mxfp4Fp8 become e4m3 codes with 128x128 block scales,
 // quantized on the host with core/fp8.h, each checkpoint part on its own grid.
 #include <cuda_runtime_api.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "backend/cuda/cuda_backend_internal.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_buffers.h"
+#include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/moe.cuh"
 #include "backend/cuda/kernels/moe_mxfp4.cuh"
 #include "backend/cuda/mxfp4_dequant.h"
@@ -190,6 +192,50 @@ Tensor CudaBackend::upload_linear(std::span<const HostTensor* const> parts) {
   cuda::fp8_gemv_prepare(w->k_pad);
   fp8_weights_.emplace(t.data, std::move(w));
   return t;
+}
+
+Tensor CudaBackend::upload_unembedding(std::span<const HostTensor* const> parts) {
+  Tensor w = upload_linear(parts);
+  if (!greedy_screen_enabled_) return w;
+  const bool fits = w.dtype == DType::BF16 && w.ndim == 2 && cuda::greedy_screen_supported(w.dim(0), int(w.dim(1))) &&
+                    cuda::gemv_one_warp_per_row(int(w.dim(0)), num_sms_);
+  if (!fits) {
+    spdlog::warn(
+        "cuda: OSSRT_CUDA_GREEDY_SCREEN=1, but the unembedding ({} {}) is not one the screen takes "
+        "(bf16, a one-warp-a-row GEMV, k a multiple of 16 up to {}): greedy steps run the full GEMV",
+        dtype_name(w.dtype), w.shape_str(), cuda::kGreedyScreenMaxK);
+    return w;
+  }
+  bind_device();
+  const int64_t n = w.dim(0);
+  const int k = int(w.dim(1));
+  auto screen = std::make_unique<GreedyScreen>();
+  screen->lm_head = w.data;
+  cuda::GreedyScreenWeights& g = screen->weights;
+  g.w = static_cast<const uint16_t*>(w.data);
+  g.n = n;
+  g.k = k;
+  g.codes = static_cast<int8_t*>(
+      buffers_->allocate(size_t(n) * size_t(k), "greedy screen codes", stream_, cuda::BufferKind::Weights));
+  auto* per_row = static_cast<float*>(buffers_->allocate(4 * size_t(n) * sizeof(float), "greedy screen row numbers",
+                                                         stream_, cuda::BufferKind::Weights));
+  g.scale = per_row;
+  g.norm_w = per_row + n;
+  g.norm_w_hat = per_row + 2 * n;
+  g.norm_err = per_row + 3 * n;
+  cuda::GreedyScreenState& st = screen->state;
+  st.upper = static_cast<float*>(device_alloc(size_t(n) * sizeof(float), "greedy screen bounds"));
+  st.words =
+      static_cast<uint32_t*>(device_alloc(cuda::kGreedyScreenWords * sizeof(uint32_t), "greedy screen counters"));
+  st.candidates = static_cast<int32_t*>(
+      device_alloc(size_t(cuda::kGreedyScreenMaxCandidates) * sizeof(int32_t), "greedy screen candidates"));
+  OSSRT_CUDA_CHECK(cudaMemsetAsync(st.words, 0, cuda::kGreedyScreenWords * sizeof(uint32_t), stream_));
+  cuda::launch_greedy_screen_prepare(g, stream_);
+  OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  greedy_screen_ = std::move(screen);
+  spdlog::info("cuda: greedy screen of the unembedding [{}, {}]: {:.1f} MiB of int8 codes", n, k,
+               double(cuda::greedy_screen_weight_bytes(n, k)) / 1048576.0);
+  return w;
 }
 
 namespace {

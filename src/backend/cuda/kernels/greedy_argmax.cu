@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(kGreedyMaxRows * 32) greedy_argmax_finish(Gree
   }
   // key 0: no offer (a GEMV of no output rows, which the launcher refuses); -1 says so.
   if (lane == 0 && r < a.rows) a.ids[r] = key == 0 ? -1 : int32_t(~static_cast<uint32_t>(key));
+  for (int i = int(threadIdx.x); i < a.zero_words; i += int(blockDim.x)) a.zero_after[i] = 0;
 }
 
 }  // namespace
@@ -28,6 +29,8 @@ __global__ void __launch_bounds__(kGreedyMaxRows * 32) greedy_argmax_finish(Gree
 void launch_greedy_argmax_finish(const GreedyArgmaxArgs& a, cudaStream_t stream) {
   OSSRT_CU_CHECK(a.keys && a.ids && a.rows >= 1 && a.rows <= kGreedyMaxRows, "greedy argmax: ", a.rows,
                  " token rows (1..", kGreedyMaxRows, ") or no key / id buffer");
+  OSSRT_CU_CHECK(a.zero_words >= 0 && (a.zero_words == 0 || a.zero_after), "greedy argmax: ", a.zero_words,
+                 " words to zero without a buffer");
   OSSRT_CUDA_CALL(launch_pdl(greedy_argmax_finish, dim3(1), dim3(kGreedyMaxRows * 32), stream, a));
 }
 

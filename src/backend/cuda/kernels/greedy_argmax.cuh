@@ -29,6 +29,10 @@ struct GreedyArgmaxArgs {
   unsigned long long* keys = nullptr;  // [kGreedySlots][kGreedySlotStride], all 0 before a GEMV launch
   int32_t* ids = nullptr;              // [kGreedyMaxRows]: the argmax of each token row
   int rows = 0;                        // token rows of the GEMV (1..kGreedyMaxRows)
+  // Optional: words the finish kernel also zeroes, once every kernel before it has completed (the
+  // greedy screen's per-step counters, greedy_screen.cuh).
+  uint32_t* zero_after = nullptr;
+  int zero_words = 0;
 };
 
 inline size_t greedy_argmax_key_bytes() {
