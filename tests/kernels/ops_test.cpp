@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -550,12 +551,14 @@ class PlanBuilder {
 // The greedy screen (OSSRT_CUDA_GREEDY_SCREEN=1, kernels/greedy_screen.cuh): on a one-row greedy-only
 // step unembed finds the id from the int8 copy plus the exact bf16 logits of the candidates, and it must
 // be the full bf16 GEMV's argmax (a backend without the screen: its logits, argmax on the host), at
-// gpt-oss's unembedding shape. Token rows: one planted to win with an exact tie (the lower id), plain
-// random ones (a random argmax among ~N(0, 1) logits), one with a huge channel (a loose bound on x, more
-// candidates), one along 12,000 identical rows (more candidates than the screen keeps: every row is
-// rescored), and a NaN (no bound: every row; all logits NaN, so id 0). Then the planted one again (the
-// counters were reset), a step without the flag (the logits written as before), and a sampled row
-// asked of screened logits (refused).
+// gpt-oss's unembedding shape. Token rows: one planted to win with an exact tie (the lower id); plain
+// random ones (a random argmax among ~N(0, 1) logits; the screen must keep few rows); two where int8
+// alone picks the wrong row, so only the bound keeps the winner: a row whose many small weights all
+// quantize to 0 (the |w - w_hat| term), and a row read by x channels that quantize to 0 beside a huge
+// one (the |x - x_hat| term); one along 12,000 identical rows (more candidates than the screen keeps:
+// every row is rescored), and a NaN x (every row; all logits NaN, so id 0). After every step the
+// screen's counters are 0 again. Then a step without the flag (the logits written as before) and a
+// sampled row asked of screened logits (refused).
 TEST(CudaOps, GreedyScreenFindsTheFullGemvsArgmax) {
   OSSRT_SKIP_WITHOUT_GPU();
   const int64_t vocab = 201088, in = kHidden;
@@ -572,13 +575,27 @@ TEST(CudaOps, GreedyScreenFindsTheFullGemvsArgmax) {
   screened->allocate_kv_cache(shape);
   plain->allocate_kv_cache(shape);
   std::mt19937_64 rng(43);
+  auto centered = [&] {  // a direction whose channels sum to 0: near-constant x sees nothing of it
+    std::vector<float> d = random_floats(rng, size_t(in), 1.0f);
+    const float mean = std::accumulate(d.begin(), d.end(), 0.0f) / float(in);
+    for (float& v : d) v = round_to_bf16(v - mean);
+    return d;
+  };
   std::vector<float> w = random_floats(rng, size_t(vocab * in), 1.0f / std::sqrt(float(in)));
-  const auto planted = random_floats(rng, size_t(in), 1.0f), flat = random_floats(rng, size_t(in), 1.0f);
+  const std::vector<float> planted = centered(), flat = centered();
+  auto set_row = [&](int64_t row, const std::function<float(int64_t)>& value) {
+    for (int64_t k = 0; k < in; ++k) w[size_t(row * in + k)] = round_to_bf16(value(k));
+  };
   for (const int64_t row : {int64_t(1000), int64_t(150000)})
-    for (int64_t k = 0; k < in; ++k) w[size_t(row * in + k)] = round_to_bf16(0.1f * planted[size_t(k)]);
-  for (int64_t row = 50000; row < 62000; ++row)
-    for (int64_t k = 0; k < in; ++k) w[size_t(row * in + k)] = round_to_bf16(0.05f * flat[size_t(k)]);
-  for (int64_t k = 0; k < in; ++k) w[size_t(777 * in + k)] = NAN;
+    set_row(row, [&](int64_t k) { return 0.1f * planted[size_t(k)]; });
+  for (int64_t row = 50000; row < 62000; ++row) set_row(row, [&](int64_t k) { return 0.01f * flat[size_t(k)]; });
+  set_row(777, [](int64_t) { return NAN; });
+  // Channel 0 carries the x-side case's huge value: no row reads it.
+  for (int64_t row = 0; row < vocab; ++row) w[size_t(row * in)] = 0.0f;
+  constexpr int64_t kRowA = 3000, kRowB = 2000, kRowD = 4000;
+  set_row(kRowA, [](int64_t k) { return k == 0 ? 0.0f : k == 20 ? 1.0f : 0.0039f; });  // small weights -> code 0
+  set_row(kRowB, [](int64_t k) { return k == 0 ? 0.0f : 0.004f; });                    // exact codes
+  set_row(kRowD, [](int64_t k) { return k >= 1 && k <= 15 ? 1.0f : 0.0f; });           // reads channels 1-15
   auto w_host = test::host_bf16(w, {vocab, in}, "lm_head");
   const HostTensor* parts[] = {&w_host->view};
   const Tensor ws = screened->upload_unembedding(parts), wp = plain->upload_unembedding(parts);
@@ -591,6 +608,7 @@ TEST(CudaOps, GreedyScreenFindsTheFullGemvsArgmax) {
   builder.add(plan, seq, 1);
   plan.greedy_ids_only = true;
   const std::vector<DeviceSamplingRow> greedy(1);
+  uint32_t rescored = 0;  // rows the last step rescored
   auto step = [&](const std::vector<float>& x, const std::string& what) -> int32_t {
     screened->begin_step(plan);
     plain->begin_step(plan);
@@ -604,6 +622,12 @@ TEST(CudaOps, GreedyScreenFindsTheFullGemvsArgmax) {
     std::vector<int32_t> id(1, -1);
     EXPECT_TRUE(screened->sample_on_device(ls, greedy, id)) << what;
     EXPECT_EQ(id[0], greedy_id(logits.data(), vocab)) << what;
+    const std::vector<uint32_t> words = screened->greedy_screen_words(ws);
+    EXPECT_EQ(words.size(), 4u);
+    if (words.size() == 4) {
+      EXPECT_EQ(words[0] | words[1] | words[2], 0u) << "counters left set, " << what;
+      rescored = words[3];
+    }
     return id[0];
   };
   auto around = [&](const std::vector<float>& dir, float scale) {
@@ -612,15 +636,26 @@ TEST(CudaOps, GreedyScreenFindsTheFullGemvsArgmax) {
     return x;
   };
   EXPECT_EQ(step(around(planted, 1.0f), "planted tie"), 1000) << "the tie's lower id must win";
-  for (int i = 0; i < 3; ++i) step(random_floats(rng, size_t(in), 1.0f), fmt::format("random x {}", i));
-  std::vector<float> outlier = random_floats(rng, size_t(in), 1.0f);
-  outlier[17] = 300.0f;
-  step(outlier, "one huge channel");
+  for (int i = 0; i < 3; ++i) {
+    step(random_floats(rng, size_t(in), 1.0f), fmt::format("random x {}", i));
+    EXPECT_LT(rescored, 2000u) << "random x " << i << ": the screen kept too many rows";
+    std::printf("[metric] greedy screen, random x %d: %u of %lld rows rescored\n", i, rescored,
+                static_cast<long long>(vocab));
+  }
+  std::vector<float> ones(size_t(in), 1.0f);
+  for (int64_t k = 1; k <= 15; ++k) ones[size_t(k)] = 0.0f;
+  EXPECT_EQ(step(ones, "int8 weights prefer another row"), kRowA) << "the |w - w_hat| term lost the winner";
+  std::vector<float> spike(size_t(in), 1.0f);
+  spike[0] = 300.0f;
+  EXPECT_EQ(step(spike, "int8 x prefers another row"), kRowD) << "the |x - x_hat| term lost the winner";
   EXPECT_EQ(step(around(flat, 1.0f), "12,000 identical rows"), 50000);
+  EXPECT_EQ(rescored, uint32_t(vocab)) << "more candidates than kept: every row";
   std::vector<float> nan_x = random_floats(rng, size_t(in), 1.0f);
   nan_x[5] = NAN;
   EXPECT_EQ(step(nan_x, "NaN in x"), 0);
+  EXPECT_EQ(rescored, uint32_t(vocab)) << "a NaN x: every row";
   EXPECT_EQ(step(around(planted, 0.5f), "planted tie after the fallbacks"), 1000);
+  EXPECT_LT(rescored, 2000u);
 
   // Without the flag: the full GEMV, the logits bit for bit the plain backend's.
   plan.greedy_ids_only = false;

@@ -236,6 +236,8 @@ void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
 void CudaBackend::to_host(const Tensor& t, void* dst) {
   bind_device();
   OSSRT_CHECK(t.device == Device::CUDA, "to_host: tensor {} is not on the CUDA device", t.shape_str());
+  OSSRT_CHECK(fused_greedy_.logits_written || t.data != fused_greedy_.logits,
+              "to_host: the logits of a greedy-only step (StepPlan::greedy_ids_only) were not computed");
   if (t.bytes() == 0) return;
   OSSRT_CUDA_CHECK(cudaMemcpyAsync(dst, t.data, t.bytes(), cudaMemcpyDeviceToHost, stream_));
   OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -148,8 +148,12 @@ class CudaBackend final : public Backend {
   int64_t fused_greedy_samples() const { return fused_greedy_samples_; }
   // Of those, the ones whose ids a graph replay computed (the state its capture recorded).
   int64_t fused_greedy_replay_samples() const { return fused_greedy_replay_samples_; }
-  // unembed calls answered by the greedy screen (no logits written).
+  // unembed calls answered by the greedy screen (no logits written), graph replays included.
   int64_t greedy_screen_steps() const { return greedy_screen_steps_; }
+  // The greedy screen's counters for unembedding w (kernels/greedy_screen.cuh GreedyScreenWord; the
+  // first three 0 between steps, the last the rows the last screened step rescored), read after a
+  // synchronize; empty when w has no screen. For tests.
+  std::vector<uint32_t> greedy_screen_words(const Tensor& w);
   // Every captured graph's key (batch bucket, tokens a sequence, context bucket) and its replays.
   std::vector<cuda::GraphUse> graph_uses() const;
   // Bytes this backend holds on the device (weights, workspaces, KV cache).
@@ -311,10 +315,11 @@ class CudaBackend final : public Backend {
   };
   FusedGreedy fused_greedy_;
   int64_t fused_greedy_samples_ = 0, fused_greedy_replay_samples_ = 0;
-  // The greedy screen (OSSRT_CUDA_GREEDY_SCREEN=1, developer switch read at start, off until measured):
-  // made by upload_unembedding; null when off or when the unembedding does not qualify.
+  // The greedy screens (OSSRT_CUDA_GREEDY_SCREEN=1, developer switch read at start, off until measured)
+  // of the unembeddings upload_unembedding made, by their data pointer; none when off or when an
+  // unembedding does not qualify.
   bool greedy_screen_enabled_ = false;
-  std::unique_ptr<GreedyScreen> greedy_screen_;
+  std::unordered_map<const void*, std::unique_ptr<GreedyScreen>> greedy_screens_;
   int64_t greedy_screen_steps_ = 0;
 
   bool graphs_enabled_ = true;

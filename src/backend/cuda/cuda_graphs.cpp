@@ -41,7 +41,7 @@ GraphKey StepGraphCache::key(const StepPlan& plan) const {
   // one verify graph serves every context.
   if (k.seq_tokens > 1) k.context_bucket = 0;
   // Greedy-only plans launch other kernels only where the unembedding takes the greedy screen (one row).
-  k.greedy_ids_only = k.greedy_ids_only && k.rows() == 1 && backend_.greedy_screen_ != nullptr;
+  k.greedy_ids_only = k.greedy_ids_only && k.rows() == 1 && !backend_.greedy_screens_.empty();
   return k;
 }
 

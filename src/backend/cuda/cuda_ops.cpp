@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_internal.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_graphs.h"
 #include "backend/cuda/kernels/attention.cuh"
 #include "backend/cuda/kernels/embedding.cuh"
 #include "backend/cuda/kernels/fp8_linear.cuh"
@@ -172,8 +173,9 @@ void CudaBackend::unembed(const Tensor& x, const Tensor& w, Tensor& logits) {
   if (ablated(w.dim(0) > 65536 ? kAblateLmHead : kAblateLinear)) return;  // linear()'s rule
   const int64_t rows = x.ndim == 2 ? x.dim(0) : 0;
   // A one-row greedy-only step: the screen finds the id without the logits (kernels/greedy_screen.cuh).
-  if (greedy_screen_ && w.data == greedy_screen_->lm_head && rows == 1 && plan_->host_plan().greedy_ids_only) {
-    const cuda::GreedyScreenWeights& g = greedy_screen_->weights;
+  const auto screen = greedy_screens_.find(w.data);
+  if (screen != greedy_screens_.end() && rows == 1 && plan_->host_plan().greedy_ids_only) {
+    const cuda::GreedyScreenWeights& g = screen->second->weights;
     check_on_device(x, "unembed", "x");
     check_float(logits, "unembed", "logits");
     OSSRT_CHECK(x.dtype == DType::BF16 && x.row_elems() == g.k && logits.dtype == DType::F32 && logits.ndim == 2 &&
@@ -182,15 +184,15 @@ void CudaBackend::unembed(const Tensor& x, const Tensor& w, Tensor& logits) {
                 x.shape_str(), dtype_name(logits.dtype), logits.shape_str(), g.n, g.k);
     const cuda::GreedyArgmaxArgs keys{greedy_keys_, greedy_ids_, 1};
     try {
-      cuda::launch_greedy_screen(g, greedy_screen_->state, static_cast<const uint16_t*>(x.data), keys, num_sms_,
+      cuda::launch_greedy_screen(g, screen->second->state, static_cast<const uint16_t*>(x.data), keys, num_sms_,
                                  stream_);
     } catch (...) {  // launched in part: the next step's keys and counters start clean
       cudaMemsetAsync(greedy_keys_, 0, cuda::greedy_argmax_key_bytes(), stream_);
-      cudaMemsetAsync(greedy_screen_->state.words, 0, cuda::kGreedyScreenWords * sizeof(uint32_t), stream_);
+      cudaMemsetAsync(screen->second->state.words, 0, cuda::kGreedyScreenWords * sizeof(uint32_t), stream_);
       throw;
     }
     fused_greedy_ = {logits.data, 1, g.n, false, /*logits_written=*/false};
-    ++greedy_screen_steps_;
+    if (!graphs_->capturing()) ++greedy_screen_steps_;  // a capture launches nothing
     return;
   }
   const bool fuse = fused_greedy_enabled_ && logits.dtype == DType::F32 && logits.ndim == 2 && rows >= 1 &&
@@ -205,6 +207,17 @@ void CudaBackend::unembed(const Tensor& x, const Tensor& w, Tensor& logits) {
     throw;
   }
   fused_greedy_ = {logits.data, rows, logits.row_elems(), false};
+}
+
+std::vector<uint32_t> CudaBackend::greedy_screen_words(const Tensor& w) {
+  bind_device();
+  const auto screen = greedy_screens_.find(w.data);
+  if (screen == greedy_screens_.end()) return {};
+  std::vector<uint32_t> words(cuda::kGreedyScreenWords);
+  OSSRT_CUDA_CHECK(cudaMemcpyAsync(words.data(), screen->second->state.words, words.size() * sizeof(uint32_t),
+                                   cudaMemcpyDeviceToHost, stream_));
+  OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return words;
 }
 
 bool CudaBackend::run_linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out,

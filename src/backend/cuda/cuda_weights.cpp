@@ -197,8 +197,9 @@ Tensor CudaBackend::upload_linear(std::span<const HostTensor* const> parts) {
 Tensor CudaBackend::upload_unembedding(std::span<const HostTensor* const> parts) {
   Tensor w = upload_linear(parts);
   if (!greedy_screen_enabled_) return w;
+  // The unscreened one-row unembedding must be bf16_gemv<1, 1>, whose logits the rescore repeats bit for bit.
   const bool fits = w.dtype == DType::BF16 && w.ndim == 2 && cuda::greedy_screen_supported(w.dim(0), int(w.dim(1))) &&
-                    cuda::gemv_one_warp_per_row(int(w.dim(0)), num_sms_);
+                    cuda::gemv_one_warp_per_row(int(w.dim(0)), num_sms_) && gemv_max_rows_ >= 1;
   if (!fits) {
     spdlog::warn(
         "cuda: OSSRT_CUDA_GREEDY_SCREEN=1, but the unembedding ({} {}) is not one the screen takes "
@@ -232,7 +233,7 @@ Tensor CudaBackend::upload_unembedding(std::span<const HostTensor* const> parts)
   OSSRT_CUDA_CHECK(cudaMemsetAsync(st.words, 0, cuda::kGreedyScreenWords * sizeof(uint32_t), stream_));
   cuda::launch_greedy_screen_prepare(g, stream_);
   OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  greedy_screen_ = std::move(screen);
+  greedy_screens_[w.data] = std::move(screen);
   spdlog::info("cuda: greedy screen of the unembedding [{}, {}]: {:.1f} MiB of int8 codes", n, k,
                double(cuda::greedy_screen_weight_bytes(n, k)) / 1048576.0);
   return w;

@@ -32,21 +32,36 @@ __device__ __forceinline__ void load_chunk_f32(const uint16_t* row, int c, float
 }
 
 // Symmetric int8 codes of 16 values at `scale` (code = round(v / scale) within +-127; all 0 when the
-// scale is 0), packed four to a word in value order; v^2, v_hat^2 and (v - v_hat)^2 added to the sums.
-__device__ __forceinline__ void encode_chunk(const float (&v)[kChunk], float scale, uint32_t (&q)[4], float& sum_v,
-                                             float& sum_hat, float& sum_err) {
+// scale is 0), packed four to a word in value order; v^2, v_hat^2 and (v - v_hat)^2 added to the sums,
+// in double: squares of floats neither underflow nor overflow there (a bound made of fp32 squares of
+// values near 1e-20 would be 0).
+__device__ __forceinline__ void encode_chunk(const float (&v)[kChunk], float scale, uint32_t (&q)[4], double& sum_v,
+                                             double& sum_hat, double& sum_err) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) q[j] = 0;
 #pragma unroll
   for (int i = 0; i < kChunk; ++i) {
     const float code = scale > 0.f ? fminf(fmaxf(rintf(v[i] / scale), -127.f), 127.f) : 0.f;
-    const float hat = code * scale;
-    const float err = v[i] - hat;
-    sum_v = fmaf(v[i], v[i], sum_v);
-    sum_hat = fmaf(hat, hat, sum_hat);
-    sum_err = fmaf(err, err, sum_err);
+    const double hat = double(code) * double(scale);  // exact: 8 x 24 bits
+    const double err = double(v[i]) - hat;            // exact to double's rounding
+    sum_v = fma(double(v[i]), double(v[i]), sum_v);
+    sum_hat = fma(hat, hat, sum_hat);
+    sum_err = fma(err, err, sum_err);
     q[i / 4] |= (uint32_t(int32_t(code)) & 0xFFu) << (8 * (i % 4));
   }
+}
+
+// A norm from its double sum of squares as a float no smaller than it (overflow: +inf; a positive
+// norm below FLT_MIN: FLT_MIN), so every bound made of it stays a bound.
+__device__ __forceinline__ float norm_up(double sum_sq) {
+  const double n = sqrt(sum_sq) * double(kRoundUp);
+  if (n <= 0.0) return 0.f;
+  return n >= double(FLT_MAX) ? INFINITY : fmaxf(float(n) * kRoundUp, FLT_MIN);
+}
+
+__device__ __forceinline__ double warp_sum_double(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
 __device__ __forceinline__ float max_abs(const float (&v)[kChunk]) {
@@ -83,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) greedy_screen_prepare(GreedyScreenWe
     m = warp_max(m);
     finite = __all_sync(0xffffffffu, finite);
     const float scale = finite && m > 0.f ? m / 127.f : 0.f;
-    float sum_v = 0.f, sum_hat = 0.f, sum_err = 0.f;
+    double sum_v = 0.0, sum_hat = 0.0, sum_err = 0.0;
     for (int c = lane; c < chunks; c += 32) {
       float v[kChunk];
       load_chunk_f32(row, c, v);
@@ -91,12 +106,12 @@ __global__ void __launch_bounds__(kThreads) greedy_screen_prepare(GreedyScreenWe
       encode_chunk(v, scale, q, sum_v, sum_hat, sum_err);
       *reinterpret_cast<uint4*>(g.codes + r * g.k + c * kChunk) = make_uint4(q[0], q[1], q[2], q[3]);
     }
-    sum_v = warp_sum(sum_v), sum_hat = warp_sum(sum_hat), sum_err = warp_sum(sum_err);
+    sum_v = warp_sum_double(sum_v), sum_hat = warp_sum_double(sum_hat), sum_err = warp_sum_double(sum_err);
     if (lane == 0) {
       g.scale[r] = scale;
-      g.norm_w[r] = finite ? sqrtf(sum_v) * kRoundUp : 0.f;
-      g.norm_w_hat[r] = finite ? sqrtf(sum_hat) * kRoundUp : INFINITY;
-      g.norm_err[r] = finite ? sqrtf(sum_err) * kRoundUp + FLT_MIN : 0.f;
+      g.norm_w[r] = finite ? norm_up(sum_v) : 0.f;
+      g.norm_w_hat[r] = finite ? norm_up(sum_hat) : INFINITY;
+      g.norm_err[r] = finite ? norm_up(sum_err) : 0.f;
     }
   }
 }
@@ -109,7 +124,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   static_assert(kGreedyScreenMaxK / kChunk <= kThreads, "a thread a chunk of x");
   __shared__ uint4 xq_s[kGreedyScreenMaxK / kChunk];
   __shared__ float xs_s[kGreedyScreenMaxK / kChunk];
-  __shared__ float sums_s[kWarps][3];
+  __shared__ double sums_s[kWarps][3];
   __shared__ bool finite_s[kWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int chunks = g.k / kChunk;
@@ -130,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   pdl_wait();
   pdl_launch_dependents();
 
-  float sum_x = 0.f, sum_hat = 0.f, sum_err = 0.f;
+  double sum_x = 0.0, sum_hat = 0.0, sum_err = 0.0;
   bool finite = true;
   if (int(threadIdx.x) < chunks) {
     float v[kChunk];
@@ -144,16 +159,16 @@ __global__ void __launch_bounds__(kThreads, 3)
     xq_s[threadIdx.x] = make_uint4(q[0], q[1], q[2], q[3]);
     xs_s[threadIdx.x] = scale;
   }
-  sum_x = warp_sum(sum_x), sum_hat = warp_sum(sum_hat), sum_err = warp_sum(sum_err);
+  sum_x = warp_sum_double(sum_x), sum_hat = warp_sum_double(sum_hat), sum_err = warp_sum_double(sum_err);
   finite = __all_sync(0xffffffffu, finite);
   if (lane == 0) sums_s[warp][0] = sum_x, sums_s[warp][1] = sum_hat, sums_s[warp][2] = sum_err, finite_s[warp] = finite;
   __syncthreads();
-  sum_x = sum_hat = sum_err = 0.f;
+  sum_x = sum_hat = sum_err = 0.0;
   for (int w = 0; w < kWarps; ++w) {  // every thread, in the same order: the same bits
     sum_x += sums_s[w][0], sum_hat += sums_s[w][1], sum_err += sums_s[w][2];
     finite = finite && finite_s[w];
   }
-  const float nx = sqrtf(sum_x) * kRoundUp, nx_hat = sqrtf(sum_hat) * kRoundUp, ex = sqrtf(sum_err) * kRoundUp;
+  const float nx = norm_up(sum_x), nx_hat = norm_up(sum_hat), ex = norm_up(sum_err);
   if (!finite || !isfinite(nx)) {  // no bound holds: every row is a candidate
     if (threadIdx.x == 0) atomicExch(st.words + kScreenFallback, 1u);
     return;
@@ -200,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) greedy_screen_collect(GreedyScreenWe
   const uint32_t key = st.words[kScreenThreshold];
   const float t = key == 0 ? -INFINITY : key_to_float(key);  // no finite lower bound: every row
   for (int64_t r = int64_t(blockIdx.x) * kThreads + threadIdx.x; r < g.n; r += int64_t(gridDim.x) * kThreads) {
-    if (!(st.upper[r] >= t)) continue;
+    if (st.upper[r] < t) continue;  // a NaN bound (overflowed arithmetic) keeps the row
     const uint32_t i = atomicAdd(st.words + kScreenCount, 1u);
     if (i < uint32_t(kGreedyScreenMaxCandidates)) st.candidates[i] = int32_t(r);
   }
@@ -216,6 +231,7 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t found = st.words[kScreenCount];
   const bool every_row = st.words[kScreenFallback] != 0 || found > uint32_t(kGreedyScreenMaxCandidates);
   const int64_t items = every_row ? g.n : int64_t(found);
+  if (blockIdx.x == 0 && threadIdx.x == 0) st.words[kScreenLastRescored] = uint32_t(items);  // n < 2^31
   const int lane = threadIdx.x % 32;
   for (int64_t i = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; i < items; i += int64_t(gridDim.x) * kWarps) {
     const int64_t row = every_row ? i : int64_t(st.candidates[i]);
@@ -261,7 +277,7 @@ void launch_greedy_screen(const GreedyScreenWeights& g, const GreedyScreenState&
   OSSRT_CUDA_CALL(launch_pdl(greedy_screen_rescore, dim3(unsigned(sms) * 4), dim3(kThreads), stream, g, st, x, keys));
   GreedyArgmaxArgs finish = keys;
   finish.zero_after = st.words;
-  finish.zero_words = kGreedyScreenWords;
+  finish.zero_words = kGreedyScreenZeroedWords;
   launch_greedy_argmax_finish(finish, stream);
 }
 

@@ -38,14 +38,15 @@ struct GreedyScreenWeights {
   int k = 0;
 };
 
-// A step's state: `upper` [n], `candidates`, and kGreedyScreenWords counters, 0 between launches
-// (the finish kernel zeroes them: GreedyArgmaxArgs::zero_after).
-inline constexpr int kGreedyScreenWords = 3;
-enum GreedyScreenWord { kScreenThreshold = 0, kScreenFallback = 1, kScreenCount = 2 };
+// A step's state: `upper` [n], `candidates`, and kGreedyScreenWords words: the first
+// kGreedyScreenZeroedWords are 0 between launches (the finish kernel zeroes them:
+// GreedyArgmaxArgs::zero_after); the last says how many rows the last launch rescored (for tests).
+inline constexpr int kGreedyScreenWords = 4, kGreedyScreenZeroedWords = 3;
+enum GreedyScreenWord { kScreenThreshold = 0, kScreenFallback = 1, kScreenCount = 2, kScreenLastRescored = 3 };
 struct GreedyScreenState {
   float* upper = nullptr;         // [n] U_r
   uint32_t* words = nullptr;      // [kGreedyScreenWords]: T's order key (0: none), fallback (non-zero:
-                                  // every row is a candidate), candidates found
+                                  // every row is a candidate), candidates found, rows last rescored
   int32_t* candidates = nullptr;  // [kGreedyScreenMaxCandidates]
 };
 
