@@ -127,16 +127,7 @@ __global__ void __launch_bounds__(kThreads) bf16_gemv_mma(GemvArgs a) {
     }
     __syncthreads();  // red is reused by the next tile
   }
-  if (warp == 0 && a.greedy.keys) {
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      for (int o = 4; o < 32; o <<= 1) {  // lanes of one c (the same two tokens), all g
-        const unsigned long long other = __shfl_xor_sync(0xffffffffu, best[t], o);
-        if (other > best[t]) best[t] = other;
-      }
-      if (g == 0 && 2 * c + t < a.m && best[t] != 0) greedy_offer(a.greedy, 2 * c + t, best[t]);
-    }
-  }
+  if (warp == 0 && a.greedy.keys) greedy_offer_token_pairs(a.greedy, best, 0, a.m);
 }
 
 using GemvKernel = void (*)(GemvArgs);

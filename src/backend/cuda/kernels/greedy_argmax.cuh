@@ -57,6 +57,23 @@ __device__ __forceinline__ unsigned long long greedy_key(float y, int id) {
 __device__ __forceinline__ void greedy_offer(const GreedyArgmaxArgs& g, int r, unsigned long long key) {
   atomicMax(g.keys + int(blockIdx.x % kGreedySlots) * kGreedySlotStride + r, key);
 }
+
+// The tensor-core GEMVs' last step (their m16n8 tiles: lane = 4 g + c holds tokens token0 + 2c and
+// + 1 of rows g and g + 8): best[t] is the lane's best key of token token0 + 2c + t over all its rows;
+// the 8 lanes of one c meet by shuffles and lane (0, c) offers the two tokens below m. Every lane of
+// the warp calls it.
+__device__ __forceinline__ void greedy_offer_token_pairs(const GreedyArgmaxArgs& g, unsigned long long (&best)[2],
+                                                         int token0, int m) {
+  const int lane = threadIdx.x % 32, c = lane % 4;
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    for (int o = 4; o < 32; o <<= 1) {  // lanes of one c, all g
+      const unsigned long long other = __shfl_xor_sync(0xffffffffu, best[t], o);
+      if (other > best[t]) best[t] = other;
+    }
+    if (lane < 4 && token0 + 2 * c + t < m && best[t] != 0) greedy_offer(g, token0 + 2 * c + t, best[t]);
+  }
+}
 #endif
 
 }  // namespace ossrt::cuda
