@@ -197,9 +197,9 @@ TEST(CudaOps, UnembedWithTheFusedGreedyArgmaxKeepsTheLogitsAndGivesTheSamplersId
                         {4104, 200, WeightFormat::Reference, {1, 3, 8}},
                         {40, 200, WeightFormat::Reference, {1, 2, 5}},
                         {40, kHidden, WeightFormat::Reference, {1, 5}},
-                        {201088, kHidden, WeightFormat::Fp8, {1, 3, 8}},
-                        {16000, kHidden, WeightFormat::Fp8, {1, 2}},
-                        {16000, kHidden, WeightFormat::Fp8, {1, 3}, /*fp8_fma=*/true}};
+                        {201088, kHidden, WeightFormat::Mxfp4Fp8, {1, 3, 8}},
+                        {16000, kHidden, WeightFormat::Mxfp4Fp8, {1, 2}},
+                        {16000, kHidden, WeightFormat::Mxfp4Fp8, {1, 3}, /*fp8_fma=*/true}};
   std::mt19937_64 rng(41);
   for (const Case& c : cases) {
     const BackendOptions options{.weight_format = c.format};
@@ -239,7 +239,7 @@ TEST(CudaOps, UnembedWithTheFusedGreedyArgmaxKeepsTheLogitsAndGivesTheSamplersId
       for (int round = 0; round < 2; ++round) {
         const std::string what =
             fmt::format("{} x {} {} weights{}, {} tokens, round {}", c.vocab, c.in,
-                        c.format == WeightFormat::Fp8 ? "fp8" : "bf16", c.fp8_fma ? " (FMA GEMV)" : "", t, round);
+                        c.format == WeightFormat::Mxfp4Fp8 ? "fp8" : "bf16", c.fp8_fma ? " (FMA GEMV)" : "", t, round);
         std::vector<float> x;
         for (int64_t r = 0; r < t; ++r) {
           const auto noise = random_floats(rng, size_t(c.in), 0.1f);
@@ -984,12 +984,16 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
       }
       EXPECT_EQ(qkv_out[1], qkv_out[2]) << "fused vs plain qkv, " << what;
       EXPECT_EQ(attn_out[1], attn_out[2]) << "fused vs plain attention (the cached k, v), " << what;
-      OSSRT_EXPECT_CLOSE(qkv_out[1], qkv_out[0], 1e-2, "fused qkv vs CPU, " + what);
+      // Folded with FP8 weights, the CPU quantizes its f32 normed row to e4m3 and the GPU its bf16 one:
+      // codes across a rounding boundary differ by a step (measured on the H200, session 21: qkv rel L2
+      // 0.0103-0.0128, attention up to 0.023). The fold itself is checked bit for bit above.
+      const bool fp8_fold = fp8 && fold_norm;
+      OSSRT_EXPECT_CLOSE(qkv_out[1], qkv_out[0], fp8_fold ? 3e-2 : 1e-2, "fused qkv vs CPU, " + what);
       // With an fp8 cache the CPU quantizes K and V from its f32 qkv, the GPU from its bf16 qkv: where
       // the two sit on either side of an e4m3 rounding boundary the codes differ by one step (6-12%),
       // which moves the full layers' output past the bf16 bar (measured on the H200: rel L2 0.0118).
       // The codes themselves are checked exactly on equal inputs (CudaKvFp8.*), and fused = plain above.
-      const double attn_tol = kv == KvCacheDtype::Fp8E4m3 && g == KvGroup::Full ? 2.5e-2 : 1e-2;
+      const double attn_tol = fp8_fold ? 5e-2 : kv == KvCacheDtype::Fp8E4m3 && g == KvGroup::Full ? 2.5e-2 : 1e-2;
       OSSRT_EXPECT_CLOSE(attn_out[1], attn_out[0], attn_tol, "fused attention vs CPU, " + what);
     }
   }
