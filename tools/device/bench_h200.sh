@@ -38,7 +38,8 @@
 # gpt-oss-20b) its model; SERVE_PROMPTS_8K=0 skips serve's 8k/1k point, SERVE_CONCURRENCY_8K (default 64)
 # sets its concurrency (1: the TTFT of one 8k prompt alone), SERVE_LONG_INPUT (default 8192) its prompt
 # length (32768 with concurrency 1: batch-1 decode at 32k); SERVE_FLAGS adds serve flags (e.g.
-# "--kv-cache-dtype fp8").
+# "--kv-cache-dtype fp8"), SERVE_BENCH_FLAGS bench serve flags (e.g. "--temperature 1": sampled, not
+# greedy, requests).
 set -uo pipefail
 [ $# -gt 0 ] || { sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 2; }  # the header above, whatever its length
 PARTS=("$@")
@@ -122,11 +123,11 @@ part_serve() {
   run_step "bench serve 1k/1k" 330 "$OSSRT" bench serve --base-url http://127.0.0.1:$PORT --dataset random \
     --input-len 1024 --output-len 1024 --ignore-eos --max-concurrency "${SERVE_CONCURRENCY:-1,8,64,256}" \
     --num-prompts "${SERVE_PROMPTS:-4,16,128,512}" --warmup 2 --seed 0 --slo ttft=2000,tpot=50 --no-itl \
-    --result-dir "$RESULTS/$RUN/serve_1k_1k"
+    ${SERVE_BENCH_FLAGS:-} --result-dir "$RESULTS/$RUN/serve_1k_1k"
   local long=${SERVE_LONG_INPUT:-8192}  # the long-prompt point's input length (32768: decode at 32k)
   [ "${SERVE_PROMPTS_8K:-128}" = 0 ] || run_step "bench serve $((long / 1024))k/1k" 200 "$OSSRT" bench serve --base-url http://127.0.0.1:$PORT --dataset random \
     --input-len "$long" --output-len 1024 --ignore-eos --max-concurrency "${SERVE_CONCURRENCY_8K:-64}" --num-prompts "${SERVE_PROMPTS_8K:-128}" \
-    --warmup 2 --seed 1 --slo ttft=10000,tpot=50 --no-itl --result-dir "$RESULTS/$RUN/serve_$((long / 1024))k_1k"
+    --warmup 2 --seed 1 --slo ttft=10000,tpot=50 --no-itl ${SERVE_BENCH_FLAGS:-} --result-dir "$RESULTS/$RUN/serve_$((long / 1024))k_1k"
   curl -s 127.0.0.1:$PORT/metrics > "$RESULTS/$RUN/serve_metrics.txt"
   stop_server
 }

@@ -3,7 +3,11 @@
 # ossrt binary (stripped: debug info would not fit the 64 MiB carry limit) plus the non-system
 # shared libraries they link (fmt, spdlog, ...) into .carry/cuda, which the `run` call carries.
 # cuBLASLt (500 MB) and NCCL (200 MB) do not travel: the device machine has CUDA 13's and torch's. cudart is static.
-# Usage: [KEEP_SYMBOLS=1] [EXTRA_BINARIES="other/build/tests/x_test ..."] tools/device/cuda_pack.sh [build-dir]
+# Usage: [KEEP_SYMBOLS=1] [EXTRA_BINARIES="other/build/tests/x_test ..."] [XZ=1] tools/device/cuda_pack.sh [build-dir]
+# XZ=1 also writes .carry/cudaz/cuda.tar.xz (~10 MB instead of 170: one xz stream with a dictionary
+# wider than a binary, so the test binaries' common code is stored once; ~70 s on 2 cores): carry
+# [".carry/cudaz"] and unpack with `tar -C .carry -xJf .carry/cudaz/cuda.tar.xz` on the device.
+# tools/device/kernel_trace/build.sh adds to .carry/cuda: run it before packing with XZ=1.
 set -euo pipefail
 BUILD=${1:-build-cudaA}
 PACK=.carry/cuda
@@ -26,3 +30,8 @@ done | sort -u | grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|libpthread|libdl|lib
 git rev-parse HEAD > "$PACK/COMMIT"
 git status --short -- src tests tools | grep -q . && echo "+uncommitted" >> "$PACK/COMMIT" || true
 du -sh "$PACK" "$PACK"/bin/* "$PACK"/lib/* | sed 's/^/  /'
+if [ "${XZ:-0}" = 1 ]; then
+  mkdir -p .carry/cudaz
+  tar -C .carry -cf - cuda | xz -T1 --lzma2=preset=9,dict=192MiB > .carry/cudaz/cuda.tar.xz
+  du -sh .carry/cudaz/cuda.tar.xz | sed 's/^/  /'
+fi

@@ -77,7 +77,7 @@ class CudaBackend final : public Backend {
   ExpertWeights upload_experts(const HostExperts& gate_up, const HostExperts& down) override;
   // Fp8 / Mxfp4Fp8: e4m3 codes with 128x128 block scales per part (cuda_weights.cpp); else bf16.
   Tensor upload_linear(std::span<const HostTensor* const> parts) override;
-  // upload_linear; with OSSRT_CUDA_GREEDY_SCREEN=1 and bf16 weights also the greedy screen's int8
+  // upload_linear; with bf16 weights (and unless OSSRT_CUDA_GREEDY_SCREEN=0) also the greedy screen's int8
   // copy (kernels/greedy_screen.cuh), which unembed uses for one-row greedy_ids_only steps.
   Tensor upload_unembedding(std::span<const HostTensor* const> parts) override;
 
@@ -96,7 +96,7 @@ class CudaBackend final : public Backend {
   // conversion kernel for f32 <-> bf16; both are captured into CUDA graphs like the other ops.
   void copy(const Tensor& src, Tensor& dst) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
-  // With OSSRT_CUDA_FUSED_GREEDY=1, up to 8 rows on our GEMVs (bf16 or FP8 weights): the GEMV also
+  // Unless OSSRT_CUDA_FUSED_GREEDY=0, up to 8 rows on our GEMVs (bf16 or FP8 weights): the GEMV also
   // finds each row's argmax (greedy_argmax.cuh) and sample_on_device copies those ids for steps whose
   // rows are all greedy and unmasked, instead of running the sampler's passes over the logits.
   void unembed(const Tensor& x, const Tensor& w, Tensor& logits) override;
@@ -219,10 +219,11 @@ class CudaBackend final : public Backend {
   // fp8_mma_from_rows_ 1). OSSRT_CUDA_FP8_QKV_ROPE=0 (developer switch, read at start, for A/B
   // timing) runs the linear then rope_and_cache_write.
   bool fp8_qkv_rope_ = true;
-  // OSSRT_CUDA_QKV_NORM_FOLD=1 (developer switch, read at start): add_rmsnorm_qkv_rope_cache_write
-  // folds the norm into the one-token bf16 QKV + RoPE kernel instead of launching the norm kernel
-  // first; the bits are the same. Off by default until it is measured on the H200 (docs/kernels.md).
-  bool qkv_norm_fold_ = false;
+  // add_rmsnorm_qkv_rope_cache_write folds the norm into the one-token bf16 QKV + RoPE kernel instead
+  // of launching the norm kernel first; the bits are the same. On by default (120b mxfp4 batch 1:
+  // 2.60 ms a step against 2.65, docs/kernels.md); OSSRT_CUDA_QKV_NORM_FOLD=0 (developer switch, read
+  // at start, for A/B timing) launches the norm kernel first.
+  bool qkv_norm_fold_ = true;
   // The one-token-row FP8 GEMVs (the linear and the fused QKV + RoPE) split K of each 16-row tile over
   // 2 CTAs, summed by the last by a ticket (docs/kernels.md, "FP8 linears"): the workspace, planned in
   // the constructor (partials; tickets 0 between launches). OSSRT_CUDA_FP8_GEMV_SPLIT=0 (developer
@@ -297,12 +298,13 @@ class CudaBackend final : public Backend {
   void* sample_ids_ = nullptr;        // device int32 [max_sample_rows_]
   void* sample_workspace_ = nullptr;  // the argmax pass's partial results (sample.cuh)
   int max_sample_rows_ = 0;
-  // The fused greedy argmax (unembed): OSSRT_CUDA_FUSED_GREEDY=1 (developer switch, read at start)
-  // turns it on; off by default until measured on the H200. Keys (all 0 between launches) and ids
+  // The fused greedy argmax (unembed): on by default (20b mxfp4-fp8 batch 1: 630 tok/s against 624,
+  // docs/kernels.md); OSSRT_CUDA_FUSED_GREEDY=0 (developer switch, read at start) runs the sampler's
+  // passes for every step. Keys (all 0 between launches) and ids
   // are greedy_argmax.cuh's. fused_greedy_ names the logits the ids belong to: set by unembed, and
   // for a graph replay by the graph cache (what the captured step set); cleared by begin_step and by
   // any other write to those logits through linear().
-  bool fused_greedy_enabled_ = false;
+  bool fused_greedy_enabled_ = true;
   unsigned long long* greedy_keys_ = nullptr;
   int32_t* greedy_ids_ = nullptr;
   // Only linear() into the logits' own base pointer clears it: nothing else writes a step's logits
@@ -315,10 +317,11 @@ class CudaBackend final : public Backend {
   };
   FusedGreedy fused_greedy_;
   int64_t fused_greedy_samples_ = 0, fused_greedy_replay_samples_ = 0;
-  // The greedy screens (OSSRT_CUDA_GREEDY_SCREEN=1, developer switch read at start, off until measured)
-  // of the unembeddings upload_unembedding made, by their data pointer; none when off or when an
-  // unembedding does not qualify.
-  bool greedy_screen_enabled_ = false;
+  // The greedy screens of the bf16 unembeddings upload_unembedding made, by their data pointer; none
+  // when off or when an unembedding does not qualify (FP8 ones: int8 codes would read as many bytes).
+  // On by default (120b mxfp4 batch 1: 2.48 ms a step against 2.65, docs/kernels.md);
+  // OSSRT_CUDA_GREEDY_SCREEN=0 (developer switch, read at start) runs the full GEMV.
+  bool greedy_screen_enabled_ = true;
   std::unordered_map<const void*, std::unique_ptr<GreedyScreen>> greedy_screens_;
   int64_t greedy_screen_steps_ = 0;
 

@@ -201,9 +201,10 @@ Tensor CudaBackend::upload_unembedding(std::span<const HostTensor* const> parts)
   const bool fits = w.dtype == DType::BF16 && w.ndim == 2 && cuda::greedy_screen_supported(w.dim(0), int(w.dim(1))) &&
                     cuda::gemv_one_warp_per_row(int(w.dim(0)), num_sms_) && gemv_max_rows_ >= 1;
   if (!fits) {
-    spdlog::warn(
-        "cuda: OSSRT_CUDA_GREEDY_SCREEN=1, but the unembedding ({} {}) is not one the screen takes "
-        "(bf16, a one-warp-a-row GEMV, k a multiple of 16 up to {}): greedy steps run the full GEMV",
+    // Expected for FP8 unembeddings (mxfp4-fp8, fp8), whose codes are already a byte an element.
+    spdlog::info(
+        "cuda: no greedy screen for the unembedding ({} {}): the screen takes bf16 on a one-warp-a-row "
+        "GEMV with k a multiple of 16 up to {}; greedy steps run the full GEMV",
         dtype_name(w.dtype), w.shape_str(), cuda::kGreedyScreenMaxK);
     return w;
   }
