@@ -278,6 +278,16 @@ class Backend {
   // Router: logits = x w^T + b; top-k experts by logit; weights = softmax over the k chosen logits.
   // ids: I32 [T, k]; weights: F32 [T, k].
   virtual void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) = 0;
+  // The MoE's start: residual += delta (in place), normed = rmsnorm(residual) * norm_w, then
+  // router_topk(normed, ...). A backend may fold the norm into the router (the CUDA backend does for
+  // one-token steps: each CTA normalizes the row it reads, one writes normed, the last writes the sum
+  // once all have read the residual), with the same bits as the two ops, which the default runs.
+  virtual void add_rmsnorm_router_topk(Tensor& residual, const Tensor& delta, const Tensor& norm_w, float eps,
+                                       Tensor& normed, const Tensor& router_w, const Tensor& router_b, int k,
+                                       Tensor& ids, Tensor& weights) {
+    add_rmsnorm(residual, delta, norm_w, eps, normed);
+    router_topk(normed, router_w, router_b, k, ids, weights);
+  }
   // out[t] = sum_k weights[t,k] * (W_down[e] swiglu(W_gu[e] x[t] + b_gu[e]) + b_down[e]), e = ids[t,k]
   virtual void moe(const Tensor& x, const ExpertWeights& experts, const Tensor& ids, const Tensor& weights,
                    const SwigluParams& swiglu, Tensor& out) = 0;

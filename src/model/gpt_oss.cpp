@@ -298,10 +298,10 @@ Tensor GptOssModel::forward(const StepPlan& plan) {
     all_reduce_sum(shard_.tp, attn_out);
     observe(name + ".attn_out", attn_out);
 
-    backend_.add_rmsnorm(x, attn_out, w.mlp_norm, eps, normed);
-    observe(name + ".mlp_in", normed);
-    moe_out = moe_->run(normed, w.router_w, w.router_b, w.experts, swiglu,
+    // The MoE block runs the norm (x += attn_out; normed = rmsnorm(x)), so it can fold it into its router.
+    moe_out = moe_->run(MoeInput{x, attn_out, w.mlp_norm, eps, normed}, w.router_w, w.router_b, w.experts, swiglu,
                         [&](const std::string& what, const Tensor& t) { observe(name + "." + what, t); });
+    observe(name + ".mlp_in", normed);
     observe(name + ".moe_out", moe_out);
   }
   backend_.add(x, moe_out);

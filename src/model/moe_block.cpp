@@ -46,13 +46,16 @@ void ReplicatedMoe::begin_step(int64_t tokens) {
   group_rows_ = int64_t(*std::max_element(all.begin(), all.end()));
 }
 
-Tensor ReplicatedMoe::run(const Tensor& normed, const Tensor& router_w, const Tensor& router_b,
+Tensor ReplicatedMoe::run(const MoeInput& input, const Tensor& router_w, const Tensor& router_b,
                           const ExpertWeights& experts, const SwigluParams& swiglu, const Observe& observe) {
   const int64_t T = tokens_;
+  const Tensor& normed = input.normed;
   OSSRT_CHECK(normed.dim(0) == T, "MoE: {} rows, the step began with {}", normed.dim(0), T);
   if (dp_size_ == 1) {
     Tensor ids = ids_.rows(0, T), weights = weights_.rows(0, T), out = out_.rows(0, T);
-    backend_.router_topk(normed, router_w, router_b, k_, ids, weights);
+    // This rank routes exactly the rows it normalizes: one op, which a backend may fold.
+    backend_.add_rmsnorm_router_topk(input.residual, input.delta, input.norm_w, input.eps, input.normed, router_w,
+                                     router_b, k_, ids, weights);
     observe("router_ids", ids);
     observe("router_weights", weights);
     backend_.moe(normed, experts, ids, weights, swiglu, out);
@@ -62,6 +65,7 @@ Tensor ReplicatedMoe::run(const Tensor& normed, const Tensor& router_w, const Te
   // Data parallelism: the MoE runs on every DP group's rows. `normed` is the first T rows of the
   // model's [max_step_tokens, H] workspace, so its first group_rows_ rows exist; the rows past T are
   // padding, computed and dropped.
+  backend_.add_rmsnorm(input.residual, input.delta, input.norm_w, input.eps, input.normed);
   const int64_t rows = dp_size_ * group_rows_;
   Tensor in = in_all_.rows(0, rows), out = out_all_.rows(0, rows);
   Tensor ids = ids_all_.rows(0, rows), weights = weights_all_.rows(0, rows);

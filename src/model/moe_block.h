@@ -19,6 +19,17 @@ namespace ossrt {
 
 struct ModelShard;
 
+// The MoE's input as the layer hands it over: normed = rmsnorm(residual + delta) * norm_w, with
+// residual += delta in place. The block runs that norm itself, so that where it routes every row it
+// holds it may fold the norm into the router (Backend::add_rmsnorm_router_topk).
+struct MoeInput {
+  Tensor& residual;
+  const Tensor& delta;
+  const Tensor& norm_w;
+  float eps;
+  Tensor& normed;  // [T, H]: written by run
+};
+
 class MoeBlock {
  public:
   // Called with the block's named intermediates ("router_ids", "router_weights"), when it has them.
@@ -28,15 +39,15 @@ class MoeBlock {
   // Once per step, before the first layer, with the step's token count (a collective for a block
   // that must agree on sizes with other ranks).
   virtual void begin_step(int64_t tokens) = 0;
-  // The MoE output (without the residual) of this rank's T rows of `normed` ([T, H]); the view stays
-  // valid until the next call.
-  virtual Tensor run(const Tensor& normed, const Tensor& router_w, const Tensor& router_b, const ExpertWeights& experts,
+  // The MoE output (without the residual) of this rank's T rows of in.normed ([T, H]), after the
+  // norm that makes them; the view stays valid until the next call.
+  virtual Tensor run(const MoeInput& in, const Tensor& router_w, const Tensor& router_b, const ExpertWeights& experts,
                      const SwigluParams& swiglu, const Observe& observe) = 0;
 };
 
 // MoeDispatch::Replicate (docs/parallel.md): per layer
 //   [dp > 1: ALL-GATHER the DP groups' rows, each padded to the largest group's count]
-//   router_topk (every row) -> moe (local experts, local intermediate slice)
+//   add_rmsnorm + router_topk (every row; one backend op without DP) -> moe (local experts, local intermediate slice)
 //   -> [sharded MoE: ALL-REDUCE over the MoE ranks; dp > 1 with tp = 1: REDUCE-SCATTER, each rank
 //      keeping its own rows] -> this rank's rows
 class ReplicatedMoe final : public MoeBlock {
@@ -45,7 +56,7 @@ class ReplicatedMoe final : public MoeBlock {
   ReplicatedMoe(Backend& backend, const GptOssConfig& config, const ModelShard& shard, int64_t max_step_tokens);
 
   void begin_step(int64_t tokens) override;
-  Tensor run(const Tensor& normed, const Tensor& router_w, const Tensor& router_b, const ExpertWeights& experts,
+  Tensor run(const MoeInput& in, const Tensor& router_w, const Tensor& router_b, const ExpertWeights& experts,
              const SwigluParams& swiglu, const Observe& observe) override;
 
  private:

@@ -145,8 +145,11 @@ void MoeDispatcher::run_local_experts(int64_t chunk, const ExpertWeights& expert
   }
 }
 
-Tensor MoeDispatcher::run(const Tensor& normed, const Tensor& router_w, const Tensor& router_b,
+Tensor MoeDispatcher::run(const MoeInput& input, const Tensor& router_w, const Tensor& router_b,
                           const ExpertWeights& experts, const SwigluParams& swiglu, const Observe& /*observe*/) {
+  // Each rank routes only its own slice of the rows it normalizes: the norm stays its own op.
+  backend_.add_rmsnorm(input.residual, input.delta, input.norm_w, input.eps, input.normed);
+  const Tensor& normed = input.normed;
   const int64_t T = normed.dim(0);
   const OwnRows own = own_rows(T);
   OSSRT_CHECK(own.slice <= combined_.dim(0), "all-to-all dispatch: step of {} rows, planned for {} per rank", T,

@@ -35,7 +35,7 @@ class MoeDispatcher final : public MoeBlock {
   void begin_step(int64_t /*tokens*/) override {}  // each layer's exchange agrees on its own sizes
   // MoE output of all T rows of `normed` ([T, H]); the view stays valid until the next call. The
   // routing is per own rows and never whole, so nothing is observed.
-  Tensor run(const Tensor& normed, const Tensor& router_w, const Tensor& router_b, const ExpertWeights& experts,
+  Tensor run(const MoeInput& input, const Tensor& router_w, const Tensor& router_b, const ExpertWeights& experts,
              const SwigluParams& swiglu, const Observe& observe) override;
 
  private:

@@ -143,14 +143,15 @@ TEST(CudaModel, TinyActivationsMatchCpuOpByOp) {
   }
 }
 
-// The QKV norm fold inside the model (Backend::add_rmsnorm_qkv_rope_cache_write): gpt-oss-20b's
+// The norm folds inside the model (Backend::add_rmsnorm_qkv_rope_cache_write: the norm before QKV;
+// Backend::add_rmsnorm_router_topk: the norm before the MoE, in place, through the MoE block): gpt-oss-20b's
 // shapes (the fold takes the one-token bf16 QKV kernel, which needs >= 2,112 QKV rows on an H200; the
 // tiny preset has 640), the vocabulary cut to 4,096, 3 and 4 layers (the residual stream ends in
 // either buffer). A 40-token prompt, then one-token steps through run_step (CUDA graphs), layers 0,
-// 1 and the last captured, on backends made with OSSRT_CUDA_QKV_NORM_FOLD=1 and =0 (and the in-place
-// path, below): the logits and the captured layer outputs bit for bit, and the fold counted on the
-// first backend only.
-TEST(CudaModel, QkvNormFoldDecodesAsTheSeparateOps) {
+// 1 and the last captured, on backends made with OSSRT_CUDA_QKV_NORM_FOLD and OSSRT_CUDA_ROUTER_NORM_FOLD
+// =1 and =0 (and the in-place path, below): the logits and the captured layer outputs bit for bit,
+// and the folds counted on the first backend only.
+TEST(CudaModel, NormFoldsDecodeAsTheSeparateOps) {
   OSSRT_SKIP_WITHOUT_GPU();
   constexpr int kBlk = 16, kMaxTokens = 256, kStepTokens = 64;
   for (int layers : {3, 4}) {
@@ -178,6 +179,7 @@ TEST(CudaModel, QkvNormFoldDecodesAsTheSeparateOps) {
     std::unique_ptr<GptOssModel> models[kSides];
     for (int side = 0; side < kSides; ++side) {
       const test::ScopedEnv fold("OSSRT_CUDA_QKV_NORM_FOLD", side == 0 ? "1" : "0");
+      const test::ScopedEnv router_fold("OSSRT_CUDA_ROUTER_NORM_FOLD", side == 0 ? "1" : "0");
       backends[side] = std::make_unique<CudaBackend>(BackendOptions{});
       backends[side]->allocate_kv_cache(shape);
       models[side] = std::make_unique<GptOssModel>(*backends[side], weights, ModelLimits{kStepTokens, 8});
@@ -217,6 +219,10 @@ TEST(CudaModel, QkvNormFoldDecodesAsTheSeparateOps) {
     }
     EXPECT_GT(backends[0]->folded_qkv_norm_launches(), 0) << "the fold never ran";
     EXPECT_EQ(backends[1]->folded_qkv_norm_launches(), 0) << "the fold ran with OSSRT_CUDA_QKV_NORM_FOLD=0";
+    // One per layer of each one-token step (5 steps), graphs included (launches count at capture).
+    EXPECT_GE(backends[0]->folded_router_norm_launches(), layers) << "the router fold never ran";
+    for (int side = 1; side < kSides; ++side)
+      EXPECT_EQ(backends[side]->folded_router_norm_launches(), 0) << "the router fold ran on side " << side;
   }
 }
 

@@ -391,6 +391,99 @@ TEST(CudaOps, RouterTopkSoftmax) {
   }
 }
 
+// The norm before the MoE folded into the one-token router (add_rmsnorm_router_topk,
+// OSSRT_CUDA_ROUTER_NORM_FOLD on by default) against the same op on a backend without the fold (the
+// norm kernel, then router_topk): the in-place residual, the normed row, the ids and the weights bit
+// for bit, at gpt-oss's two expert counts and both delta dtypes; and against the CPU backend. Three
+// rounds on the same residual (the sum written in place by the last CTA feeds the next round), a plain
+// router_topk between them (they share the ticket counter the kernel resets), and a 2-token call,
+// which takes the two ops on both.
+TEST(CudaOps, FoldedNormRouterIsTheNormThenTheRouter) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  std::unique_ptr<CudaBackend> folded, plain;
+  {
+    test::ScopedEnv on("OSSRT_CUDA_ROUTER_NORM_FOLD", "1");
+    folded = std::make_unique<CudaBackend>(BackendOptions{});
+  }
+  {
+    test::ScopedEnv off("OSSRT_CUDA_ROUTER_NORM_FOLD", "0");
+    plain = std::make_unique<CudaBackend>(BackendOptions{});
+  }
+  std::unique_ptr<Backend> cpu = make_backend("cpu", BackendOptions{});
+  Backend* all[] = {folded.get(), plain.get(), cpu.get()};
+  std::mt19937_64 rng(11);
+  const int k = 4;
+  const float eps = 1e-5f;
+  int64_t expected_folds = 0;
+  for (int64_t experts : {32, 128}) {
+    auto w = test::host_bf16(random_floats(rng, size_t(experts * kHidden), 0.05f), {experts, kHidden}, "router.w");
+    auto bias = test::host_bf16(random_floats(rng, size_t(experts), 0.3f), {experts}, "router.b");
+    auto norm_w = test::host_bf16(random_floats(rng, size_t(kHidden), 0.2f, 1.0f), {kHidden}, "mlp_norm.w");
+    for (DType delta_dtype : {DType::BF16, DType::F32}) {
+      for (int64_t t : {1, 2}) {
+        const std::string where = fmt::format("E={} T={} delta {}", experts, t, dtype_name(delta_dtype));
+        const auto x = random_floats(rng, size_t(t * kHidden), 3.0f);
+        std::vector<Tensor> residual, wt, bt, nt;
+        for (Backend* be : all) {
+          residual.push_back(put(*be, DType::F32, {t, kHidden}, x));
+          wt.push_back(be->upload(w->view));
+          bt.push_back(be->upload(bias->view));
+          nt.push_back(be->upload(norm_w->view));
+        }
+        for (int round = 0; round < 3; ++round) {
+          const std::string at = fmt::format("{} round {}", where, round);
+          const auto delta = random_floats(rng, size_t(t * kHidden), 1.0f);
+          std::vector<std::vector<float>> sums, normed, ids, weights;
+          for (size_t i = 0; i < 3; ++i) {
+            Backend& be = *all[i];
+            Tensor d = put(be, delta_dtype, {t, kHidden}, delta);
+            Tensor out = be.alloc(DType::BF16, {t, kHidden});
+            Tensor id = be.alloc(DType::I32, {t, k}), wg = be.alloc(DType::F32, {t, k});
+            be.add_rmsnorm_router_topk(residual[i], d, nt[i], eps, out, wt[i], bt[i], k, id, wg);
+            sums.push_back(be.to_host_f32(residual[i]));
+            normed.push_back(be.to_host_f32(out));
+            ids.push_back(be.to_host_f32(id));
+            weights.push_back(be.to_host_f32(wg));
+            // A plain router call on the same backend: its ticket counter must have been reset.
+            Tensor id2 = be.alloc(DType::I32, {t, k}), wg2 = be.alloc(DType::F32, {t, k});
+            be.router_topk(out, wt[i], bt[i], k, id2, wg2);
+            EXPECT_EQ(be.to_host_f32(id2), ids.back()) << "router_topk after the op, backend " << i << ", " << at;
+            EXPECT_EQ(float_bits(be.to_host_f32(wg2)), float_bits(weights.back()))
+                << "router_topk after the op, backend " << i << ", " << at;
+          }
+          if (t == 1) ++expected_folds;
+          EXPECT_EQ(folded->folded_router_norm_launches(), expected_folds) << at;
+          EXPECT_EQ(plain->folded_router_norm_launches(), 0) << at;
+          EXPECT_EQ(float_bits(sums[0]), float_bits(sums[1])) << "residual, " << at;
+          EXPECT_EQ(float_bits(normed[0]), float_bits(normed[1])) << "normed, " << at;
+          EXPECT_EQ(ids[0], ids[1]) << "ids, " << at;
+          EXPECT_EQ(float_bits(weights[0]), float_bits(weights[1])) << "weights, " << at;
+          // Against the CPU: the sum to f32 rounding, the normed row to bf16's; ids where the k-th and
+          // (k+1)-th CPU logits of the normed row are apart (rows whose top k both see the same way).
+          OSSRT_EXPECT_CLOSE(sums[0], sums[2], 1e-6, "residual vs cpu, " + at);
+          OSSRT_EXPECT_CLOSE(normed[0], normed[2], 1e-2, "normed vs cpu, " + at);
+          int compared = 0;
+          for (int64_t r = 0; r < t; ++r) {
+            std::vector<double> logits;
+            for (int64_t e = 0; e < experts; ++e) {
+              double acc = bias->view.at(e);
+              for (int64_t h = 0; h < kHidden; ++h)
+                acc += double(normed[2][size_t(r * kHidden + h)]) * w->view.at(e * kHidden + h);
+              logits.push_back(acc);
+            }
+            std::sort(logits.begin(), logits.end(), std::greater<>());
+            if (logits[k - 1] - logits[k] < 1e-2) continue;
+            ++compared;
+            for (int j = 0; j < k; ++j) EXPECT_EQ(ids[0][size_t(r * k + j)], ids[2][size_t(r * k + j)]) << at;
+          }
+          if (compared == t) OSSRT_EXPECT_CLOSE(weights[0], weights[2], 1e-2, "weights vs cpu, " + at);
+        }
+      }
+    }
+  }
+  EXPECT_GT(expected_folds, 0);
+}
+
 // ---------------------------------------------------------------- experts (upload incl. MXFP4)
 
 struct HostExpertSet {

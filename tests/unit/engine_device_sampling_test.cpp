@@ -740,7 +740,9 @@ TEST(EngineDeviceSampling, GreedyOnlyStepsAreMarkedInThePlan) {
     for (const auto& p : backend.plans) {
       with_rows += p.logit_rows > 0;
       marked += p.greedy_ids_only;
-      if (p.logit_rows == 0) EXPECT_FALSE(p.greedy_ids_only) << run.what << ": a step without logit rows marked";
+      if (p.logit_rows == 0) {
+        EXPECT_FALSE(p.greedy_ids_only) << run.what << ": a step without logit rows marked";
+      }
     }
     ASSERT_GT(with_rows, 0) << run.what;
     if (!run.change) {

@@ -51,6 +51,7 @@ struct GraphUse;
 class StepTimer;
 struct RopeCacheWriteArgs;
 struct GreedyArgmaxArgs;
+struct RouterFusedArgs;
 }  // namespace cuda
 
 class CudaBackend final : public Backend {
@@ -111,6 +112,11 @@ class CudaBackend final : public Backend {
                                         Tensor& qkv) override;
   void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params, Tensor& out) override;
   void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) override;
+  // One-token steps: the norm folded into the fused router (one launch, router.cu); otherwise the norm
+  // kernel then router_topk.
+  void add_rmsnorm_router_topk(Tensor& residual, const Tensor& delta, const Tensor& norm_w, float eps, Tensor& normed,
+                               const Tensor& router_w, const Tensor& router_b, int k, Tensor& ids,
+                               Tensor& weights) override;
   void moe(const Tensor& x, const ExpertWeights& experts, const Tensor& ids, const Tensor& weights,
            const SwigluParams& swiglu, Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
@@ -143,6 +149,8 @@ class CudaBackend final : public Backend {
   int64_t fused_qkv_rope_launches() const { return fused_qkv_rope_launches_; }
   // Of those, the launches with the RMSNorm folded in (add_rmsnorm_qkv_rope_cache_write).
   int64_t folded_qkv_norm_launches() const { return folded_qkv_norm_launches_; }
+  // Launches of the router with the RMSNorm before the MoE folded in (add_rmsnorm_router_topk).
+  int64_t folded_router_norm_launches() const { return folded_router_norm_launches_; }
   // sample_on_device calls served by the unembedding's fused argmax (unembed): tests check that the
   // fused ids were used, not the sampler, which computes the same ones.
   int64_t fused_greedy_samples() const { return fused_greedy_samples_; }
@@ -182,6 +190,9 @@ class CudaBackend final : public Backend {
   static void set_layer_cache(KernelArgs& a, const KvStorage& kv, KvGroup group, int layer);
   // rope_and_cache_write's checked arguments (the fused QKV op uses them too).
   cuda::RopeCacheWriteArgs rope_cache_args(Tensor& qkv, const RopeParams& rope, const AttentionParams& params);
+  // The fused router's arguments after router_topk's checks (op names the caller in errors).
+  cuda::RouterFusedArgs router_args(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids,
+                                    Tensor& weights, const char* op) const;
   // linear() with an FP8 weight (upload_linear in Fp8 / Mxfp4Fp8): decode sizes on our GEMV, larger
   // ones on cuBLASLt's block-scaled matmul where it has an algorithm (cuda_ops.cpp).
   // greedy (or null): the fused argmax's buffers for the GEMV paths; returns whether a GEMV took them.
@@ -224,6 +235,10 @@ class CudaBackend final : public Backend {
   // 2.60 ms a step against 2.65, docs/kernels.md); OSSRT_CUDA_QKV_NORM_FOLD=0 (developer switch, read
   // at start, for A/B timing) launches the norm kernel first.
   bool qkv_norm_fold_ = true;
+  // add_rmsnorm_router_topk folds the norm before the MoE into the one-token fused router (the same
+  // bits); OSSRT_CUDA_ROUTER_NORM_FOLD=0 (developer switch, read at start, for A/B timing) launches the
+  // norm kernel first.
+  bool router_norm_fold_ = true;
   // The one-token-row FP8 GEMVs (the linear and the fused QKV + RoPE) split K of each 16-row tile over
   // 2 CTAs, summed by the last by a ticket (docs/kernels.md, "FP8 linears"): the workspace, planned in
   // the constructor (partials; tickets 0 between launches). OSSRT_CUDA_FP8_GEMV_SPLIT=0 (developer
@@ -329,6 +344,7 @@ class CudaBackend final : public Backend {
   int graph_replays_ = 0;
   int64_t fused_qkv_rope_launches_ = 0;
   int64_t folded_qkv_norm_launches_ = 0;
+  int64_t folded_router_norm_launches_ = 0;
   // OSSRT_CUDA_PROFILE_DECODE_STEPS="first:count": cudaProfilerStart before decode-only step
   // `first` (0-based) and cudaProfilerStop before step first + count, so that `ncu
   // --profile-from-start off` records exactly those steps, sampling included

@@ -557,40 +557,46 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   OSSRT_CUDA_CHECK(cudaGetLastError());
 }
 
-void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) {
-  bind_device();
-  if (ablated(kAblateRouter)) return;
-  check_on_device(x, "router_topk", "x");
-  check_on_device(w, "router_topk", "w");
-  check_float(b, "router_topk", "b");
-  check_on_device(ids, "router_topk", "ids");
-  check_on_device(weights, "router_topk", "weights");
+cuda::RouterFusedArgs CudaBackend::router_args(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids,
+                                               Tensor& weights, const char* op) const {
+  check_on_device(x, op, "x");
+  check_on_device(w, op, "w");
+  check_float(b, op, "b");
+  check_on_device(ids, op, "ids");
+  check_on_device(weights, op, "weights");
   const int64_t t = x.dim(0), e = w.dim(0);
   OSSRT_CHECK(x.dtype == DType::BF16 && w.dtype == DType::BF16 && w.ndim == 2 && x.row_elems() == w.dim(1),
-              "router_topk: x {} / w {} disagree (bf16 expected)", x.shape_str(), w.shape_str());
+              "{}: x {} / w {} disagree (bf16 expected)", op, x.shape_str(), w.shape_str());
   OSSRT_CHECK(e <= cuda::kRouterMaxExperts && k >= 1 && k <= cuda::kRouterMaxTopK && k <= e && b.numel() == e,
-              "router_topk: {} experts top-{} (bias {}); supported: up to {} experts, k up to {}", e, k, b.numel(),
+              "{}: {} experts top-{} (bias {}); supported: up to {} experts, k up to {}", op, e, k, b.numel(),
               cuda::kRouterMaxExperts, cuda::kRouterMaxTopK);
   OSSRT_CHECK(ids.dtype == DType::I32 && weights.dtype == DType::F32 && ids.row_elems() == k &&
                   weights.row_elems() == k && ids.dim(0) >= t && weights.dim(0) >= t,
-              "router_topk: ids {} {} / weights {} {} must be I32/F32 [T, {}]", dtype_name(ids.dtype), ids.shape_str(),
+              "{}: ids {} {} / weights {} {} must be I32/F32 [T, {}]", op, dtype_name(ids.dtype), ids.shape_str(),
               dtype_name(weights.dtype), weights.shape_str(), k);
-  OSSRT_CHECK(size_t(t * e) * sizeof(float) <= router_logits_bytes_, "router_topk: {} tokens exceed the planned {}", t,
+  OSSRT_CHECK(size_t(t * e) * sizeof(float) <= router_logits_bytes_, "{}: {} tokens exceed the planned {}", op, t,
               options_.max_step_tokens);
+  return cuda::RouterFusedArgs{static_cast<const uint16_t*>(x.data),
+                               static_cast<const uint16_t*>(w.data),
+                               b.data,
+                               b.dtype == DType::F32,
+                               static_cast<float*>(router_logits_),
+                               router_counter_,
+                               ids.ptr<int32_t>(),
+                               weights.ptr<float>(),
+                               int(t),
+                               int(e),
+                               k,
+                               int(w.dim(1))};
+}
+
+void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) {
+  bind_device();
+  if (ablated(kAblateRouter)) return;
   // Router logits in fp32 (docs/reference/SPEC.md 2.6 recommends fp32 logits and softmax); the bias joins in the top-k
   // kernel. Decode sizes: one fused launch.
-  const cuda::RouterFusedArgs f{static_cast<const uint16_t*>(x.data),
-                                static_cast<const uint16_t*>(w.data),
-                                b.data,
-                                b.dtype == DType::F32,
-                                static_cast<float*>(router_logits_),
-                                router_counter_,
-                                ids.ptr<int32_t>(),
-                                weights.ptr<float>(),
-                                int(t),
-                                int(e),
-                                k,
-                                int(w.dim(1))};
+  const cuda::RouterFusedArgs f = router_args(x, w, b, k, ids, weights, "router_topk");
+  const int64_t t = f.num_tokens, e = f.num_experts;
   if (t <= gemv_max_rows_ && cuda::router_fused_supported(f)) {
     cuda::launch_bf16_router_fused(f, stream_);
     return;
@@ -605,6 +611,35 @@ void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b,
                          int(e),
                          k};
   OSSRT_CUDA_CHECK(cuda::launch_f32_router_topk_softmax(a, stream_));
+}
+
+void CudaBackend::add_rmsnorm_router_topk(Tensor& residual, const Tensor& delta, const Tensor& norm_w, float eps,
+                                          Tensor& normed, const Tensor& router_w, const Tensor& router_b, int k,
+                                          Tensor& ids, Tensor& weights) {
+  bind_device();
+  constexpr const char* kOp = "add_rmsnorm_router_topk";
+  // One-token steps on the fused router: the norm in its prologue (router.cu, RouterFusedArgs::fold_norm),
+  // the same bits as the norm kernel then the router.
+  if (router_norm_fold_ && !ablated(kAblateNorm) && !ablated(kAblateRouter) && residual.dim(0) == 1 &&
+      gemv_max_rows_ >= 1) {
+    cuda::RouterFusedArgs f = router_args(normed, router_w, router_b, k, ids, weights, kOp);
+    f.fold_norm = true;
+    f.norm = add_rmsnorm_args(residual, delta, nullptr, norm_w, eps, normed, kOp);
+    auto disjoint = [](const Tensor& a, const Tensor& b) {
+      const auto* pa = static_cast<const uint8_t*>(a.data);
+      const auto* pb = static_cast<const uint8_t*>(b.data);
+      return pa + a.bytes() <= pb || pb + b.bytes() <= pa;
+    };
+    // CTA 0 writes normed while every CTA reads residual and delta.
+    OSSRT_CHECK(disjoint(normed, residual) && disjoint(normed, delta), "{}: normed overlaps residual or delta", kOp);
+    if (cuda::router_fused_supported(f)) {
+      cuda::launch_bf16_router_fused(f, stream_);
+      ++folded_router_norm_launches_;
+      return;
+    }
+  }
+  add_rmsnorm(residual, delta, norm_w, eps, normed);
+  router_topk(normed, router_w, router_b, k, ids, weights);
 }
 
 void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& ids, const Tensor& weights,

@@ -34,6 +34,11 @@ __device__ __forceinline__ void gemv_fma_chunk(float (&acc)[kM], const uint4& wv
   }
 }
 
+// The token row as given (the default x_after_wait of gemv_row_dot and gemv_rows_dot_one_token).
+struct GemvXAsGiven {
+  __device__ __forceinline__ const uint16_t* operator()(const uint16_t* x) const { return x; }
+};
+
 // The dot products of x's first m rows (bf16 [m, k], k a multiple of 8, 16-byte aligned) with one
 // weight row wrow (bf16 [k]), computed by the kWarpsPerRow consecutive warps of a CTA of kCtaWarps
 // that share a row: chunk c (8 values) goes to lane c % 32 of the row's warp (c / 32) % kWarpsPerRow;
@@ -43,10 +48,12 @@ __device__ __forceinline__ void gemv_fma_chunk(float (&acc)[kM], const uint4& wv
 // into registers, the rest into L2), so under PDL the row streams while the kernel before finishes; and
 // pdl_launch_dependents(). Every thread of the CTA must call it (it may synchronize the CTA). Returns
 // true in the one thread per row that holds the row's sums in acc (lane 0 of the row's first warp);
-// row_ok = false rows load nothing and return false.
-template <int kM, int kWarpsPerRow, int kCtaWarps>
+// row_ok = false rows load nothing and return false. x_after_wait(x), called by every thread right
+// after pdl_wait(), gives the rows the dot products read (kXShared: in shared memory; the router
+// normalizing the residual row itself makes it there: router.cu).
+template <int kM, int kWarpsPerRow, int kCtaWarps, bool kXShared = false, class XAfterWait = GemvXAsGiven>
 __device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* wrow, bool row_ok, int k, int m,
-                                             float (&acc)[kM]) {
+                                             float (&acc)[kM], XAfterWait x_after_wait = {}) {
   static_assert(kCtaWarps % kWarpsPerRow == 0, "whole rows per CTA");
   constexpr int kStride = 32 * kWarpsPerRow;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -63,6 +70,7 @@ __device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* 
   for (int cb = c + kGemvBatch * kStride; row_ok && cb < chunks; cb += kStride) prefetch_l2(wrow + int64_t(cb) * 8);
   pdl_wait();
   pdl_launch_dependents();
+  x = x_after_wait(x);
 #pragma unroll
   for (int r = 0; r < kM; ++r) acc[r] = 0.f;
   for (; row_ok && c < chunks; c += kGemvBatch * kStride) {
@@ -75,7 +83,7 @@ __device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* 
 #pragma unroll
     for (int b = 0; b < kGemvBatch; ++b) {
       const int cb = c + b * kStride;
-      if (cb < chunks) gemv_fma_chunk<kM>(acc, wv[b], x, k, m, int64_t(cb) * 8);
+      if (cb < chunks) gemv_fma_chunk<kM, kXShared>(acc, wv[b], x, k, m, int64_t(cb) * 8);
     }
 #pragma unroll
     for (int b = 0; b < kGemvBatch; ++b) wv[b] = next[b];
@@ -99,11 +107,6 @@ __device__ __forceinline__ bool gemv_row_dot(const uint16_t* x, const uint16_t* 
   }
   return lane == 0 && row_ok;
 }
-
-// The token row as given (gemv_rows_dot_one_token's default x_after_wait).
-struct GemvXAsGiven {
-  __device__ __forceinline__ const uint16_t* operator()(const uint16_t* x) const { return x; }
-};
 
 // kRows weight rows against ONE token row x (bf16 [k]) by one warp, for epilogues that need several
 // rows of a token in one lane (the fused QKV + RoPE kernel pairs rows i and i + 32 of a head). Each

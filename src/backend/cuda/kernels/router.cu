@@ -4,6 +4,7 @@
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/gemv_common.cuh"
+#include "backend/cuda/kernels/norm_row.cuh"
 #include "backend/cuda/kernels/router.cuh"
 
 namespace ossrt::cuda {
@@ -84,13 +85,40 @@ __global__ void f32_router_topk_softmax(RouterTopkArgs a) {
 // every token (gemv_common.cuh: the CTA's 8 warps split the hidden dimension), and the CTA that
 // finishes last (a ticket on a counter it resets) picks every token's top k, one warp per token.
 // One launch instead of cuBLASLt's split-K GEMM, its reduce and the top-k kernel.
+// kFoldNorm (one token, RouterFusedArgs::fold_norm): the norm before it in the prologue, after the PDL
+// wait while the expert's row already streams: the CTA's 256 threads normalize the residual row into
+// shared memory with f32_rmsnorm_vec4's layout (norm_row.cuh), CTA 0 also writes it out for the MoE,
+// and the last CTA, once every CTA has read the residual (they all took their tickets after their
+// dot products), writes residual + delta in place while its warp 0 picks the top k.
 constexpr int kFusedWarps = 8;
+static_assert(kFusedWarps * 32 == kNormThreads, "the folded norm's thread layout is the norm kernel's");
 
-template <int kM>
+template <int kM, bool kFoldNorm>
 __global__ void __launch_bounds__(kFusedWarps * 32) bf16_router_fused(RouterFusedArgs a) {
+  static_assert(!kFoldNorm || kM == 1, "the folded norm normalizes one row");
   const int e = blockIdx.x;
   float acc[kM];
-  if (gemv_row_dot<kM, kFusedWarps, kFusedWarps>(a.x, a.w + int64_t(e) * a.hidden, true, a.hidden, a.num_tokens, acc)) {
+  bool holds_sum;
+  if constexpr (kFoldNorm) {
+    __shared__ __align__(16) uint16_t x_s[kNormMaxVecHidden];
+    holds_sum = gemv_row_dot<kM, kFusedWarps, kFusedWarps, /*kXShared=*/true>(
+        a.x, a.w + int64_t(e) * a.hidden, true, a.hidden, a.num_tokens, acc, [&](const uint16_t*) -> const uint16_t* {
+          auto* const normed = static_cast<uint16_t*>(a.norm.out);
+          rmsnorm_row_vec4(a.norm, 0, /*write_residual=*/false, /*normalize=*/true, [&](int v, const float4& y) {
+            uint2 packed;
+            packed.x = pack_bf16x2(y.x, y.y);
+            packed.y = pack_bf16x2(y.z, y.w);
+            *reinterpret_cast<uint2*>(x_s + 4 * v) = packed;
+            if (blockIdx.x == 0) *reinterpret_cast<uint2*>(normed + 4 * v) = packed;
+          });
+          __syncthreads();
+          return x_s;
+        });
+  } else {
+    holds_sum =
+        gemv_row_dot<kM, kFusedWarps, kFusedWarps>(a.x, a.w + int64_t(e) * a.hidden, true, a.hidden, a.num_tokens, acc);
+  }
+  if (holds_sum) {
 #pragma unroll
     for (int r = 0; r < kM; ++r)
       if (r < a.num_tokens) a.logits[int64_t(r) * a.num_experts + e] = acc[r];
@@ -114,6 +142,16 @@ __global__ void __launch_bounds__(kFusedWarps * 32) bf16_router_fused(RouterFuse
                  : -FLT_MAX;
     }
     topk_softmax_warp(v, a.num_experts, a.k, a.ids + int64_t(t) * a.k, a.weights + int64_t(t) * a.k);
+  } else if constexpr (kFoldNorm) {
+    // The other warps: residual += delta, in place (every other CTA is past its reads). The same f32
+    // add as the norm kernel's, so the same bits whatever thread does it.
+    const int vecs = a.norm.hidden / 4;
+    for (int i = threadIdx.x - 32 * a.num_tokens; i < vecs; i += (kFusedWarps - a.num_tokens) * 32) {
+      float4* const r = reinterpret_cast<float4*>(a.norm.residual) + i;
+      const float4 rv = __ldcg(r);
+      const float4 d = norm_load4(a.norm.delta, 4 * int64_t(i));
+      *r = make_float4(rv.x + d.x, rv.y + d.y, rv.z + d.z, rv.w + d.w);
+    }
   }
   if (threadIdx.x == 0) *a.counter = 0;  // ready for the next launch (graphs replay this one)
 }
@@ -127,21 +165,30 @@ cudaError_t launch_f32_router_topk_softmax(const RouterTopkArgs& args, cudaStrea
 }
 
 bool router_fused_supported(const RouterFusedArgs& a) {
-  return a.num_tokens >= 1 && a.num_tokens <= kRouterFusedMaxTokens && a.hidden >= 8 && a.hidden % 8 == 0 &&
-         reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
+  const bool shapes = a.num_tokens >= 1 && a.num_tokens <= kRouterFusedMaxTokens && a.hidden >= 8 &&
+                      a.hidden % 8 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
+  if (!a.fold_norm) return shapes;
+  const RmsNormArgs& n = a.norm;
+  return shapes && a.num_tokens == 1 && n.rows == 1 && n.hidden == a.hidden && n.residual != nullptr &&
+         n.residual_out == nullptr && n.delta.data != nullptr && n.weight.data != nullptr && n.out == a.x &&
+         !n.out_f32 && rmsnorm_vec4_supported(n);
 }
 
 void launch_bf16_router_fused(const RouterFusedArgs& a, cudaStream_t stream) {
   OSSRT_CU_CHECK(router_fused_supported(a), "bf16_router_fused: ", a.num_tokens, " tokens, hidden ", a.hidden, " (1..",
-                 kRouterFusedMaxTokens, " tokens, hidden a multiple of 8, 16-byte aligned x and w)");
+                 kRouterFusedMaxTokens,
+                 " tokens, hidden a multiple of 8, 16-byte aligned x and w; a folded norm: one token, in place, "
+                 "its bf16 output the router's x, the norm kernel's vector alignment)");
   OSSRT_CU_CHECK(a.num_experts >= 1 && a.num_experts <= kRouterMaxExperts && a.k >= 1 && a.k <= kRouterMaxTopK &&
                      a.k <= a.num_experts && a.counter,
                  "bf16_router_fused: ", a.num_experts, " experts, top ", a.k);
   static_assert(kRouterFusedMaxTokens <= kFusedWarps, "one warp per token picks the top k");
-  void (*kernel)(RouterFusedArgs) = a.num_tokens == 1   ? bf16_router_fused<1>
-                                    : a.num_tokens == 2 ? bf16_router_fused<2>
-                                    : a.num_tokens <= 4 ? bf16_router_fused<4>
-                                                        : bf16_router_fused<8>;
+  void (*kernel)(RouterFusedArgs) = a.fold_norm         ? bf16_router_fused<1, true>
+                                    : a.num_tokens == 1 ? bf16_router_fused<1, false>
+                                    : a.num_tokens == 2 ? bf16_router_fused<2, false>
+                                    : a.num_tokens <= 4 ? bf16_router_fused<4, false>
+                                                        : bf16_router_fused<8, false>;
   OSSRT_CUDA_CALL(launch_pdl(kernel, dim3(a.num_experts), dim3(kFusedWarps * 32), stream, a));
 }
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/kernels/norm.cuh"
+
 namespace ossrt::cuda {
 
 inline constexpr int kRouterMaxExperts = 256;  // 32 lanes x 8 values per lane
@@ -40,6 +42,13 @@ struct RouterFusedArgs {
   int num_experts;
   int k;
   int hidden;
+  // The RMSNorm before the MoE folded in (one token; CudaBackend::add_rmsnorm_router_topk): every CTA
+  // normalizes residual + delta into shared memory itself, as f32_rmsnorm_vec4 does (norm_row.cuh,
+  // the same bits), CTA 0 also writes the normed row to norm.out (= x, which the MoE reads), and the
+  // CTA that finishes last writes residual + delta in place (norm.residual_out null), after every CTA
+  // has read the residual.
+  bool fold_norm = false;
+  RmsNormArgs norm{};
 };
 
 bool router_fused_supported(const RouterFusedArgs& args);
