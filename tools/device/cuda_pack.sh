@@ -7,7 +7,7 @@
 # XZ=1 also writes .carry/cudaz/cuda.tar.xz (~10 MB instead of 170: one xz stream with a dictionary
 # wider than a binary, so the test binaries' common code is stored once; ~70 s on 2 cores): carry
 # [".carry/cudaz"] and unpack with `tar -C .carry -xJf .carry/cudaz/cuda.tar.xz` on the device.
-# tools/device/kernel_trace/build.sh adds to .carry/cuda: run it before packing with XZ=1.
+# With XZ=1 the kernel tracer (tools/device/kernel_trace/build.sh) goes in too.
 set -euo pipefail
 BUILD=${1:-build-cudaA}
 PACK=.carry/cuda
@@ -31,6 +31,7 @@ git rev-parse HEAD > "$PACK/COMMIT"
 git status --short -- src tests tools | grep -q . && echo "+uncommitted" >> "$PACK/COMMIT" || true
 du -sh "$PACK" "$PACK"/bin/* "$PACK"/lib/* | sed 's/^/  /'
 if [ "${XZ:-0}" = 1 ]; then
+  "$(dirname "$0")/kernel_trace/build.sh" "$PACK" > /dev/null
   mkdir -p .carry/cudaz
   tar -C .carry -cf - cuda | xz -T1 --lzma2=preset=9,dict=192MiB > .carry/cudaz/cuda.tar.xz
   du -sh .carry/cudaz/cuda.tar.xz | sed 's/^/  /'
