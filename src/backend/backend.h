@@ -279,7 +279,7 @@ class Backend {
   // ids: I32 [T, k]; weights: F32 [T, k].
   virtual void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) = 0;
   // The MoE's start: residual += delta (in place), normed = rmsnorm(residual) * norm_w, then
-  // router_topk(normed, ...). A backend may fold the norm into the router (the CUDA backend does for
+  // router_topk(normed, ...). A backend may fold the norm into the router (the CUDA backend can for
   // one-token steps: each CTA normalizes the row it reads, one writes normed, the last writes the sum
   // once all have read the residual), with the same bits as the two ops, which the default runs.
   virtual void add_rmsnorm_router_topk(Tensor& residual, const Tensor& delta, const Tensor& norm_w, float eps,

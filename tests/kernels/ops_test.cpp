@@ -392,7 +392,7 @@ TEST(CudaOps, RouterTopkSoftmax) {
 }
 
 // The norm before the MoE folded into the one-token router (add_rmsnorm_router_topk,
-// OSSRT_CUDA_ROUTER_NORM_FOLD on by default) against the same op on a backend without the fold (the
+// OSSRT_CUDA_ROUTER_NORM_FOLD=1) against the same op on a backend without the fold (the
 // norm kernel, then router_topk): the in-place residual, the normed row, the ids and the weights bit
 // for bit, at gpt-oss's two expert counts and both delta dtypes; and against the CPU backend. Three
 // rounds on the same residual (the sum written in place by the last CTA feeds the next round), a plain
