@@ -41,6 +41,13 @@ cuda::RowsRef rows_ref(const Tensor& t) { return {t.data, t.dtype == DType::F32}
 
 // The fused add + norm's arguments, checked: residual_out = residual + delta (into residual itself
 // when residual_out is null), out = rmsnorm(residual_out) * w.
+// Whether two tensors share a byte (a kernel that writes one while other CTAs read the other needs not).
+bool bytes_overlap(const Tensor& a, const Tensor& b) {
+  const auto* pa = static_cast<const uint8_t*>(a.data);
+  const auto* pb = static_cast<const uint8_t*>(b.data);
+  return pa < pb + b.bytes() && pb < pa + a.bytes();
+}
+
 cuda::RmsNormArgs add_rmsnorm_args(const Tensor& residual, const Tensor& delta, Tensor* residual_out, const Tensor& w,
                                    float eps, const Tensor& out, const char* op) {
   check_on_device(residual, op, "residual");
@@ -439,12 +446,8 @@ void CudaBackend::add_rmsnorm_qkv_rope_cache_write(const Tensor& residual, const
   constexpr const char* kOp = "add_rmsnorm_qkv_rope_cache_write";
   // CTA 0 of the folded kernel (and each row of the norm kernel) writes residual_out while others still
   // read residual and delta: no byte of it may be theirs.
-  auto overlaps = [&](const Tensor& t) {
-    const auto* a = static_cast<const uint8_t*>(residual_out.data);
-    const auto* b = static_cast<const uint8_t*>(t.data);
-    return a < b + t.bytes() && b < a + residual_out.bytes();
-  };
-  OSSRT_CHECK(!overlaps(residual) && !overlaps(delta), "{}: residual_out overlaps residual or delta", kOp);
+  OSSRT_CHECK(!bytes_overlap(residual_out, residual) && !bytes_overlap(residual_out, delta),
+              "{}: residual_out overlaps residual or delta", kOp);
   const cuda::RmsNormArgs norm = add_rmsnorm_args(residual, delta, &residual_out, norm_w, eps, normed, kOp);
   // One-token steps with bf16 weights, where qkv_rope_cache_write would take the fused kernel: the
   // norm in its prologue (rope_cache.cuh, QkvRopeArgs::fold_norm), the same bits as the two kernels.
@@ -625,13 +628,9 @@ void CudaBackend::add_rmsnorm_router_topk(Tensor& residual, const Tensor& delta,
     cuda::RouterFusedArgs f = router_args(normed, router_w, router_b, k, ids, weights, kOp);
     f.fold_norm = true;
     f.norm = add_rmsnorm_args(residual, delta, nullptr, norm_w, eps, normed, kOp);
-    auto disjoint = [](const Tensor& a, const Tensor& b) {
-      const auto* pa = static_cast<const uint8_t*>(a.data);
-      const auto* pb = static_cast<const uint8_t*>(b.data);
-      return pa + a.bytes() <= pb || pb + b.bytes() <= pa;
-    };
     // CTA 0 writes normed while every CTA reads residual and delta.
-    OSSRT_CHECK(disjoint(normed, residual) && disjoint(normed, delta), "{}: normed overlaps residual or delta", kOp);
+    OSSRT_CHECK(!bytes_overlap(normed, residual) && !bytes_overlap(normed, delta),
+                "{}: normed overlaps residual or delta", kOp);
     if (cuda::router_fused_supported(f)) {
       cuda::launch_bf16_router_fused(f, stream_);
       ++folded_router_norm_launches_;
