@@ -459,7 +459,8 @@ TEST(CudaOps, FoldedNormRouterIsTheNormThenTheRouter) {
           EXPECT_EQ(ids[0], ids[1]) << "ids, " << at;
           EXPECT_EQ(float_bits(weights[0]), float_bits(weights[1])) << "weights, " << at;
           // Against the CPU: the sum to f32 rounding, the normed row to bf16's; ids where the k-th and
-          // (k+1)-th CPU logits of the normed row are apart (rows whose top k both see the same way).
+          // (k+1)-th CPU logits of the normed row are 3e-2 apart (the GPU's bf16 normed row moves a
+          // logit by ~2e-3 at these scales: sqrt(2880) x 0.05 x 0.6 x 2^-9 / sqrt(3)).
           OSSRT_EXPECT_CLOSE(sums[0], sums[2], 1e-6, "residual vs cpu, " + at);
           OSSRT_EXPECT_CLOSE(normed[0], normed[2], 1e-2, "normed vs cpu, " + at);
           int compared = 0;
@@ -472,7 +473,7 @@ TEST(CudaOps, FoldedNormRouterIsTheNormThenTheRouter) {
               logits.push_back(acc);
             }
             std::sort(logits.begin(), logits.end(), std::greater<>());
-            if (logits[k - 1] - logits[k] < 1e-2) continue;
+            if (logits[k - 1] - logits[k] < 3e-2) continue;
             ++compared;
             for (int j = 0; j < k; ++j) EXPECT_EQ(ids[0][size_t(r * k + j)], ids[2][size_t(r * k + j)]) << at;
           }
