@@ -39,8 +39,6 @@ void check_float(const Tensor& t, const char* op, const char* what) {
 
 cuda::RowsRef rows_ref(const Tensor& t) { return {t.data, t.dtype == DType::F32}; }
 
-// The fused add + norm's arguments, checked: residual_out = residual + delta (into residual itself
-// when residual_out is null), out = rmsnorm(residual_out) * w.
 // Whether two tensors share a byte (a kernel that writes one while other CTAs read the other needs not).
 bool bytes_overlap(const Tensor& a, const Tensor& b) {
   const auto* pa = static_cast<const uint8_t*>(a.data);
@@ -48,6 +46,8 @@ bool bytes_overlap(const Tensor& a, const Tensor& b) {
   return pa < pb + b.bytes() && pb < pa + a.bytes();
 }
 
+// The fused add + norm's arguments, checked: residual_out = residual + delta (into residual itself
+// when residual_out is null), out = rmsnorm(residual_out) * w.
 cuda::RmsNormArgs add_rmsnorm_args(const Tensor& residual, const Tensor& delta, Tensor* residual_out, const Tensor& w,
                                    float eps, const Tensor& out, const char* op) {
   check_on_device(residual, op, "residual");
