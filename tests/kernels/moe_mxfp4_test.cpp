@@ -841,6 +841,99 @@ TEST(Mxfp4Moe, WgmmaPipeIsTheRingBitForBit) {
   }
 }
 
+// The pipe kernels' narrow route tiles (32 and 48 rows: decode batches of 17-36 rows an expert)
+// against the ring kernels' 64-row tiles. The two runs route separately (the scatter's atomics order
+// each expert's rows differently), so rows are compared by pair: pair p's activations and down
+// outputs at its own grouped row in each run. Each output is a dot product over the same chunks and
+// k16 steps in the same order whatever the tile's width, so every element must match bit for bit;
+// each run's down GEMM reads its own activations.
+void expect_narrow_pipe_matches_ring(const Experts& ex, const std::vector<uint16_t>& x, const Routing& r, int tokens,
+                                     int tile_m) {
+  const int num_experts = ex.num_experts, pairs = tokens * kTopK;
+  DeviceArray<uint16_t> d_x(x);
+  DeviceArray<int32_t> d_ids(r.ids);
+  const size_t ws_bytes = moe_workspace_bytes(tokens, kTopK, num_experts, kHidden, kInter);
+  struct Run {
+    std::vector<uint16_t> act;
+    std::vector<float> y;
+    std::vector<int32_t> pair_to_pos;
+  };
+  auto run = [&](int tile, bool pipe) {
+    auto workspace = DeviceArray<char>::empty(ws_bytes);
+    const MoeWorkspace ws = carve_moe_workspace(workspace->get(), tokens, kTopK, num_experts, kHidden, kInter);
+    const size_t act_bytes = size_t(pairs) * kInter * 2, y_bytes = size_t(pairs) * kHidden * 4;
+    cuda_ok(cudaMemset(ws.act, 0xff, act_bytes), "memset");
+    cuda_ok(cudaMemset(ws.y, 0xff, y_bytes), "memset");
+    launch_moe_route(d_ids.get(), pairs, num_experts, ws, nullptr, tile);
+    launch_mx_permute_cols(d_x.get(), tokens, kHidden, ws.x_perm, nullptr);
+    const auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile);
+    if (pipe) {
+      launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gu, tile, nullptr);
+      launch_bf16_mxfp4w_moe_down_wgmma_pipe(dn, tile, nullptr);
+    } else {
+      launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gu, tile, nullptr);
+      launch_bf16_mxfp4w_moe_down_wgmma(dn, tile, nullptr);
+    }
+    cuda_ok(cudaDeviceSynchronize(), "wgmma kernels");
+    Run out;
+    out.act.resize(size_t(pairs) * kInter);
+    out.y.resize(size_t(pairs) * kHidden);
+    out.pair_to_pos.resize(size_t(pairs));
+    cuda_ok(cudaMemcpy(out.act.data(), ws.act, act_bytes, cudaMemcpyDeviceToHost), "D2H");
+    cuda_ok(cudaMemcpy(out.y.data(), ws.y, y_bytes, cudaMemcpyDeviceToHost), "D2H");
+    cuda_ok(cudaMemcpy(out.pair_to_pos.data(), ws.pair_to_pos, sizeof(int32_t) * pairs, cudaMemcpyDeviceToHost), "D2H");
+    return out;
+  };
+  const Run ring = run(64, false), narrow = run(tile_m, true);
+  size_t bad_act = 0, bad_y = 0, unwritten = 0;
+  for (int p = 0; p < pairs; ++p) {
+    const int64_t pr = ring.pair_to_pos[size_t(p)], pn = narrow.pair_to_pos[size_t(p)];
+    ASSERT_TRUE(pr >= 0 && pn >= 0 && pr < pairs && pn < pairs) << "pair " << p << " unrouted";
+    for (int i = 0; i < kInter; ++i) {
+      const uint16_t a = narrow.act[size_t(pn) * kInter + i];
+      bad_act += a != ring.act[size_t(pr) * kInter + i];
+      unwritten += a == 0xffff;
+    }
+    for (int h = 0; h < kHidden; ++h)
+      bad_y += std::memcmp(&narrow.y[size_t(pn) * kHidden + h], &ring.y[size_t(pr) * kHidden + h], sizeof(float)) != 0;
+  }
+  EXPECT_EQ(bad_act, 0u) << "activations differ from the ring kernel's at 64-row tiles";
+  EXPECT_EQ(bad_y, 0u) << "down outputs differ from the ring kernel's at 64-row tiles";
+  EXPECT_EQ(unwritten, 0u) << "activation rows left unwritten";
+  std::printf(
+      "[metric] E=%d T=%d narrow tile %d: pipe vs ring at 64, %zu activations and %zu outputs compared, "
+      "%zu / %zu differ\n",
+      num_experts, tokens, tile_m, size_t(pairs) * kInter, size_t(pairs) * kHidden, bad_act, bad_y);
+}
+
+TEST(Mxfp4Moe, WgmmaPipeNarrowTilesAreTheRingBitForBit) {
+  REQUIRE_GPU();
+  // 256 tokens of E = 32 (32 rows an expert: mostly one narrow tile an expert, some two), 160
+  // (20 rows), 300 with slot 0 on one expert (that expert's rows span many tiles), and E = 128 at
+  // 1,024 tokens (32 rows an expert) with every tile of several experts partial.
+  struct Case {
+    int experts, tokens;
+    bool skewed;
+  };
+  for (const Case& k : std::vector<Case>{{32, 256, false}, {32, 160, false}, {32, 300, true}, {128, 1024, false}}) {
+    const Experts& ex = experts(k.experts);
+    const std::vector<uint16_t> x = random_bf16(size_t(k.tokens) * kHidden, 191 + k.tokens, 1.0f);
+    Routing r = random_routing(k.tokens, k.experts, 192 + k.tokens);
+    if (k.skewed) {
+      for (int t = 0; t < k.tokens; ++t) {
+        for (int s = 1; s < kTopK; ++s)
+          if (r.ids[t * kTopK + s] == 5) r.ids[t * kTopK + s] = r.ids[t * kTopK];
+        r.ids[t * kTopK] = 5;
+      }
+    }
+    for (int tile_m : {32, 48}) {
+      SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) +
+                   (k.skewed ? ", skewed" : ", random") + ", tile " + std::to_string(tile_m));
+      expect_narrow_pipe_matches_ring(ex, x, r, k.tokens, tile_m);
+    }
+  }
+}
+
 // Kernel times of both regimes (and the bf16 kernel) at decode and prefill sizes, for choosing
 // kMoeSmallMMaxRows and for docs/kernels.md; runs only with OSSRT_MOE_TIMING=1 (no assertions: speed
 // is reported, not tested). L2 is flushed before every launch, as `ossrt bench kernels` does.
@@ -966,15 +1059,22 @@ TEST(Mxfp4Moe, TimeRegimes) {
             mx_bytes / 4.27e12 * 1e6);
       }
       if (tokens >= 128) {
-        // The large-M wgmma GEMMs alone (gate_up + down, route tile as Auto picks it), the ring kernels
-        // against the pipelined ones in this one process, L2 flushed before each pair.
-        const int tile_m = mxfp4_wgmma_tile_m(tokens, kTopK, num_experts);
+        // The large-M wgmma GEMMs alone (gate_up + down), the ring kernels against the pipelined ones
+        // in this one process, L2 flushed before each pair: the route tile as Auto picks it (the ring
+        // at 64 where that is a narrow one), and below 128 rows an expert the pipe at every narrower
+        // tile too (32, 48, 64: what OSSRT_CUDA_MOE_NARROW_TILES chooses between).
+        const int auto_tile = mxfp4_wgmma_tile_m(tokens, kTopK, num_experts);
+        const int64_t per_expert = (int64_t(tokens) * kTopK + num_experts - 1) / num_experts;
+        std::vector<std::pair<int, bool>> runs = {{std::max(auto_tile, 64), false}, {auto_tile, true}};
+        if (per_expert < 128)
+          for (int t : {32, 48, 64})
+            if (t != auto_tile) runs.emplace_back(t, true);
         const MoeWorkspace ws = carve_moe_workspace(a.workspace, tokens, kTopK, num_experts, kHidden, kInter);
-        launch_moe_route(a.ids, tokens * kTopK, num_experts, ws, nullptr, tile_m);
         launch_mx_permute_cols(a.x, tokens, kHidden, ws.x_perm, nullptr);
-        const auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile_m);
         const double flops = 2.0 * tokens * kTopK * (2.0 * kInter * kHidden + double(kHidden) * kInter);
-        for (bool pipe : {false, true}) {
+        for (const auto& [tile_m, pipe] : runs) {
+          launch_moe_route(a.ids, tokens * kTopK, num_experts, ws, nullptr, tile_m);
+          const auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile_m);
           const double us = median_flushed_us([&] {
             if (pipe) {
               launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gu, tile_m, nullptr);

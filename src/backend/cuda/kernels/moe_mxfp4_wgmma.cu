@@ -267,14 +267,29 @@ void launch_wgmma_ring(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
 bool mxfp4_wgmma_fits(int n, int k) { return n > 0 && n % kBN == 0 && k > 0 && k % kBK == 0; }
 
 int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts) {
-  // Developer switch OSSRT_CUDA_MOE_WGMMA_TILE=64|128 (A/B timing), read once; else by rows an expert.
+  // Developer switches (A/B timing), read once: OSSRT_CUDA_MOE_WGMMA_TILE=32|48|64|128 forces the
+  // tile (32 and 48 only where the pipe kernels run: the ring kernels take 64 or 128);
+  // OSSRT_CUDA_MOE_NARROW_TILES=1 lets the choice below go under 64.
   static const int forced = [] {
     const char* v = std::getenv("OSSRT_CUDA_MOE_WGMMA_TILE");
     return v ? std::atoi(v) : 0;
   }();
-  if (forced == 64 || forced == 128) return forced;
+  static const bool narrow = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_NARROW_TILES");
+    return v && v[0] == '1';
+  }();
+  const bool pipe = mxfp4_wgmma_pipe_enabled();
+  if (forced == 64 || forced == 128 || (pipe && (forced == 32 || forced == 48))) return forced;
   const int64_t per_expert = (int64_t(tokens) * top_k + num_experts - 1) / num_experts;
-  return per_expert >= 128 ? 128 : 64;
+  if (per_expert >= 128) return 128;
+  // Narrow tiles, by rows an expert on average: a 64-row tile at 32 rows an expert (20b, 256
+  // sequences) spends half its MMAs on zero rows. The bounds keep one tile an expert for most
+  // experts under random routing (rows an expert ~ binomial, sd ~ sqrt(mean)): 32 rows hold a mean of
+  // 22 + 2.1 sd, 48 hold 36 + 2 sd; an expert over its tile takes a second, mostly empty one, which
+  // dequantizes its weights again.
+  if (narrow && pipe && per_expert <= 22) return 32;
+  if (narrow && pipe && per_expert <= 36) return 48;
+  return 64;
 }
 
 bool mxfp4_wgmma_enabled() {

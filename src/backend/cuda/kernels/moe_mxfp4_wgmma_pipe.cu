@@ -51,10 +51,12 @@ static_assert(kRowTiles == kConsumerWarps, "a consumer warp owns one layout tile
 // Shared memory: kStages token tiles (1024-byte aligned for the 128-byte swizzle), then the weight
 // chunks, the scales and the barriers. 8 stages: 180 KB at 128-row tiles (the ring kernels' deep
 // ring is 8 chunks too); a chunk of MMAs is ~0.45 us at full rate, so 8 stages cover ~3.5 us of
-// load latency.
+// load latency. The narrow tiles of decode batches (32 and 48 rows) run a chunk's MMAs in a quarter
+// to three eighths of that time on the same weight bytes, so they get 16 stages (166 / 199 KB) to
+// keep as many bytes in flight.
 template <int kBM>
 struct PipeRing {
-  static constexpr int kStages = 8;
+  static constexpr int kStages = kBM <= 48 ? 16 : 8;
   static constexpr int kXBytes = kBM * kBK * 2;  // row r's 16-byte unit u at unit u ^ (r % 8)
   static constexpr int kWBytes = kRowTiles * kMxChunkBytes;
   static constexpr int kSBytes = kRowTiles * kMxChunkScaleBytes;
@@ -125,7 +127,8 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, uint8_t* smem, uin
   constexpr int kRowsPerLane = kBM / 4 / kProducerWarps;
   constexpr int kTilesPerWarp = kRowTiles / kProducerWarps;
   const int pw = threadIdx.x / 32 - kConsumerWarps, lane = threadIdx.x % 32, unit16 = lane % 8;
-  const int row_first = pw * (kBM / kProducerWarps);  // a multiple of 8: the swizzle phase is 4 i + lane / 8
+  static_assert(kBM % (4 * kProducerWarps) == 0, "each producer lane copies whole rows' units");
+  const int row_first = pw * (kBM / kProducerWarps);  // the swizzle phase is taken from each row r itself
   const int chunks = a.k / kBK;
   int stage = 0;
   uint32_t phase = 0;
@@ -299,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) bf16_mxfp4w_moe_down_wgmma_pipe(M
 }
 
 template <int kBM>
-void launch_pipe(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
+void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
   constexpr int smem = PipeRing<kBM>::kSmemBytes;
   static PerDeviceOnce raised;  // the shared-memory limit, per device (as the ring kernels)
   OSSRT_CUDA_CALL(raised.run([] {
@@ -321,10 +324,19 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
     bf16_mxfp4w_moe_down_wgmma_pipe<kBM><<<grid, kThreads, smem, stream>>>(a);
 }
 
+void launch_pipe(bool swiglu, const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {
+  switch (tile_m) {
+    case 32: return launch_pipe_tile<32>(swiglu, a, stream);
+    case 48: return launch_pipe_tile<48>(swiglu, a, stream);
+    case 64: return launch_pipe_tile<64>(swiglu, a, stream);
+    default: return launch_pipe_tile<128>(swiglu, a, stream);
+  }
+}
+
 void check_pipe_args(const MoeGemmArgs& a, int tile_m, const char* name) {
   OSSRT_CU_CHECK(mxfp4_wgmma_fits(a.n, a.k), name, ": N ", a.n, " must be a positive multiple of ", kBN, " and K ", a.k,
                  " of ", kBK);
-  OSSRT_CU_CHECK(tile_m == 64 || tile_m == 128, name, ": route tiles of ", tile_m, " rows (64 or 128)");
+  OSSRT_CU_CHECK(mxfp4_wgmma_pipe_tile_ok(tile_m), name, ": route tiles of ", tile_m, " rows (32, 48, 64 or 128)");
   OSSRT_CU_CHECK(int64_t(a.max_tiles) * (a.n / kBN) < (int64_t(1) << 31), name, ": ", a.max_tiles,
                  " route tiles make too many work units");
   OSSRT_CU_CHECK(a.wq && a.wscale, name, ": null MXFP4 weights or scales");
@@ -343,17 +355,19 @@ bool mxfp4_wgmma_pipe_enabled() {
   return on;
 }
 
+bool mxfp4_wgmma_pipe_tile_ok(int tile_m) { return tile_m == 32 || tile_m == 48 || tile_m == 64 || tile_m == 128; }
+
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {
   check_pipe_args(a, tile_m, "bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe");
   if (a.max_tiles == 0) return;
-  tile_m == 128 ? launch_pipe<128>(true, a, stream) : launch_pipe<64>(true, a, stream);
+  launch_pipe(true, a, tile_m, stream);
   OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe");
 }
 
 void launch_bf16_mxfp4w_moe_down_wgmma_pipe(const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {
   check_pipe_args(a, tile_m, "bf16_mxfp4w_moe_down_wgmma_pipe");
   if (a.max_tiles == 0) return;
-  tile_m == 128 ? launch_pipe<128>(false, a, stream) : launch_pipe<64>(false, a, stream);
+  launch_pipe(false, a, tile_m, stream);
   OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_down_wgmma_pipe");
 }
 

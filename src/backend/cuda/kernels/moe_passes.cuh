@@ -119,19 +119,23 @@ void launch_bf16_bf16w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe_gate_up_swiglu(const MoeGemmArgs& args, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
 // MXFP4 weights, large M on wgmma (moe_mxfp4_wgmma.cu): 192 weight rows x the route's tiles of
-// tile_m = 64 or 128 rows (mxfp4_wgmma_tile_m).
+// tile_m = 64 or 128 rows (mxfp4_wgmma_tile_m; the pipe kernels below also take 32 and 48).
 // Their activations are in the column order of mx_wgmma_perm_col: x permuted by
 // launch_mx_permute_cols, act written so by the gate_up GEMM (and read so only by this down GEMM).
 bool mxfp4_wgmma_fits(int n, int k);  // N a multiple of 192, K of 64
 bool mxfp4_wgmma_enabled();           // developer switch OSSRT_CUDA_MOE_WGMMA=0 (A/B timing), read once
 void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, cudaStream_t stream);
-int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts);  // 128 from 128 rows an expert on average
+// The route tile: 128 rows from 128 rows an expert on average, else 64; with the pipe kernels and the
+// developer switch OSSRT_CUDA_MOE_NARROW_TILES=1 (A/B timing, read once), 32 up to 22 rows an
+// expert and 48 up to 36 (decode batches of 20b: 256 sequences are 32 rows an expert).
+int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts);
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
 // The same GEMMs, bit-identical, as a warp-specialized pipeline (moe_mxfp4_wgmma_pipe.cu): a producer
 // warpgroup fills an mbarrier-guarded ring, three consumer warpgroups never meet at a CTA barrier,
 // persistent CTAs (one an SM) over the (route tile, 192-row block) units.
 bool mxfp4_wgmma_pipe_enabled();  // the default; developer switch OSSRT_CUDA_MOE_WGMMA_PIPE=0 (A/B), read once
+bool mxfp4_wgmma_pipe_tile_ok(int tile_m);  // the pipe kernels' route tiles: 32, 48, 64 or 128 rows
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe_down_wgmma_pipe(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
 // MXFP4 weights, small M: the route's tiles hold 8 * n_tiles rows (n_tiles = 1, 2 or 4), one CTA
