@@ -11,7 +11,8 @@
 //     with a bf16 and an fp8 KV cache;
 //   - the one-row GEMVs with K split over CTAs (a ticket per tile): the one-CTA-a-tile kernels bit for bit,
 //     tickets back at 0 after each launch and across CUDA graph replays;
-//   - the tiny model through the runtime builder and the engine on CUDA in mxfp4-fp8.
+//   - the tiny model through the runtime builder and the engine on CUDA in mxfp4-fp8 and fp8 (the
+//     FP8 experts of fp8_moe_test.cpp), and the golden comparison in fp8 too.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -780,8 +781,7 @@ double median_of(std::vector<double> e) {
 // Random-weight models are also chaotic under FP8 (docs/quantization.md): positions after the first
 // flips differ more and more, so the statistics are the worst and median over the first 16
 // positions, and the median and 90th percentile over the whole prompt against the floor.
-TEST(CudaFp8, GoldenMxfp4ShardedAgainstTheCpuAndTheBf16PathsError) {
-  OSSRT_SKIP_WITHOUT_GPU();
+void expect_golden_fp8_format_matches_the_cpu(WeightFormat format, const char* name) {
   namespace fs = std::filesystem;
   const fs::path dir = ossrt::testing::golden_dir() / "mxfp4_sharded";
   ASSERT_TRUE(fs::exists(dir / "case.json")) << dir;
@@ -797,9 +797,9 @@ TEST(CudaFp8, GoldenMxfp4ShardedAgainstTheCpuAndTheBf16PathsError) {
     SingleSequenceRunner runner(model, int(prompt.size()) + 16);
     return runner.run(prompt, 0, SingleSequenceRunner::Logits::EveryRow);
   };
-  const auto gpu_fp8 = logits_on("cuda", WeightFormat::Mxfp4Fp8, false);
-  const auto cpu_fp8 = logits_on("cpu", WeightFormat::Mxfp4Fp8, false);
-  const auto cpu_fp8_bf16 = logits_on("cpu", WeightFormat::Mxfp4Fp8, true);
+  const auto gpu_fp8 = logits_on("cuda", format, false);
+  const auto cpu_fp8 = logits_on("cpu", format, false);
+  const auto cpu_fp8_bf16 = logits_on("cpu", format, true);
   const auto gpu_bf16 = logits_on("cuda", WeightFormat::Mxfp4, false);
   const auto cpu_f32 = logits_on("cpu", WeightFormat::Reference, false);
   ASSERT_EQ(gpu_fp8.size(), prompt.size() * v);
@@ -814,14 +814,15 @@ TEST(CudaFp8, GoldenMxfp4ShardedAgainstTheCpuAndTheBf16PathsError) {
   std::printf(
       "[metric] golden mxfp4_sharded, logits rel L2 per position (first %zu: worst / median; all %zu: median / p90 / "
       "worst):\n"
-      "  CUDA mxfp4-fp8 vs CPU mxfp4-fp8:              %.3g / %.3g; %.3g / %.3g / %.3g\n"
-      "  CPU mxfp4-fp8 at bf16 storage vs CPU mxfp4-fp8: %.3g / %.3g; %.3g / %.3g / %.3g (the floor)\n"
+      "  CUDA %s vs CPU %s:              %.3g / %.3g; %.3g / %.3g / %.3g\n"
+      "  CPU %s at bf16 storage vs CPU %s: %.3g / %.3g; %.3g / %.3g / %.3g (the floor)\n"
       "  CUDA mxfp4 (bf16) vs CPU fp32:                 %.3g / %.3g; %.3g / %.3g / %.3g (the issue's reference)\n"
       "  issue ratio (fp8 / bf16, first %zu worst; median): %.2f; %.2f\n",
-      first, fp8_err.size(), worst(fp8_head), median_of(fp8_head), median_of(fp8_err), test::profile(fp8_err).p90,
-      worst(fp8_err), worst(floor_head), median_of(floor_head), median_of(floor_err), test::profile(floor_err).p90,
-      worst(floor_err), worst(bf16_head), median_of(bf16_head), median_of(bf16_err), test::profile(bf16_err).p90,
-      worst(bf16_err), first, worst(fp8_head) / worst(bf16_head), median_of(fp8_err) / median_of(bf16_err));
+      first, fp8_err.size(), name, name, worst(fp8_head), median_of(fp8_head), median_of(fp8_err),
+      test::profile(fp8_err).p90, worst(fp8_err), name, name, worst(floor_head), median_of(floor_head),
+      median_of(floor_err), test::profile(floor_err).p90, worst(floor_err), worst(bf16_head), median_of(bf16_head),
+      median_of(bf16_err), test::profile(bf16_err).p90, worst(bf16_err), first, worst(fp8_head) / worst(bf16_head),
+      median_of(fp8_err) / median_of(bf16_err));
   for (double e : fp8_err) EXPECT_TRUE(std::isfinite(e));
   // The GPU within the bf16-storage floor of the FP8 path (a kernel bug moves these by far more).
   EXPECT_LE(worst(fp8_head), 2.0 * worst(floor_head) + 2e-3);
@@ -834,18 +835,29 @@ TEST(CudaFp8, GoldenMxfp4ShardedAgainstTheCpuAndTheBf16PathsError) {
   // would, and needs the norm and attention outputs in float32 (docs/quantization.md).
 }
 
+TEST(CudaFp8, GoldenMxfp4ShardedAgainstTheCpuAndTheBf16PathsError) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  expect_golden_fp8_format_matches_the_cpu(WeightFormat::Mxfp4Fp8, "mxfp4-fp8");
+}
+
+// fp8: the experts in FP8 too (their SwiGLU output stored in bf16 before its quantization, as every
+// CUDA activation; the CPU quantizes its float32 one, which the floor's emulation does not round).
+TEST(CudaFp8, GoldenMxfp4ShardedInFp8AgainstTheCpuAndTheBf16PathsError) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  expect_golden_fp8_format_matches_the_cpu(WeightFormat::Fp8, "fp8");
+}
+
 // ---------------------------------------------------------------- the runtime and the engine
 
-TEST(CudaFp8, TinyModelThroughTheRuntimeAndEngineInMxfp4Fp8) {
-  OSSRT_SKIP_WITHOUT_GPU();
+void expect_tiny_model_runs_through_the_runtime_and_engine(const std::string& quantization) {
   const std::vector<int32_t> ids = {1, 200, 3000, 40000, 199000, 17, 5, 88, 1234, 9999, 4, 2};
-  auto options = [](const std::string& backend) {
+  auto options = [&](const std::string& backend) {
     RuntimeOptions o;
     o.model = "tiny";
     o.load_format = "dummy";
     o.weights_seed = 3;
     o.backend = backend;
-    o.quantization = "mxfp4-fp8";
+    o.quantization = quantization;
     o.max_num_batched_tokens = 64;
     o.max_num_seqs = 8;
     return o;
@@ -865,9 +877,9 @@ TEST(CudaFp8, TinyModelThroughTheRuntimeAndEngineInMxfp4Fp8) {
   const size_t v = g5.size() / ids.size();
   const auto e = test::per_row_rel_l2(g5, c5, v), e1 = test::per_row_rel_l2(g1, c5, v);
   std::printf(
-      "[metric] tiny mxfp4-fp8 CUDA vs CPU, logits rel L2 per position: chunks of 5 median %.3g worst %.3g; "
+      "[metric] tiny %s CUDA vs CPU, logits rel L2 per position: chunks of 5 median %.3g worst %.3g; "
       "one token a step median %.3g\n",
-      median_of(e), *std::max_element(e.begin(), e.end()), median_of(e1));
+      quantization.c_str(), median_of(e), *std::max_element(e.begin(), e.end()), median_of(e1));
   // FP8 amplifies the GPU's bf16 activation storage (GoldenMxfp4Sharded... above: the CPU's own FP8
   // path at bf16 storage is as far from it), so only a gross error is caught here: a broken path is at
   // 1 or more.
@@ -877,8 +889,8 @@ TEST(CudaFp8, TinyModelThroughTheRuntimeAndEngineInMxfp4Fp8) {
   // The engine (graphs on): four greedy requests batched.
   testing_engine::EventLog log;  // outlives the engine, whose thread calls it
   auto gpu = ModelRuntime::build(options("cuda"), ModelRuntime::Parts::ModelAndEngine);
-  EXPECT_EQ(gpu->quantization().name, "mxfp4-fp8");
-  EXPECT_NE(gpu->describe().find("quantization mxfp4-fp8"), std::string::npos) << gpu->describe();
+  EXPECT_EQ(gpu->quantization().name, quantization);
+  EXPECT_NE(gpu->describe().find("quantization " + quantization), std::string::npos) << gpu->describe();
   std::printf("[fp8] %s\n", gpu->describe().c_str());
   for (int i = 0; i < 4; ++i)
     EXPECT_TRUE(gpu->engine().submit(
@@ -893,14 +905,15 @@ TEST(CudaFp8, TinyModelThroughTheRuntimeAndEngineInMxfp4Fp8) {
   }
 }
 
-TEST(CudaFp8, Fp8IsRefusedOnCudaNamingTheExperts) {
+TEST(CudaFp8, TinyModelThroughTheRuntimeAndEngineInMxfp4Fp8) {
   OSSRT_SKIP_WITHOUT_GPU();
-  try {
-    make_backend("cuda", BackendOptions{.weight_format = WeightFormat::Fp8});
-    ADD_FAILURE() << "fp8 accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("experts"), std::string::npos) << e.what();
-  }
+  expect_tiny_model_runs_through_the_runtime_and_engine("mxfp4-fp8");
+}
+
+// fp8: the FP8 experts' kernels in prefill chunks, one-token steps and the engine's batches.
+TEST(CudaFp8, TinyModelThroughTheRuntimeAndEngineInFp8) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  expect_tiny_model_runs_through_the_runtime_and_engine("fp8");
 }
 
 }  // namespace

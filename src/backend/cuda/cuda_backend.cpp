@@ -60,12 +60,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   OSSRT_CHECK(device_available(), "--backend cuda: no CUDA device is visible");
   OSSRT_CHECK(options.max_step_tokens >= 1 && options.max_seqs >= 1, "CUDA backend: max_step_tokens {} / max_seqs {}",
               options.max_step_tokens, options.max_seqs);
-  // mxfp4-fp8 runs here (FP8 block-scaled attention projections and unembedding, resident MXFP4
-  // experts). fp8 also needs FP8 experts (grouped FP8 MoE kernels), which the CUDA backend lacks:
-  // refuse rather than silently run another format.
-  OSSRT_CHECK(options.weight_format != WeightFormat::Fp8,
-              "--backend cuda: --quantization fp8 is not implemented on CUDA yet: its FP8 experts have no CUDA MoE "
-              "kernels (use mxfp4-fp8, mxfp4 or bf16; --backend cpu runs fp8)");
   OSSRT_CUDA_CHECK(cudaSetDevice(device_));
   cudaDeviceProp prop{};
   OSSRT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));

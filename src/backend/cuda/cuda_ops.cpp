@@ -656,11 +656,13 @@ void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& id
   OSSRT_CHECK(ids.dtype == DType::I32 && weights.dtype == DType::F32 && weights.row_elems() == k && ids.dim(0) >= t &&
                   weights.dim(0) >= t,
               "moe: ids {} / weights {} for {} tokens", ids.shape_str(), weights.shape_str(), t);
-  // U8 experts are resident MXFP4 (upload_experts with WeightFormat::Mxfp4), in the kernels' layout.
+  // U8 experts are resident MXFP4 (upload_experts with WeightFormat::Mxfp4), FP8_E4M3 ones FP8 codes
+  // (WeightFormat::Fp8), both in their kernels' layouts.
   const bool mxfp4 = ex.gate_up_w.dtype == DType::U8;
-  OSSRT_CHECK((ex.gate_up_w.dtype == DType::BF16 ||
-               (mxfp4 && ex.down_w.dtype == DType::U8 && ex.gate_up_scales.data && ex.down_scales.data)) &&
-                  ex.gate_up_b.dtype == DType::F32,
+  const bool fp8 = ex.gate_up_w.dtype == DType::FP8_E4M3;
+  const bool scaled =
+      (mxfp4 || fp8) && ex.down_w.dtype == ex.gate_up_w.dtype && ex.gate_up_scales.data && ex.down_scales.data;
+  OSSRT_CHECK((ex.gate_up_w.dtype == DType::BF16 || scaled) && ex.gate_up_b.dtype == DType::F32,
               "moe: expert weights were not uploaded by the CUDA backend");
   // The route kernel indexes experts by global id; expert parallelism (a partial expert set) is
   // proven on the CPU backend only so far (docs/parallel.md).
@@ -668,7 +670,9 @@ void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& id
               "moe: this layer holds experts [{}, {}) of {}; the CUDA backend does not run a partial expert set yet "
               "(--expert-parallel-size > 1 needs --backend cpu)",
               ex.first_expert, ex.first_expert + ex.experts, ex.total_experts());
-  const size_t need = cuda::moe_workspace_bytes(int(t), k, int(ex.experts), int(ex.hidden), int(ex.intermediate));
+  const size_t need =
+      fp8 ? cuda::moe_fp8_workspace_bytes(int(t), k, int(ex.experts), int(ex.hidden), int(ex.intermediate))
+          : cuda::moe_workspace_bytes(int(t), k, int(ex.experts), int(ex.hidden), int(ex.intermediate));
   OSSRT_CHECK(need <= moe_workspace_bytes_, "moe: {} tokens x top-{} need {} workspace bytes, {} planned", t, k, need,
               moe_workspace_bytes_);
   cuda::MoeArgs a;
@@ -687,6 +691,11 @@ void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& id
     a.gate_up_scales = static_cast<const uint8_t*>(ex.gate_up_scales.data);
     a.down_q = static_cast<const uint8_t*>(ex.down_w.data);
     a.down_scales = static_cast<const uint8_t*>(ex.down_scales.data);
+  } else if (fp8) {
+    a.gate_up_fp8 = static_cast<const uint8_t*>(ex.gate_up_w.data);
+    a.gate_up_fp8_scales = ex.gate_up_scales.ptr<float>();
+    a.down_fp8 = static_cast<const uint8_t*>(ex.down_w.data);
+    a.down_fp8_scales = ex.down_scales.ptr<float>();
   } else {
     a.gate_up_w = static_cast<const uint16_t*>(ex.gate_up_w.data);
     a.down_w = static_cast<const uint16_t*>(ex.down_w.data);
@@ -705,6 +714,8 @@ void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& id
   }
   if (mxfp4)
     cuda::launch_bf16_mxfp4w_moe(a, stream_);
+  else if (fp8)
+    cuda::launch_bf16_fp8w_moe(a, stream_);
   else
     cuda::launch_bf16_bf16w_moe(a, stream_);
   OSSRT_CUDA_CHECK(cudaGetLastError());

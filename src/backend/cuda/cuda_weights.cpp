@@ -1,7 +1,8 @@
 // Weight conversion for the CUDA backend: everything becomes bf16 on the device (checkpoints are
 // bf16 already; f32/f16 sources are rounded), expert biases become f32 (the MoE kernels add them in
 // fp32). MXFP4 experts are expanded to bf16 on the device, once, at load time (WeightFormat::
-// Reference), or stay 4-bit, repacked on the device into the MoE kernels' layout (Mxfp4, Mxfp4Fp8).
+// Reference), or stay 4-bit, repacked on the device into the MoE kernels' layout (Mxfp4, Mxfp4Fp8), or
+// become e4m3 codes with 128x128 block scales, quantized and packed on the device (Fp8).
 // The linear weights (upload_linear) of Fp8 / Mxfp4Fp8 become e4m3 codes with 128x128 block scales,
 // quantized on the host with core/fp8.h, each checkpoint part on its own grid.
 #include <cuda_runtime_api.h>
@@ -18,6 +19,7 @@
 #include "backend/cuda/device_buffers.h"
 #include "backend/cuda/kernels/gemv.cuh"
 #include "backend/cuda/kernels/moe.cuh"
+#include "backend/cuda/kernels/moe_fp8.cuh"
 #include "backend/cuda/kernels/moe_mxfp4.cuh"
 #include "backend/cuda/mxfp4_dequant.h"
 #include "core/fp8.h"
@@ -346,6 +348,80 @@ void upload_expert_matrix(const HostExperts& x, uint16_t* dst, cudaStream_t stre
   }
 }
 
+// Quantizes one expert projection [E, out, in] to the FP8 experts' layout (kernels/moe_fp8.cuh) at
+// codes / scales, in chunks of experts through device staging: MXFP4 sources dequantized to bf16 on
+// the device (exact: an MXFP4 value is a bf16 value), dense ones as bf16 rows (the backend's rule for
+// every weight: bf16 checkpoints exactly, f32 / f16 ones rounded), then block-quantized by the scheme
+// (core/fp8.h's rule, bit for bit) and packed. Never a full bf16 copy: the 120b's experts are 115 GB
+// of codes. gate_up_pairs: the gate/up row pairing of the first GEMM.
+void upload_fp8_expert_matrix(const HostExperts& x, bool gate_up_pairs, uint8_t* codes, float* scales,
+                              cudaStream_t stream) {
+  OSSRT_CHECK(x.out % cuda::kFp8ExpertTileRows == 0,
+              "experts {}: {} rows do not fit the FP8 expert kernels (a multiple of {})",
+              x.format == HostExperts::Format::Mxfp4 ? x.blocks.name : x.weight.name, x.out, cuda::kFp8ExpertTileRows);
+  const size_t bf16_per_expert = size_t(x.out) * size_t(x.in) * 2;
+  const size_t codes_per_expert = cuda::fp8_expert_code_bytes(1, x.out, x.in);
+  const size_t scales_per_expert = cuda::fp8_expert_scale_count(1, x.out, x.in);
+  uint16_t* bf16 = nullptr;
+  uint8_t* plain = nullptr;
+  int64_t staged = 0;  // experts the staging holds
+  auto quantize_chunk = [&](int64_t e0, int64_t n) {
+    cuda::Fp8BlockQuantizeArgs q;
+    q.w = bf16;
+    q.codes = plain;
+    q.scales = scales + size_t(e0) * scales_per_expert;
+    q.experts = int(n);
+    q.rows = int(x.out);
+    q.cols = int(x.in);
+    cuda::launch_fp8_quantize_expert_blocks(q, stream);
+    cuda::Fp8ExpertPackArgs pk;
+    pk.codes = plain;
+    pk.out = codes + size_t(e0) * codes_per_expert;
+    pk.experts = int(n);
+    pk.rows = int(x.out);
+    pk.cols = int(x.in);
+    pk.gate_up_pairs = gate_up_pairs;
+    cuda::launch_fp8_expert_pack(pk, stream);
+    OSSRT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  };
+  // Load-time temporaries, freed below: not part of the steady-state memory plan.
+  auto stage = [&](int64_t n) {
+    if (n <= staged) return;
+    if (bf16) OSSRT_CUDA_CHECK(cudaFree(bf16));
+    if (plain) OSSRT_CUDA_CHECK(cudaFree(plain));
+    OSSRT_CUDA_CHECK(cudaMalloc(&bf16, size_t(n) * bf16_per_expert));
+    OSSRT_CUDA_CHECK(cudaMalloc(&plain, size_t(n) * codes_per_expert));
+    staged = n;
+  };
+  if (x.format == HostExperts::Format::Mxfp4) {
+    stage_mxfp4_chunks(x, stream, [&](const uint8_t* blocks, const uint8_t* sc, int64_t e0, int64_t n) {
+      stage(n);
+      cuda::Mxfp4DequantArgs args{blocks, sc, bf16, n * x.out, x.in};
+      OSSRT_CUDA_CHECK(cuda::launch_mxfp4_to_bf16_dequant(args, stream));
+      quantize_chunk(e0, n);
+    });
+  } else {
+    const int64_t chunk = std::max<int64_t>(1, int64_t(kDequantStagingBytes / bf16_per_expert));
+    std::vector<float> row(static_cast<size_t>(x.in));
+    std::vector<uint16_t> host;
+    for (int64_t e0 = 0; e0 < x.experts; e0 += chunk) {
+      const int64_t n = std::min(chunk, x.experts - e0);
+      stage(n);
+      host.resize(size_t(n * x.out * x.in));
+      for (int64_t e = 0; e < n; ++e)
+        for (int64_t r = 0; r < x.out; ++r) {
+          x.row_f32(e0 + e, r, row.data());
+          uint16_t* dst = host.data() + size_t((e * x.out + r) * x.in);
+          for (int64_t i = 0; i < x.in; ++i) dst[i] = f32_to_bf16(row[size_t(i)]);
+        }
+      copy_host_to_device(bf16, host.data(), host.size() * 2, stream);
+      quantize_chunk(e0, n);
+    }
+  }
+  if (bf16) OSSRT_CUDA_CHECK(cudaFree(bf16));
+  if (plain) OSSRT_CUDA_CHECK(cudaFree(plain));
+}
+
 }  // namespace
 
 ExpertWeights CudaBackend::upload_experts(const HostExperts& gate_up, const HostExperts& down) {
@@ -395,9 +471,24 @@ ExpertWeights CudaBackend::upload_experts_as(const HostExperts& gate_up, const H
     copy_to_device(t.data, host.data(), t.bytes());
     return t;
   };
+  // FP8: codes FP8_E4M3 [E, out, fp8_expert_k_pad(in)] in the kernels' layout and scales F32 [E,
+  // ceil(out / 128), ceil(in / 128)] (ExpertWeights' Fp8 shape).
+  auto upload_fp8 = [&](const HostExperts& x, bool gate_up_pairs, const char* what, Tensor& scales) {
+    Tensor t(nullptr, DType::FP8_E4M3, {x.experts, x.out, cuda::fp8_expert_k_pad(x.in)}, Device::CUDA);
+    t.data = buffers_->allocate(t.bytes(), what, stream_, cuda::BufferKind::Weights);
+    scales = Tensor(nullptr, DType::F32, {x.experts, cuda::fp8_expert_blocks(x.out), cuda::fp8_expert_blocks(x.in)},
+                    Device::CUDA);
+    scales.data = buffers_->allocate(scales.bytes(), what, stream_, cuda::BufferKind::Weights);
+    upload_fp8_expert_matrix(x, gate_up_pairs, static_cast<uint8_t*>(t.data), scales.ptr<float>(), stream_);
+    return t;
+  };
+  const bool fp8 = format == WeightFormat::Fp8;
   if (mxfp4) {
     w.gate_up_w = upload_mxfp4(gate_up, true, "expert weights (gate_up, mxfp4)", w.gate_up_scales);
     w.down_w = upload_mxfp4(down, false, "expert weights (down, mxfp4)", w.down_scales);
+  } else if (fp8) {
+    w.gate_up_w = upload_fp8(gate_up, true, "expert weights (gate_up, fp8)", w.gate_up_scales);
+    w.down_w = upload_fp8(down, false, "expert weights (down, fp8)", w.down_scales);
   } else {
     w.gate_up_w = upload_matrix(gate_up, "expert weights (gate_up)");
     w.down_w = upload_matrix(down, "expert weights (down)");
@@ -405,8 +496,10 @@ ExpertWeights CudaBackend::upload_experts_as(const HostExperts& gate_up, const H
   w.gate_up_b = upload_bias(gate_up, "expert biases (gate_up)");
   w.down_b = upload_bias(down, "expert biases (down)");
 
-  const size_t need = cuda::moe_workspace_bytes(options_.max_step_tokens, kPlannedTopK, int(w.experts), int(w.hidden),
-                                                int(w.intermediate));
+  const size_t need = fp8 ? cuda::moe_fp8_workspace_bytes(options_.max_step_tokens, kPlannedTopK, int(w.experts),
+                                                          int(w.hidden), int(w.intermediate))
+                          : cuda::moe_workspace_bytes(options_.max_step_tokens, kPlannedTopK, int(w.experts),
+                                                      int(w.hidden), int(w.intermediate));
   if (need > moe_workspace_bytes_) {
     // Every layer has the same shape, so this allocates once per model.
     moe_workspace_ = device_alloc(need, "MoE workspace");

@@ -69,6 +69,19 @@ __device__ __forceinline__ float2 unpack_bf16x2(uint32_t v) {
   return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
 }
 
+// d += a * b for one m16n8k32 tile of e4m3 codes, fp32 accumulation (sm_89+; the FP8
+// linears and the FP8 MoE). Fragments (g = lane / 4,
+// c = lane % 4), each register 4 consecutive k of one row or column:
+//   a[0] = A[g][4c..], a[1] = A[g + 8][4c..], a[2] = A[g][16 + 4c..], a[3] = A[g + 8][16 + 4c..]
+//   b[0] = B[4c..][g], b[1] = B[16 + 4c..][g]; d[0..1] = D[g][2c..2c+1], d[2..3] = D[g + 8][2c..2c+1]
+__device__ __forceinline__ void mma_e4m3_m16n8k32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 // d += a * b for one m16n8k16 tile. Fragment layout (g = lane / 4, c = lane % 4):
 //   a[0] = A[g][2c..2c+1], a[1] = A[g+8][2c..], a[2] = A[g][2c+8..], a[3] = A[g+8][2c+8..]
 //   b[0] = B[2c..2c+1][g], b[1] = B[2c+8..2c+9][g]

@@ -13,7 +13,10 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-void validate_moe_args(const MoeArgs& a, bool mxfp4) {
+}  // namespace
+
+void validate_moe_args(const MoeArgs& a, MoeExperts experts) {
+  const bool mxfp4 = experts == MoeExperts::Mxfp4;
   OSSRT_CU_CHECK(a.num_tokens >= 0, "moe: negative token count ", a.num_tokens);
   OSSRT_CU_CHECK(a.top_k >= 1 && a.top_k <= a.num_experts, "moe: top_k ", a.top_k,
                  " must be in [1, E = ", a.num_experts, "]");
@@ -35,24 +38,31 @@ void validate_moe_args(const MoeArgs& a, bool mxfp4) {
     OSSRT_CU_CHECK(
         aligned16(a.gate_up_q) && aligned16(a.down_q) && aligned16(a.gate_up_scales) && aligned16(a.down_scales),
         "moe (mxfp4): expert values and scales must be 16-byte aligned (vector loads)");
+  } else if (experts == MoeExperts::Fp8) {
+    OSSRT_CU_CHECK(a.hidden % 16 == 0 && a.intermediate % 16 == 0, "moe (fp8): hidden ", a.hidden, " and intermediate ",
+                   a.intermediate, " must be multiples of 16 (the layout's row tile)");
+    OSSRT_CU_CHECK(a.gate_up_fp8 && a.gate_up_fp8_scales && a.down_fp8 && a.down_fp8_scales,
+                   "moe (fp8): null gate_up_fp8, gate_up_fp8_scales, down_fp8 or down_fp8_scales");
+    OSSRT_CU_CHECK(aligned16(a.gate_up_fp8) && aligned16(a.down_fp8),
+                   "moe (fp8): expert codes must be 16-byte aligned (vector loads)");
   } else {
     OSSRT_CU_CHECK(a.gate_up_w && a.down_w, "moe: null gate_up_w or down_w");
     OSSRT_CU_CHECK(aligned16(a.gate_up_w) && aligned16(a.down_w), "moe: expert weights must be 16-byte aligned");
   }
   OSSRT_CU_CHECK(aligned16(a.x) && aligned16(a.out), "moe: x and out must be 16-byte aligned (vector loads)");
-  const size_t need = moe_workspace_bytes(a.num_tokens, a.top_k, a.num_experts, a.hidden, a.intermediate);
+  const size_t need = experts == MoeExperts::Fp8
+                          ? moe_fp8_workspace_bytes(a.num_tokens, a.top_k, a.num_experts, a.hidden, a.intermediate)
+                          : moe_workspace_bytes(a.num_tokens, a.top_k, a.num_experts, a.hidden, a.intermediate);
   OSSRT_CU_CHECK(a.workspace && a.workspace_bytes >= need && aligned16(a.workspace), "moe: workspace of ", need,
                  " bytes (16-byte aligned) needed for ", a.num_tokens, " tokens, ", a.workspace_bytes, " given");
 }
-
-}  // namespace
 
 size_t moe_workspace_bytes(int max_tokens, int top_k, int num_experts, int hidden, int intermediate) {
   return carve_moe_workspace(nullptr, max_tokens, top_k, num_experts, hidden, intermediate).bytes;
 }
 
 void launch_bf16_bf16w_moe(const MoeArgs& a, cudaStream_t stream) {
-  validate_moe_args(a, false);
+  validate_moe_args(a, MoeExperts::Bf16);
   if (a.num_tokens == 0) return;
   const MoeWorkspace ws =
       carve_moe_workspace(a.workspace, a.num_tokens, a.top_k, a.num_experts, a.hidden, a.intermediate);
@@ -108,7 +118,7 @@ static int mxfp4_small_m_tiles(int tokens, int top_k, int num_experts) {
 }
 
 void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
-  validate_moe_args(a, true);
+  validate_moe_args(a, MoeExperts::Mxfp4);
   if (a.num_tokens == 0) return;
   const MoeWorkspace ws =
       carve_moe_workspace(a.workspace, a.num_tokens, a.top_k, a.num_experts, a.hidden, a.intermediate);

@@ -45,6 +45,12 @@ struct MoeArgs {
   const uint8_t* gate_up_scales = nullptr;  // [E, 2I, H / 32]
   const uint8_t* down_q = nullptr;          // [E, H, I] as 4-bit
   const uint8_t* down_scales = nullptr;     // [E, H, I / 32]
+  // launch_bf16_fp8w_moe reads these instead: the experts' e4m3 codes in moe_fp8.cuh's layout and
+  // their fp32 128x128 block scales.
+  const uint8_t* gate_up_fp8 = nullptr;       // [E, 2I, fp8_expert_k_pad(H)], rows paired per 16-row tile
+  const float* gate_up_fp8_scales = nullptr;  // [E, ceil(2I / 128), ceil(H / 128)]
+  const uint8_t* down_fp8 = nullptr;          // [E, H, fp8_expert_k_pad(I)]
+  const float* down_fp8_scales = nullptr;     // [E, ceil(H / 128), ceil(I / 128)]
   MoeRegime regime = MoeRegime::Auto;
   // Small M with at most this many (token, slot) pairs skips the route pass: each pair is a tile of
   // its own, its expert read straight from ids (launch_bf16_mxfp4w_moe). 0 always routes.
@@ -78,6 +84,13 @@ void launch_bf16_bf16w_moe(const MoeArgs& args, cudaStream_t stream);
 // validation and the same graph-capture guarantees as launch_bf16_bf16w_moe; additionally H and I
 // must be multiples of 64 (one 64-column chunk of the layout).
 void launch_bf16_mxfp4w_moe(const MoeArgs& args, cudaStream_t stream);
+
+// The same MoE on FP8 experts (gate_up_fp8 / down_fp8 and their scales; moe_fp8.cuh): x quantized
+// per row and 128 channels -> route -> gate_up + SwiGLU (bf16 activations) -> the activations
+// quantized -> down -> combine. H and I must be multiples of 16; the workspace is
+// moe_fp8_workspace_bytes (the activation codes beside moe_workspace_bytes' layout).
+void launch_bf16_fp8w_moe(const MoeArgs& args, cudaStream_t stream);
+size_t moe_fp8_workspace_bytes(int max_tokens, int top_k, int num_experts, int hidden, int intermediate);
 
 // MoeRegime::Auto: small M while the average rows per expert, ceil(T * k / E), is at most this.
 inline constexpr int kMoeSmallMMaxRows = 16;

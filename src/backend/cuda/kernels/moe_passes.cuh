@@ -103,6 +103,12 @@ struct MoeGemmArgs {
   float* y_out = nullptr;                            // down: f32 [rows, N]
 };
 
+// The checks every MoE launcher makes (moe.cu), by the experts' format (which pointers it needs,
+// which workspace size).
+enum class MoeExperts : uint8_t { Bf16, Mxfp4, Fp8 };
+struct MoeArgs;
+void validate_moe_args(const MoeArgs& args, MoeExperts experts);
+
 // Grouping: counts, offsets, a tile list of `tile_m`-row tiles (kMoeMinTileM <= tile_m; at most
 // moe_max_tiles(pairs, E, tile_m) entries) and the permutation (moe_route.cu).
 void launch_moe_route(const int32_t* ids, int pairs, int num_experts, const MoeWorkspace& ws, cudaStream_t stream,
