@@ -26,6 +26,7 @@
 #include "core/fp8.h"
 #include "core/threads.h"
 #include "cuda_test_util.h"
+#include "hashed_random.h"
 
 namespace ossrt {
 namespace {
@@ -33,18 +34,9 @@ namespace {
 constexpr int kTopK = 4;
 constexpr float kAlpha = 1.702f, kLimit = 7.0f;
 
-ThreadPool& pool() {
-  static ThreadPool p;
-  return p;
-}
-
-uint64_t mix(uint64_t seed, uint64_t i) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 1;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-float uniform(uint64_t seed, uint64_t i) { return float(mix(seed, i) >> 40) * (2.0f / 16777216.0f) - 1.0f; }
+ThreadPool& pool() { return test::data_pool(); }
+using test::mix;
+using test::uniform;
 
 // One expert projection as a checkpoint holds it (MXFP4 blocks and scales, or bf16 values), with its
 // bias, owning the bytes the HostExperts view points at.

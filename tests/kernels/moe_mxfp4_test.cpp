@@ -38,6 +38,7 @@
 #include "core/threads.h"
 #include "cuda_test_util.h"
 #include "device_array.h"
+#include "hashed_random.h"
 #include "model/gpt_oss.h"
 #include "model/loader.h"
 #include "model/single_sequence.h"
@@ -60,18 +61,9 @@ bool gpu_available() {
 #define REQUIRE_GPU() \
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device"
 
-ThreadPool& pool() {
-  static ThreadPool p;
-  return p;
-}
-
-uint64_t mix(uint64_t seed, uint64_t i) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 1;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-float uniform(uint64_t seed, uint64_t i) { return float(mix(seed, i) >> 40) * (2.0f / 16777216.0f) - 1.0f; }
+ThreadPool& pool() { return test::data_pool(); }
+using test::mix;
+using test::uniform;
 
 std::vector<uint16_t> random_bf16(size_t n, uint64_t seed, float scale) {
   std::vector<uint16_t> v(n);
