@@ -696,6 +696,7 @@ void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& id
     a.gate_up_fp8_scales = ex.gate_up_scales.ptr<float>();
     a.down_fp8 = static_cast<const uint8_t*>(ex.down_w.data);
     a.down_fp8_scales = ex.down_scales.ptr<float>();
+    a.fp8_large_m_wgmma = fp8_moe_wgmma_;
   } else {
     a.gate_up_w = static_cast<const uint16_t*>(ex.gate_up_w.data);
     a.down_w = static_cast<const uint16_t*>(ex.down_w.data);

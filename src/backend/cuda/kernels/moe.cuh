@@ -51,6 +51,9 @@ struct MoeArgs {
   const float* gate_up_fp8_scales = nullptr;  // [E, ceil(2I / 128), ceil(H / 128)]
   const uint8_t* down_fp8 = nullptr;          // [E, H, fp8_expert_k_pad(I)]
   const float* down_fp8_scales = nullptr;     // [E, ceil(H / 128), ceil(I / 128)]
+  // FP8, more than kMoeSmallMMaxRows rows an expert: the wgmma pipeline (moe_fp8_wgmma_pipe.cu)
+  // instead of the mma.sync kernel.
+  bool fp8_large_m_wgmma = false;
   MoeRegime regime = MoeRegime::Auto;
   // Small M with at most this many (token, slot) pairs skips the route pass: each pair is a tile of
   // its own, its expert read straight from ids (launch_bf16_mxfp4w_moe). 0 always routes.

@@ -2,7 +2,8 @@
 //   bf16_fp8w_moe_gate_up_swiglu : act[row] = swiglu(x[token(row)] W_gu[e]^T + b_gu[e])
 //   bf16_fp8w_moe_down           : y[row]   = act[row] W_down[e]^T + b_down[e]
 // with x and act quantized per row and 128 channels first (bf16_fp8_quantize_rows, fp8_linear.cu).
-// One kernel for every M (correct first; the large-M tensor-core pipeline is future work): a CTA takes
+// One mma.sync kernel for every M (correct first; MoeArgs::fp8_large_m_wgmma sends more than 16 rows an
+// expert to the wgmma pipeline of moe_fp8_wgmma_pipe.cu instead): a CTA takes
 // one route tile (8 kNT grouped rows of one expert, kNT = 1, 2 or 4 token tiles) times one 16-row weight
 // tile; its 4 warps split K by 128-column blocks (block b to warp b % 4). Per block a lane loads its
 // four A fragments (the layout's 64 bytes), for each token tile its token row's 8 code words of the
@@ -18,6 +19,7 @@
 #include "backend/cuda/kernels/fp8_linear.cuh"
 #include "backend/cuda/kernels/moe.cuh"
 #include "backend/cuda/kernels/moe_fp8.cuh"
+#include "backend/cuda/kernels/moe_fp8_gemm.cuh"
 #include "backend/cuda/kernels/moe_mxfp4_common.cuh"
 #include "backend/cuda/kernels/moe_passes.cuh"
 
@@ -91,25 +93,6 @@ __global__ void __launch_bounds__(256) fp8_expert_pack(Fp8ExpertPackArgs a, int6
 }
 
 // ---- the grouped GEMMs
-
-struct Fp8GemmArgs {
-  const uint8_t* a_codes = nullptr;  // e4m3 [rows, a_k_pad]: gate_up x by token, down act by grouped row
-  const float* a_scales = nullptr;   // [rows][a_k_pad / 128]
-  int a_k_pad = 0;
-  const int32_t* pos_to_pair = nullptr;  // gate_up: grouped row -> pair (token = pair / top_k); down: null
-  int top_k = 1;
-  const uint8_t* w = nullptr;  // the layout of moe_fp8.cuh
-  const float* w_scales = nullptr;
-  const float* bias = nullptr;  // f32 [E, n]
-  int n = 0, k = 0;
-  const int32_t* num_tiles = nullptr;
-  const int32_t* tile_expert = nullptr;
-  const int32_t* tile_row = nullptr;
-  const int32_t* offsets = nullptr;
-  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
-  uint16_t* act_out = nullptr;  // gate_up: bf16 [rows, n / 2]
-  float* y_out = nullptr;       // down: f32 [rows, n]
-};
 
 template <int kNT, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads) bf16_fp8w_moe_gemm(Fp8GemmArgs a) {
@@ -289,7 +272,12 @@ void launch_bf16_fp8w_moe(const MoeArgs& a, cudaStream_t stream) {
   const MoeWorkspace& ws = w.base;
   const int pairs = a.num_tokens * a.top_k;
   const int n_tiles = fp8_token_tiles(a.num_tokens, a.top_k, a.num_experts);
-  const int tile_m = 8 * n_tiles;
+  // Large M on wgmma where asked for and the shapes fit (gpt-oss's do): route tiles of 128 rows from
+  // 128 rows an expert on average, else 64.
+  const int64_t per_expert = (int64_t(pairs) + a.num_experts - 1) / a.num_experts;
+  const bool wgmma = a.fp8_large_m_wgmma && per_expert > kMoeSmallMMaxRows && fp8_moe_wgmma_fits(2 * a.intermediate) &&
+                     fp8_moe_wgmma_fits(a.hidden);
+  const int tile_m = wgmma ? (per_expert >= 128 ? 128 : 64) : 8 * n_tiles;
   const int max_tiles = moe_max_tiles(pairs, a.num_experts, tile_m);
   OSSRT_CU_CHECK(max_tiles <= INT32_MAX && a.num_tokens <= INT32_MAX / 4, "moe (fp8): too many tokens");
 
@@ -317,7 +305,10 @@ void launch_bf16_fp8w_moe(const MoeArgs& a, cudaStream_t stream) {
   gate_up.swiglu_alpha = a.swiglu_alpha;
   gate_up.swiglu_limit = a.swiglu_limit;
   gate_up.act_out = ws.act;
-  launch_gemm(true, n_tiles, gate_up, max_tiles, stream);
+  if (wgmma)
+    launch_fp8_moe_gemm_wgmma_pipe(true, gate_up, tile_m, max_tiles, stream);
+  else
+    launch_gemm(true, n_tiles, gate_up, max_tiles, stream);
 
   // Every grouped row of act (rows past the routed ones hold stale values no tile reads).
   Fp8QuantizeArgs qa{ws.act, w.act_codes, w.act_scales, pairs, a.intermediate, w.act_k_pad, false, 0};
@@ -333,7 +324,10 @@ void launch_bf16_fp8w_moe(const MoeArgs& a, cudaStream_t stream) {
   down.n = a.hidden;
   down.k = a.intermediate;
   down.y_out = ws.y;
-  launch_gemm(false, n_tiles, down, max_tiles, stream);
+  if (wgmma)
+    launch_fp8_moe_gemm_wgmma_pipe(false, down, tile_m, max_tiles, stream);
+  else
+    launch_gemm(false, n_tiles, down, max_tiles, stream);
 
   launch_moe_combine(a.weights, a.num_tokens, a.top_k, a.hidden, ws, a.out, a.out_bf16, stream);
 }

@@ -29,6 +29,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
+#include "backend/cuda/kernels/mbarrier.cuh"
 #include "backend/cuda/kernels/moe_mxfp4_common.cuh"
 #include "backend/cuda/kernels/moe_passes.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
@@ -66,41 +67,6 @@ struct PipeRing {
   static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;  // + the base's alignment
   static_assert(kXBytes % 1024 == 0 && kBarOffset % 8 == 0);
 };
-
-// mbarrier operations (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier");
-// addresses are shared-window (32-bit) ones.
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile(
-      "{\n"
-      ".reg .b64 state;\n"
-      "mbarrier.arrive.shared::cta.b64 state, [%0];\n"
-      "}\n" ::"r"(bar)
-      : "memory");
-}
-// One arrival on `bar` once every cp.async this thread issued before has landed (.noinc: the
-// barrier's expected count includes it).
-__device__ __forceinline__ void mbar_arrive_when_copied(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-// Blocks until the phase of `bar` with parity `parity` has completed (a fresh barrier counts its
-// phase "before" the first, parity 1, as completed).
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
 
 // A work unit: route tile `tile`'s rows times the weight rows of block `block`.
 struct Unit {
