@@ -346,6 +346,10 @@ struct BackendOptions {
   // ModelLimits::max_logit_rows). A verify step's graph computes the rows of its padding sequences
   // too, so it runs eagerly where they would exceed this. 0: max_seqs (one row a sequence).
   int max_logit_rows = 0;
+  // CPU, accuracy floors only (tests): round the experts' SwiGLU output to bf16 (before its FP8
+  // quantization, in the fp8 format), as the CUDA backend stores it; the model's observer, which
+  // emulates the other bf16 activations, sees no op-internal value.
+  bool bf16_moe_activations = false;
 };
 
 }  // namespace ossrt

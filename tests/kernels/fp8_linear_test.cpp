@@ -791,7 +791,9 @@ void expect_golden_fp8_format_matches_the_cpu(WeightFormat format, const char* n
   const HostModelWeights weights = load_model_weights(ModelSource{dir.string(), "auto", 0});
   const size_t v = size_t(weights.config.vocab_size);
   auto logits_on = [&](const std::string& backend, WeightFormat format, bool emulate_bf16) {
-    auto b = make_backend(backend, BackendOptions{.weight_format = format});
+    // The floor's CPU run also rounds the FP8 experts' SwiGLU output to bf16 (an op-internal value the
+    // observer cannot reach) before quantizing it, as the CUDA backend stores it.
+    auto b = make_backend(backend, BackendOptions{.weight_format = format, .bf16_moe_activations = emulate_bf16});
     GptOssModel model(*b, weights, ModelLimits{512, 512});
     if (emulate_bf16) model.set_observer(test::bf16_storage_emulation());
     SingleSequenceRunner runner(model, int(prompt.size()) + 16);
@@ -841,9 +843,17 @@ TEST(CudaFp8, GoldenMxfp4ShardedAgainstTheCpuAndTheBf16PathsError) {
 }
 
 // fp8: the experts in FP8 too (their SwiGLU output stored in bf16 before its quantization, as every
-// CUDA activation; the CPU quantizes its float32 one, which the floor's emulation does not round).
+// CUDA activation; the floor's CPU run rounds it so too: BackendOptions::bf16_moe_activations).
 TEST(CudaFp8, GoldenMxfp4ShardedInFp8AgainstTheCpuAndTheBf16PathsError) {
   OSSRT_SKIP_WITHOUT_GPU();
+  expect_golden_fp8_format_matches_the_cpu(WeightFormat::Fp8, "fp8");
+}
+
+// The same with the FP8 experts' wgmma pipeline (the 300-token prompt is 150 rows an expert: route
+// tiles of 128 rows; H = I = 64: one row block, the second consumer warpgroup idle, K below a block).
+TEST(CudaFp8, GoldenMxfp4ShardedInFp8OnTheWgmmaPipeline) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  test::ScopedEnv on("OSSRT_CUDA_FP8_MOE_WGMMA", "1");
   expect_golden_fp8_format_matches_the_cpu(WeightFormat::Fp8, "fp8");
 }
 

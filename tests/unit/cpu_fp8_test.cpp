@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "fp8_reference.h"
 
@@ -138,9 +139,9 @@ struct MoeCase {
 };
 
 // The expert MLP in double, given the (already quantized or not) weights; `quantize` quantizes each
-// token's input and each SwiGLU output.
+// token's input and each SwiGLU output, `bf16_act` rounds the SwiGLU output to bf16 first.
 std::vector<double> moe_reference(const MoeCase& c, const std::vector<float>& w1, const std::vector<float>& w2,
-                                  bool quantize) {
+                                  bool quantize, bool bf16_act = false) {
   const int64_t T = c.T, H = c.H, I = c.I;
   const std::vector<float> x = quantize ? naive_rows(c.x, T, H) : c.x;
   std::vector<double> ref(T * H, 0.0);
@@ -158,6 +159,8 @@ std::vector<double> moe_reference(const MoeCase& c, const std::vector<float>& w1
         up = std::clamp(up, -7.0, 7.0);
         act[i] = float(gate / (1.0 + std::exp(-1.702 * gate)) * (up + 1.0));
       }
+      if (bf16_act)
+        for (float& v : act) v = round_to_bf16(v);
       if (quantize) act = naive_block_quantize(act, 1, I, nullptr);
       for (int64_t r = 0; r < H; ++r) {
         double y = c.b2[e * H + r];
@@ -219,6 +222,15 @@ TEST_F(CpuFp8Test, ExpertsQuantizeWeightsAndBothInputs) {
   // Quantizing only the weights is not the scheme: the inputs' quantization is visible too.
   EXPECT_GT(max_rel_diff(got, moe_reference(c, w1q, w2q, false)), 100 * err);
   std::printf("[fp8] experts: %.3g from the quantized reference, %.3g from the unquantized one\n", err, moved);
+
+  // BackendOptions::bf16_moe_activations (the CUDA backend's bf16 storage, for accuracy floors): the
+  // SwiGLU output rounded to bf16 before its quantization, and nothing else.
+  auto rounded =
+      make_cpu_backend(BackendOptions{.weight_format = WeightFormat::Fp8, .threads = 2, .bf16_moe_activations = true});
+  const std::vector<float> got_bf16 = run(*rounded, rounded->upload_experts(gate_up, down));
+  const double err_bf16 = max_rel_diff(got_bf16, moe_reference(c, w1q, w2q, true, true));
+  EXPECT_LT(err_bf16, 1e-5);
+  EXPECT_GT(max_rel_diff(got_bf16, moe_reference(c, w1q, w2q, true)), 10 * err_bf16);
 
   // Mxfp4Fp8 keeps the experts as they are: values, no scales, inputs not quantized.
   auto mixed = make(WeightFormat::Mxfp4Fp8);

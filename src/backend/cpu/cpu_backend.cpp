@@ -115,7 +115,8 @@ class CpuBackend final : public Backend {
         weight_format_(options.weight_format),
         kv_fp8_(options.kv_cache_dtype == KvCacheDtype::Fp8E4m3),
         kv_k_scales_(options.kv_k_scales),
-        kv_v_scales_(options.kv_v_scales) {}
+        kv_v_scales_(options.kv_v_scales),
+        bf16_moe_activations_(options.bf16_moe_activations) {}
 
   std::string name() const override { return "cpu"; }
   std::string device_description() const override {
@@ -388,7 +389,8 @@ class CpuBackend final : public Backend {
                                 H,
                                 I,
                                 experts.first_expert,
-                                /*fp8_activations=*/!experts.gate_up_scales.empty()};
+                                /*fp8_activations=*/!experts.gate_up_scales.empty(),
+                                /*bf16_activations=*/bf16_moe_activations_};
     cpu::moe(pool_, x.ptr<float>(), T, view, ids.ptr<int32_t>(), weights.ptr<float>(), k, swiglu, out.ptr<float>());
   }
 
@@ -557,6 +559,7 @@ class CpuBackend final : public Backend {
   const WeightFormat weight_format_;
   const bool kv_fp8_;  // the full layers' K and V as e4m3 (--kv-cache-dtype fp8)
   const std::vector<float> kv_k_scales_, kv_v_scales_;
+  const bool bf16_moe_activations_;  // BackendOptions::bf16_moe_activations (accuracy floors)
   // The weights upload_linear quantized: linear() quantizes its input for these only.
   std::unordered_set<const void*> fp8_weights_;
   std::vector<std::unique_ptr<std::byte[]>> buffers_;

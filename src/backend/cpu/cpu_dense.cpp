@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "core/dtype.h"
 #include "core/fp8.h"
 
 namespace ossrt::cpu {
@@ -97,6 +98,8 @@ void moe(ThreadPool& pool, const float* x, int64_t tokens, const ExpertsView& ex
         const float* b1 = ex.gate_up_b + e * 2 * I;
         for (int64_t r = 0; r < 2 * I; ++r) h[size_t(r)] = dot(xt, w1 + r * H, H) + b1[r];
         swiglu_interleaved(h.data(), I, swiglu, a.data());
+        if (ex.bf16_activations)
+          for (float& v : a) v = round_to_bf16(v);
         if (ex.fp8_activations) fp8_quantize_row_inplace(a.data(), I);
         const float* w2 = ex.down_w + e * H * I;
         const float* b2 = ex.down_b + e * H;

@@ -86,6 +86,7 @@ struct ExpertsView {
   // The FP8 format's experts: each token's input and each SwiGLU output quantized per 128 channels
   // (core/fp8.h) before the expert's two GEMMs.
   bool fp8_activations = false;
+  bool bf16_activations = false;  // BackendOptions::bf16_moe_activations: the SwiGLU output rounded to bf16 first
 };
 
 // out[t] = sum_k weights[t,k] * expert_{ids[t,k]}(x[t]), summed in slot order k = 0, 1, ...

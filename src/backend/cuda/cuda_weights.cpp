@@ -257,14 +257,17 @@ void copy_host_to_device(void* dst, const void* src, size_t bytes, cudaStream_t 
 
 // Uploads a checkpoint's MXFP4 experts in chunks of experts through a device staging buffer (blocks,
 // then scales) and hands each chunk to `use(d_blocks, d_scales, first_expert, count)` on `stream`.
+// Chunks hold up to kDequantStagingBytes of blocks, and at most max_chunk experts where given (a user
+// whose own staging is larger per expert).
 template <typename Use>
-void stage_mxfp4_chunks(const HostExperts& x, cudaStream_t stream, Use use) {
+void stage_mxfp4_chunks(const HostExperts& x, cudaStream_t stream, Use use, int64_t max_chunk = 0) {
   const int64_t e_count = x.experts, out = x.out, in = x.in;
   OSSRT_CHECK(in % kMxfp4BlockElems == 0, "experts {}: in {} is not a multiple of 32", x.blocks.name, in);
   OSSRT_CHECK(x.blocks.data && x.scales.data, "experts {}: missing blocks or scales", x.blocks.name);
   const size_t block_bytes_per_expert = size_t(out) * size_t(in / 2);
   const size_t scale_bytes_per_expert = size_t(out) * size_t(in / kMxfp4BlockElems);
-  const int64_t chunk = std::max<int64_t>(1, int64_t(kDequantStagingBytes / block_bytes_per_expert));
+  int64_t chunk = std::max<int64_t>(1, int64_t(kDequantStagingBytes / block_bytes_per_expert));
+  if (max_chunk > 0) chunk = std::min(chunk, max_chunk);
   uint8_t* staging = nullptr;
   const size_t staging_bytes = size_t(std::min(chunk, e_count)) * (block_bytes_per_expert + scale_bytes_per_expert);
   // A load-time temporary, freed below: not part of the steady-state memory plan.
@@ -362,6 +365,8 @@ void upload_fp8_expert_matrix(const HostExperts& x, bool gate_up_pairs, uint8_t*
   const size_t bf16_per_expert = size_t(x.out) * size_t(x.in) * 2;
   const size_t codes_per_expert = cuda::fp8_expert_code_bytes(1, x.out, x.in);
   const size_t scales_per_expert = cuda::fp8_expert_scale_count(1, x.out, x.in);
+  // Experts a chunk: kDequantStagingBytes of bf16 values (the 120b's gate_up: 7), their codes beside.
+  const int64_t chunk = std::max<int64_t>(1, int64_t(kDequantStagingBytes / bf16_per_expert));
   uint16_t* bf16 = nullptr;
   uint8_t* plain = nullptr;
   int64_t staged = 0;  // experts the staging holds
@@ -394,14 +399,16 @@ void upload_fp8_expert_matrix(const HostExperts& x, bool gate_up_pairs, uint8_t*
     staged = n;
   };
   if (x.format == HostExperts::Format::Mxfp4) {
-    stage_mxfp4_chunks(x, stream, [&](const uint8_t* blocks, const uint8_t* sc, int64_t e0, int64_t n) {
-      stage(n);
-      cuda::Mxfp4DequantArgs args{blocks, sc, bf16, n * x.out, x.in};
-      OSSRT_CUDA_CHECK(cuda::launch_mxfp4_to_bf16_dequant(args, stream));
-      quantize_chunk(e0, n);
-    });
+    stage_mxfp4_chunks(
+        x, stream,
+        [&](const uint8_t* blocks, const uint8_t* sc, int64_t e0, int64_t n) {
+          stage(n);
+          cuda::Mxfp4DequantArgs args{blocks, sc, bf16, n * x.out, x.in};
+          OSSRT_CUDA_CHECK(cuda::launch_mxfp4_to_bf16_dequant(args, stream));
+          quantize_chunk(e0, n);
+        },
+        chunk);
   } else {
-    const int64_t chunk = std::max<int64_t>(1, int64_t(kDequantStagingBytes / bf16_per_expert));
     std::vector<float> row(static_cast<size_t>(x.in));
     std::vector<uint16_t> host;
     for (int64_t e0 = 0; e0 < x.experts; e0 += chunk) {

@@ -6,7 +6,7 @@
 // expert to the wgmma pipeline of moe_fp8_wgmma_pipe.cu instead): a CTA takes
 // one route tile (8 kNT grouped rows of one expert, kNT = 1, 2 or 4 token tiles) times one 16-row weight
 // tile; its 4 warps split K by 128-column blocks (block b to warp b % 4). Per block a lane loads its
-// four A fragments (the layout's 64 bytes), for each token tile its token row's 8 code words of the
+// four A fragments (the layout's 4 words), for each token tile its token row's 8 code words of the
 // block (B fragments of the 4 k32 steps) and the block's activation scales of the two token columns
 // its accumulators hold; the block's 4 MMAs sum code products exactly in fp32 (the tensor core's
 // accumulation), then acc += sum * (s_w * s_a). The warps' sums meet in shared memory in warp order,
@@ -66,13 +66,13 @@ __global__ void __launch_bounds__(kQuantThreads) fp8_quantize_expert_blocks(Fp8B
   }
 }
 
-// One thread a 16-byte word of the layout: word s of lane l of tile (rt, b) of expert e.
+// One thread a 16-byte word of the layout: step s's word of lane l in tile (rt, b) of expert e.
 __global__ void __launch_bounds__(256) fp8_expert_pack(Fp8ExpertPackArgs a, int64_t words) {
   const int64_t k_pad = fp8_expert_k_pad(a.cols);
   const int kb = fp8_expert_blocks(a.cols), tiles = a.rows / kFp8ExpertTileRows;
   for (int64_t w = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; w < words; w += int64_t(gridDim.x) * blockDim.x) {
     const int within = int(w % (kFp8ExpertTileBytes / 16));
-    const int lane = within / 4, s = within % 4, g = lane / 4, c = lane % 4;
+    const int s = within / 32, lane = within % 32, g = lane / 4, c = lane % 4;
     const int64_t tb = w / (kFp8ExpertTileBytes / 16);
     const int b = int(tb % kb);
     const int64_t ert = tb / kb;
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kThreads) bf16_fp8w_moe_gemm(Fp8GemmArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int kb = fp8_expert_blocks(a.k), a_kb = a.a_k_pad / kFp8ExpertBlock;
   const uint8_t* wt =
-      a.w + (int64_t(expert) * (a.n / kFp8ExpertTileRows) + rt) * kb * int64_t(kFp8ExpertTileBytes) + lane * 64;
+      a.w + (int64_t(expert) * (a.n / kFp8ExpertTileRows) + rt) * kb * int64_t(kFp8ExpertTileBytes) + lane * 16;
   const float* ws = a.w_scales + (int64_t(expert) * fp8_expert_blocks(a.n) + rt / 8) * kb;
   auto act_row = [&](int pos) -> int64_t { return a.pos_to_pair ? a.pos_to_pair[pos] / a.top_k : pos; };
   // Token column g of tile t (its B fragments) and columns 2c, 2c + 1 (its accumulators' scales).
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads) bf16_fp8w_moe_gemm(Fp8GemmArgs a) {
   for (int b = warp; b < kb; b += kWarps) {
     uint4 wf[4];
 #pragma unroll
-    for (int s = 0; s < 4; ++s) wf[s] = ldg_stream(wt + int64_t(b) * kFp8ExpertTileBytes + 16 * s);
+    for (int s = 0; s < 4; ++s) wf[s] = ldg_stream(wt + int64_t(b) * kFp8ExpertTileBytes + 512 * s);
     const float sw = __ldg(ws + b);
 #pragma unroll
     for (int t = 0; t < kNT; ++t) {
@@ -279,7 +279,6 @@ void launch_bf16_fp8w_moe(const MoeArgs& a, cudaStream_t stream) {
                      fp8_moe_wgmma_fits(a.hidden);
   const int tile_m = wgmma ? (per_expert >= 128 ? 128 : 64) : 8 * n_tiles;
   const int max_tiles = moe_max_tiles(pairs, a.num_experts, tile_m);
-  OSSRT_CU_CHECK(max_tiles <= INT32_MAX && a.num_tokens <= INT32_MAX / 4, "moe (fp8): too many tokens");
 
   Fp8QuantizeArgs qx{a.x, w.x_codes, w.x_scales, a.num_tokens, a.hidden, w.x_k_pad, false, 0};
   launch_bf16_fp8_quantize_rows(qx, stream);

@@ -7,11 +7,12 @@
 // s_w * s_a added in fp32 (the FP8 linears' arithmetic, fp8_linear.cuh).
 //
 // The device layout (launch_fp8_expert_pack makes it from row-major codes):
-//   codes: per expert, per 16-row tile rt, per 128-column block b, 2,048 bytes; in them lane
-//   l = 4g + c's 64 bytes at 64 l, four 16-byte words, word s (the k32 step s of the block) being the
-//   m16n8k32 A fragment {A[g][32s + 4c ..], A[g + 8][32s + 4c ..], A[g][32s + 16 + 4c ..],
-//   A[g + 8][32s + 16 + 4c ..]} (4 codes each, little-endian), so a lane loads its operands of a
-//   block with 4 vector loads and no shuffle. Columns past K are zero codes. The gate_up matrix's
+//   codes: per expert, per 16-row tile rt, per 128-column block b, 2,048 bytes; in them, for the k32
+//   step s of the block (512 bytes at 512 s), lane l = 4g + c's 16 bytes at 16 l: its m16n8k32 A
+//   fragment {A[g][32s + 4c ..], A[g + 8][32s + 4c ..], A[g][32s + 16 + 4c ..], A[g + 8][32s + 16 +
+//   4c ..]} (4 codes each, little-endian). So a lane loads its operands of a block with 4 vector loads
+//   and no shuffle, and each of a warp's 4 loads reads 512 contiguous bytes (whole sectors from
+//   global memory, no bank conflict from shared memory). Columns past K are zero codes. The gate_up matrix's
 //   rows are paired per tile as the MXFP4 layout's (moe_mxfp4.cuh): tile row r < 8 is checkpoint row
 //   2 (8 rt + r), the gate of unit 8 rt + r, and tile row r + 8 is 2 (8 rt + r) + 1, its up; both lie
 //   in one 128-row block of the checkpoint (16 divides 128), whose scale row is rt / 8.
