@@ -413,12 +413,17 @@ TEST(CudaFp8Moe, MoeMatchesAHostEmulationOfTheScheme) {
                                      {8, 192, 128, {40}, 40}};
   for (const Shape& sh : shapes) {
     const int E = sh.E, H = sh.H, I = sh.I;
-    // Scales as the MXFP4 tests': gate/up pre-activations of std ~2-3, down outputs ~0.3.
-    const auto gu = random_mxfp4(E, 2 * I, H, 100 + E + H, 120, 122, 2.0f);
-    const auto dn = random_mxfp4(E, H, I, 200 + E + I, 114, 116, 0.5f);
+    // Scales as the MXFP4 tests' at K = 2,880 (gate/up pre-activations of std ~2-3, down outputs ~0.3),
+    // raised at small K so the GEMMs, not the biases, dominate their outputs (else a skipped
+    // quantization would hide under the bias): 2^3 at K = 64, 2^2 at 128 and 192.
+    auto raise = [](int k) { return k <= 64 ? 3 : k <= 192 ? 2 : 0; };
+    const auto gu = random_mxfp4(E, 2 * I, H, 100 + E + H, 120 + raise(H), 122 + raise(H), 2.0f);
+    const auto dn = random_mxfp4(E, H, I, 200 + E + I, 114 + raise(I), 116 + raise(I), 0.5f);
     BackendOptions o;
     o.weight_format = WeightFormat::Fp8;
     o.max_step_tokens = 64;
+    // Its moe op must run the mma.sync kernel, which the bit-for-bit check below compares it with.
+    test::ScopedEnv mma_sync("OSSRT_CUDA_FP8_MOE_WGMMA", "0");
     CudaBackend backend(o);
     const ExpertWeights w = backend.upload_experts(gu->x, dn->x);
     backend.sync();
@@ -461,25 +466,27 @@ TEST(CudaFp8Moe, MoeMatchesAHostEmulationOfTheScheme) {
             errs[size_t(i)] = check_token(r, x, H, I, check[size_t(i)], &ids[size_t(check[size_t(i)]) * kTopK],
                                           &wts[size_t(check[size_t(i)]) * kTopK], q_gu, q_dn, *gu, *dn);
         });
+        // The bars hold for every token; a skipped quantization must show on average (one token's
+        // 64-value row can by chance sit close to its quantized self).
         TokenErrors worst;
-        double least_act_unq = INFINITY, least_out_unq = INFINITY;
+        double mean_act_unq = 0, mean_out_unq = 0;
         for (const TokenErrors& e : errs) {
           worst.act = std::max(worst.act, e.act);
           worst.out = std::max(worst.out, e.out);
-          least_act_unq = std::min(least_act_unq, e.act_x_unquantized);
-          least_out_unq = std::min(least_out_unq, e.out_act_unquantized);
+          mean_act_unq += e.act_x_unquantized / double(errs.size());
+          mean_out_unq += e.out_act_unquantized / double(errs.size());
         }
         const std::string where = "E = " + std::to_string(E) + ", H = " + std::to_string(H) +
                                   ", I = " + std::to_string(I) + ", T = " + std::to_string(T) +
                                   (wgmma ? ", wgmma" : ", mma.sync");
         std::printf(
-            "[metric] fp8 moe %s: worst rel L2 of %zu tokens: act %.3g, out %.3g; least with x unquantized %.3g, "
+            "[metric] fp8 moe %s: worst rel L2 of %zu tokens: act %.3g, out %.3g; mean with x unquantized %.3g, "
             "with act unquantized %.3g\n",
-            where.c_str(), check.size(), worst.act, worst.out, least_act_unq, least_out_unq);
+            where.c_str(), check.size(), worst.act, worst.out, mean_act_unq, mean_out_unq);
         EXPECT_LT(worst.act, kActBar) << where;
         EXPECT_LT(worst.out, kOutBar) << where;
-        EXPECT_GT(least_act_unq, 3 * kActBar) << where << ": the act bar cannot tell x unquantized";
-        EXPECT_GT(least_out_unq, 10 * kOutBar) << where << ": the output bar cannot tell act unquantized";
+        EXPECT_GT(mean_act_unq, 3 * kActBar) << where << ": the act bar cannot tell x unquantized";
+        EXPECT_GT(mean_out_unq, 5 * kOutBar) << where << ": the output bar cannot tell act unquantized";
         // Through the backend's moe op (its own workspace): the same kernels, the same bits.
         if (!wgmma && T <= o.max_step_tokens) {
           Tensor xt = test::put(backend, DType::BF16, {T, H}, x);

@@ -365,7 +365,7 @@ void upload_fp8_expert_matrix(const HostExperts& x, bool gate_up_pairs, uint8_t*
   const size_t bf16_per_expert = size_t(x.out) * size_t(x.in) * 2;
   const size_t codes_per_expert = cuda::fp8_expert_code_bytes(1, x.out, x.in);
   const size_t scales_per_expert = cuda::fp8_expert_scale_count(1, x.out, x.in);
-  // Experts a chunk: kDequantStagingBytes of bf16 values (the 120b's gate_up: 7), their codes beside.
+  // Experts a chunk: kDequantStagingBytes of bf16 values (the 120b's gate_up: 8), their codes beside.
   const int64_t chunk = std::max<int64_t>(1, int64_t(kDequantStagingBytes / bf16_per_expert));
   uint16_t* bf16 = nullptr;
   uint8_t* plain = nullptr;

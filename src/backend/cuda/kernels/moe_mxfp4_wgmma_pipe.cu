@@ -53,7 +53,7 @@ static_assert(kRowTiles == kConsumerWarps, "a consumer warp owns one layout tile
 // chunks, the scales and the barriers. 8 stages: 180 KB at 128-row tiles (the ring kernels' deep
 // ring is 8 chunks too); a chunk of MMAs is ~0.45 us at full rate, so 8 stages cover ~3.5 us of
 // load latency. The narrow tiles of decode batches (32 and 48 rows) run a chunk's MMAs in a quarter
-// to three eighths of that time on the same weight bytes, so they get 16 stages (166 / 199 KB) to
+// to three eighths of that time on the same weight bytes, so they get 16 stages (167 / 199 KiB) to
 // keep as many bytes in flight.
 template <int kBM>
 struct PipeRing {
