@@ -155,7 +155,8 @@ __global__ void __launch_bounds__(kThreads) bf16_fp8w_moe_gemm(Fp8GemmArgs a) {
     for (int i = 0; i < 4; ++i) red[warp][t * 4 + i][lane] = acc[t][i];
   __syncthreads();
   if (warp != 0) return;
-  const int64_t bias0 = int64_t(expert) * a.n;
+  float b_lo, b_hi;
+  const int n_lo = fp8_moe_store_row<kSwiglu>(a, expert, rt, g, b_lo, b_hi);
 #pragma unroll
   for (int t = 0; t < kNT; ++t) {
     float s[4];
@@ -164,26 +165,9 @@ __global__ void __launch_bounds__(kThreads) bf16_fp8w_moe_gemm(Fp8GemmArgs a) {
       s[i] = ((red[0][t * 4 + i][lane] + red[1][t * 4 + i][lane]) + red[2][t * 4 + i][lane]) + red[3][t * 4 + i][lane];
     // s[0], s[1]: tile row g, token columns 2c, 2c + 1; s[2], s[3]: tile row g + 8, the same columns.
     const int pos0 = row0 + 8 * t + 2 * c;
-    if constexpr (kSwiglu) {
-      const int unit = 8 * rt + g;  // gate in tile row g, up in g + 8 (the paired rows)
-      const float bg = a.bias[bias0 + 2 * unit], bu = a.bias[bias0 + 2 * unit + 1];
-      const int64_t units = a.n / 2;
-      __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(a.act_out);
 #pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (pos0 + e < row_end)
-          act[int64_t(pos0 + e) * units + unit] =
-              __float2bfloat16_rn(mx_swiglu(s[e] + bg, s[2 + e] + bu, a.swiglu_alpha, a.swiglu_limit));
-    } else {
-      const int n_lo = kFp8ExpertTileRows * rt + g, n_hi = n_lo + 8;
-      const float b_lo = a.bias[bias0 + n_lo], b_hi = a.bias[bias0 + n_hi];
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (pos0 + e < row_end) {
-          a.y_out[int64_t(pos0 + e) * a.n + n_lo] = s[e] + b_lo;
-          a.y_out[int64_t(pos0 + e) * a.n + n_hi] = s[2 + e] + b_hi;
-        }
-    }
+    for (int e = 0; e < 2; ++e)
+      if (pos0 + e < row_end) fp8_moe_store<kSwiglu>(a, pos0 + e, n_lo, s[e], s[2 + e], b_lo, b_hi);
   }
 }
 

@@ -3,7 +3,10 @@
 // mma.sync kernel and the large-M wgmma pipeline (moe_fp8_wgmma_pipe.cu).
 #include <cstdint>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include "backend/cuda/kernels/moe_mxfp4_common.cuh"
 
 namespace ossrt::cuda {
 
@@ -25,6 +28,32 @@ struct Fp8GemmArgs {
   uint16_t* act_out = nullptr;  // gate_up: bf16 [rows, n / 2]
   float* y_out = nullptr;       // down: f32 [rows, n]
 };
+
+// Both GEMM kernels' epilogue for one grouped row `pos` of a 16-row weight tile: lo / hi are the sums of
+// tile rows g and g + 8, b_lo / b_hi their biases. gate_up (paired rows: gate in g, up in g + 8): the
+// SwiGLU of unit `n_lo` into act (bf16); down: rows n_lo and n_lo + 8 of y (f32).
+template <bool kSwiglu>
+__device__ __forceinline__ void fp8_moe_store(const Fp8GemmArgs& a, int64_t pos, int n_lo, float lo, float hi,
+                                              float b_lo, float b_hi) {
+  if constexpr (kSwiglu) {
+    reinterpret_cast<__nv_bfloat16*>(a.act_out)[pos * (a.n / 2) + n_lo] =
+        __float2bfloat16_rn(mx_swiglu(lo + b_lo, hi + b_hi, a.swiglu_alpha, a.swiglu_limit));
+  } else {
+    a.y_out[pos * a.n + n_lo] = lo + b_lo;
+    a.y_out[pos * a.n + n_lo + 8] = hi + b_hi;
+  }
+}
+// The tile's n_lo and biases for fp8_moe_store: gate_up, unit 8 rt + g with biases 2 unit, 2 unit + 1
+// (checkpoint order); down, row 16 rt + g and its row + 8.
+template <bool kSwiglu>
+__device__ __forceinline__ int fp8_moe_store_row(const Fp8GemmArgs& a, int expert, int rt, int g, float& b_lo,
+                                                 float& b_hi) {
+  const int64_t bias0 = int64_t(expert) * a.n;
+  const int n_lo = kSwiglu ? 8 * rt + g : 16 * rt + g;
+  b_lo = a.bias[bias0 + (kSwiglu ? 2 * n_lo : n_lo)];
+  b_hi = a.bias[bias0 + (kSwiglu ? 2 * n_lo + 1 : n_lo + 8)];
+  return n_lo;
+}
 
 // The large-M FP8 GEMMs on wgmma (moe_fp8_wgmma_pipe.cu) over route tiles of tile_m = 64 or 128
 // rows; n a multiple of 64. Plain launches (no PDL).

@@ -195,35 +195,16 @@ __device__ __forceinline__ void consume(const Fp8GemmArgs& a, uint8_t* smem, uin
       if (++stage == R::kStages) stage = 0, phase ^= 1;
     }
     if (!active) continue;
-    const int64_t bias0 = int64_t(w.expert) * a.n;
-    if constexpr (kSwiglu) {
-      const int unit = 8 * rt + g;  // gate in tile row g, up in g + 8 (the paired rows)
-      const float bg = a.bias[bias0 + 2 * unit], bu = a.bias[bias0 + 2 * unit + 1];
-      const int64_t units_n = a.n / 2;
-      __nv_bfloat16* act = reinterpret_cast<__nv_bfloat16*>(a.act_out);
+    float b_lo, b_hi;
+    const int n_lo = fp8_moe_store_row<kSwiglu>(a, w.expert, rt, g, b_lo, b_hi);
+    // acc[4j + e]: tile row g, token column 8j + 2c + e; acc[4j + 2 + e]: tile row g + 8.
 #pragma unroll
-      for (int j = 0; j < kBM / 8; ++j)
+    for (int j = 0; j < kBM / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int pos = w.row0 + 8 * j + 2 * c + e;
-          if (pos < w.row_end)
-            act[int64_t(pos) * units_n + unit] = __float2bfloat16_rn(
-                mx_swiglu(acc[4 * j + e] + bg, acc[4 * j + 2 + e] + bu, a.swiglu_alpha, a.swiglu_limit));
-        }
-    } else {
-      const int n_lo = kFp8ExpertTileRows * rt + g, n_hi = n_lo + 8;
-      const float b_lo = a.bias[bias0 + n_lo], b_hi = a.bias[bias0 + n_hi];
-#pragma unroll
-      for (int j = 0; j < kBM / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int pos = w.row0 + 8 * j + 2 * c + e;
-          if (pos < w.row_end) {
-            a.y_out[int64_t(pos) * a.n + n_lo] = acc[4 * j + e] + b_lo;
-            a.y_out[int64_t(pos) * a.n + n_hi] = acc[4 * j + 2 + e] + b_hi;
-          }
-        }
-    }
+      for (int e = 0; e < 2; ++e) {
+        const int pos = w.row0 + 8 * j + 2 * c + e;
+        if (pos < w.row_end) fp8_moe_store<kSwiglu>(a, pos, n_lo, acc[4 * j + e], acc[4 * j + 2 + e], b_lo, b_hi);
+      }
   }
 }
 
