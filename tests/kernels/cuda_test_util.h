@@ -166,29 +166,43 @@ inline std::vector<double> per_row_rel_l2(const std::vector<float>& got, const s
 struct ErrorProfile {
   double worst = 0, p90 = 0, median = 0;
   size_t over_2e2 = 0, n = 0;
+  std::vector<double> sorted;  // every position's error, ascending
+  size_t count_over(double bar) const {
+    return size_t(sorted.end() - std::upper_bound(sorted.begin(), sorted.end(), bar));
+  }
 };
 inline ErrorProfile profile(std::vector<double> e) {
   ErrorProfile p;
   p.n = e.size();
   if (e.empty()) return p;
-  for (double x : e) p.over_2e2 += !(x < 2e-2);
+  for (double& x : e) {
+    if (!(x == x)) x = INFINITY;  // NaN sorts as the worst
+    p.over_2e2 += !(x < 2e-2);
+  }
   std::sort(e.begin(), e.end());
   p.worst = e.back(), p.p90 = e[e.size() * 9 / 10], p.median = e[e.size() / 2];
+  p.sorted = std::move(e);
   return p;
 }
 
 // The GPU's per-position error profile must be within the bf16 floor's (the emulated CPU's, both
 // against the same reference): a real bug (wrong weights, unwritten rows, a race) moves the median
-// and the 90th percentile by far more than these margins.
+// and the 90th percentile by far more than these margins. Past the worst bar a few positions may
+// go (1 + 1%): a near-tied top-4 route flips with rounding, moving one position's logits by ~0.2,
+// and whether the floor's rounding flips the same position too is chance (the fp8 KV test's floor
+// flipped its one tied position at 0b3f80c and not at d611e6a; the GPU flipped it both times).
 inline void expect_within_bf16_floor(const ErrorProfile& gpu, const ErrorProfile& floor, const std::string& what) {
+  const double worst_bar = 1.5 * floor.worst + 5e-2;
+  const size_t allowed_past_worst = 1 + gpu.n / 100;
   std::printf(
-      "[metric] %s: GPU worst %.3g p90 %.3g median %.3g (%zu of %zu positions >= 2e-2) | CPU at bf16 "
-      "storage: worst %.3g p90 %.3g median %.3g (%zu >= 2e-2)\n",
-      what.c_str(), gpu.worst, gpu.p90, gpu.median, gpu.over_2e2, gpu.n, floor.worst, floor.p90, floor.median,
-      floor.over_2e2);
+      "[metric] %s: GPU worst %.3g p90 %.3g median %.3g (%zu of %zu positions >= 2e-2, %zu past the worst "
+      "bar %.3g) | CPU at bf16 storage: worst %.3g p90 %.3g median %.3g (%zu >= 2e-2)\n",
+      what.c_str(), gpu.worst, gpu.p90, gpu.median, gpu.over_2e2, gpu.n, gpu.count_over(worst_bar), worst_bar,
+      floor.worst, floor.p90, floor.median, floor.over_2e2);
   EXPECT_LE(gpu.median, 2.0 * floor.median + 2e-3) << what;
   EXPECT_LE(gpu.p90, 2.0 * floor.p90 + 5e-3) << what;
-  EXPECT_LE(gpu.worst, 1.5 * floor.worst + 5e-2) << what;
+  EXPECT_LE(gpu.count_over(worst_bar), allowed_past_worst) << what << ": positions past " << worst_bar;
+  EXPECT_TRUE(std::isfinite(gpu.worst)) << what;
 }
 
 }  // namespace ossrt::test

@@ -389,12 +389,16 @@ TokenErrors check_token(const MoeRun& r, const std::vector<float>& x, int H, int
   return err;
 }
 
-// Bars: the tensor core's e4m3 products are exact, but its accumulation of a block's 128 products keeps
-// about 14 significant bits (DeepSeek-V3's measurement on Hopper), so a sum is within ~1e-4 of the
-// double one; a SwiGLU output then rounds to the other bf16 neighbour now and then (~2% of them, by
-// 2^-8): rel L2 ~5e-4 for act, ~1e-4 for the output on identical act. Skipping a quantization moves
-// either by ~2-3% (e4m3's 3 mantissa bits), which both bars must reject.
-constexpr double kActBar = 3e-3, kOutBar = 1e-3;
+// Bars: the tensor core's e4m3 products are exact. mma.sync accumulates them in f32 (measured on the
+// H200, d611e6a: output within 1e-7 of the emulation, act within 3e-4, its only error a SwiGLU output
+// rounding to the other bf16 neighbour). wgmma's accumulation of a block's 128 products keeps about 14
+// significant bits (DeepSeek-V3's measurement on Hopper; the kernel promotes each block's sum to f32),
+// so a sum is within ~2e-4 of the double one (measured: output 1.8e-4 .. 2.4e-4 at every shape) and
+// more SwiGLU outputs round to the other bf16 neighbour (act 1.1e-3 at K = 2,880, up to 3.6e-3 at
+// K = 64, where a few large products dominate each sum). Skipping a quantization moves either by
+// ~2-5% (e4m3's 3 mantissa bits), which both bars must reject.
+constexpr double kOutBar = 1e-3;
+constexpr double act_bar(bool wgmma) { return wgmma ? 8e-3 : 3e-3; }
 
 TEST(CudaFp8Moe, MoeMatchesAHostEmulationOfTheScheme) {
   OSSRT_SKIP_WITHOUT_GPU();
@@ -483,9 +487,9 @@ TEST(CudaFp8Moe, MoeMatchesAHostEmulationOfTheScheme) {
             "[metric] fp8 moe %s: worst rel L2 of %zu tokens: act %.3g, out %.3g; mean with x unquantized %.3g, "
             "with act unquantized %.3g\n",
             where.c_str(), check.size(), worst.act, worst.out, mean_act_unq, mean_out_unq);
-        EXPECT_LT(worst.act, kActBar) << where;
+        EXPECT_LT(worst.act, act_bar(wgmma)) << where;
         EXPECT_LT(worst.out, kOutBar) << where;
-        EXPECT_GT(mean_act_unq, 3 * kActBar) << where << ": the act bar cannot tell x unquantized";
+        EXPECT_GT(mean_act_unq, 3 * act_bar(wgmma)) << where << ": the act bar cannot tell x unquantized";
         EXPECT_GT(mean_out_unq, 5 * kOutBar) << where << ": the output bar cannot tell act unquantized";
         // Through the backend's moe op (its own workspace): the same kernels, the same bits.
         if (!wgmma && T <= o.max_step_tokens) {
