@@ -60,13 +60,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   OSSRT_CHECK(device_available(), "--backend cuda: no CUDA device is visible");
   OSSRT_CHECK(options.max_step_tokens >= 1 && options.max_seqs >= 1, "CUDA backend: max_step_tokens {} / max_seqs {}",
               options.max_step_tokens, options.max_seqs);
-  // fp8's FP8 expert kernels (moe_fp8*.cu, 2026-12-05) were written and reviewed without a GPU: say so
-  // until their tests (tests/kernels/fp8_moe_test.cpp) have passed on one; mxfp4-fp8 is verified.
-  if (options.weight_format == WeightFormat::Fp8)
-    spdlog::warn(
-        "--quantization fp8 on CUDA: its FP8 expert kernels have not yet been verified on a GPU "
-        "(docs/quantization.md); "
-        "mxfp4-fp8 is the verified FP8 format");
   OSSRT_CUDA_CHECK(cudaSetDevice(device_));
   cudaDeviceProp prop{};
   OSSRT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
