@@ -436,12 +436,14 @@ TEST(CudaOps, FoldedNormRouterIsTheNormThenTheRouter) {
           std::vector<std::vector<float>> sums, normed, ids, weights;
           for (size_t i = 0; i < 3; ++i) {
             Backend& be = *all[i];
-            // The CPU backend's add takes f32 only: it gets the bf16 delta's values in f32.
+            // The CPU backend's ops take f32 only: it gets the bf16 delta's values in f32, and writes
+            // the normed row in f32 (the GPU's is bf16: the comparison below allows its rounding).
+            const bool cpu_be = i == 2;
             std::vector<float> delta_values = delta;
-            if (i == 2 && delta_dtype == DType::BF16)
+            if (cpu_be && delta_dtype == DType::BF16)
               for (float& x : delta_values) x = round_to_bf16(x);
-            Tensor d = put(be, i == 2 ? DType::F32 : delta_dtype, {t, kHidden}, delta_values);
-            Tensor out = be.alloc(DType::BF16, {t, kHidden});
+            Tensor d = put(be, cpu_be ? DType::F32 : delta_dtype, {t, kHidden}, delta_values);
+            Tensor out = be.alloc(cpu_be ? DType::F32 : DType::BF16, {t, kHidden});
             Tensor id = be.alloc(DType::I32, {t, k}), wg = be.alloc(DType::F32, {t, k});
             be.add_rmsnorm_router_topk(residual[i], d, nt[i], eps, out, wt[i], bt[i], k, id, wg);
             sums.push_back(be.to_host_f32(residual[i]));
