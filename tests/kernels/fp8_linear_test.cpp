@@ -844,16 +844,18 @@ TEST(CudaFp8, GoldenMxfp4ShardedAgainstTheCpuAndTheBf16PathsError) {
 
 // fp8: the experts in FP8 too (their SwiGLU output stored in bf16 before its quantization, as every
 // CUDA activation; the floor's CPU run rounds it so too: BackendOptions::bf16_moe_activations).
+// The prompt's 300 tokens are 150 rows an expert: the wgmma pipeline by default (route tiles of 128
+// rows; H = I = 64: one row block, the second consumer warpgroup idle, K below a block).
 TEST(CudaFp8, GoldenMxfp4ShardedInFp8AgainstTheCpuAndTheBf16PathsError) {
   OSSRT_SKIP_WITHOUT_GPU();
+  test::ScopedEnv on("OSSRT_CUDA_FP8_MOE_WGMMA", "1");
   expect_golden_fp8_format_matches_the_cpu(WeightFormat::Fp8, "fp8");
 }
 
-// The same with the FP8 experts' wgmma pipeline (the 300-token prompt is 150 rows an expert: route
-// tiles of 128 rows; H = I = 64: one row block, the second consumer warpgroup idle, K below a block).
-TEST(CudaFp8, GoldenMxfp4ShardedInFp8OnTheWgmmaPipeline) {
+// The same with every batch on the mma.sync kernel.
+TEST(CudaFp8, GoldenMxfp4ShardedInFp8OnTheMmaSyncKernel) {
   OSSRT_SKIP_WITHOUT_GPU();
-  test::ScopedEnv on("OSSRT_CUDA_FP8_MOE_WGMMA", "1");
+  test::ScopedEnv off("OSSRT_CUDA_FP8_MOE_WGMMA", "0");
   expect_golden_fp8_format_matches_the_cpu(WeightFormat::Fp8, "fp8");
 }
 

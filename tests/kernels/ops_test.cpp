@@ -464,12 +464,13 @@ TEST(CudaOps, FoldedNormRouterIsTheNormThenTheRouter) {
           EXPECT_EQ(float_bits(normed[0]), float_bits(normed[1])) << "normed, " << at;
           EXPECT_EQ(ids[0], ids[1]) << "ids, " << at;
           EXPECT_EQ(float_bits(weights[0]), float_bits(weights[1])) << "weights, " << at;
-          // Against the CPU: the sum to f32 rounding, the normed row to bf16's; ids where the k-th and
-          // (k+1)-th CPU logits of the normed row are 3e-2 apart (the GPU's bf16 normed row moves a
-          // logit by ~2e-3 at these scales: sqrt(2880) x 0.05 x 0.6 x 2^-9 / sqrt(3)).
+          // Against the CPU: the sum to f32 rounding, the normed row to bf16's; the chosen experts as a
+          // set where the k-th and (k+1)-th CPU logits of the normed row are 3e-2 apart (the GPU's bf16
+          // normed row moves a logit by ~2e-3 at these scales: sqrt(2880) x 0.05 x 0.6 x 2^-9 /
+          // sqrt(3)), each with its weight (the order within the top k may differ where two of its
+          // logits are that close: the H200 run of 525821b failed on positions, not on sets).
           OSSRT_EXPECT_CLOSE(sums[0], sums[2], 1e-6, "residual vs cpu, " + at);
           OSSRT_EXPECT_CLOSE(normed[0], normed[2], 1e-2, "normed vs cpu, " + at);
-          int compared = 0;
           for (int64_t r = 0; r < t; ++r) {
             std::vector<double> logits;
             for (int64_t e = 0; e < experts; ++e) {
@@ -480,10 +481,18 @@ TEST(CudaOps, FoldedNormRouterIsTheNormThenTheRouter) {
             }
             std::sort(logits.begin(), logits.end(), std::greater<>());
             if (logits[k - 1] - logits[k] < 3e-2) continue;
-            ++compared;
-            for (int j = 0; j < k; ++j) EXPECT_EQ(ids[0][size_t(r * k + j)], ids[2][size_t(r * k + j)]) << at;
+            auto chosen = [&](size_t b) {
+              std::vector<std::pair<float, float>> v;  // (id, weight), by id
+              for (int j = 0; j < k; ++j) v.emplace_back(ids[b][size_t(r * k + j)], weights[b][size_t(r * k + j)]);
+              std::sort(v.begin(), v.end());
+              return v;
+            };
+            const auto gpu_set = chosen(0), cpu_set = chosen(2);
+            for (int j = 0; j < k; ++j) {
+              EXPECT_EQ(gpu_set[size_t(j)].first, cpu_set[size_t(j)].first) << "row " << r << ", " << at;
+              EXPECT_NEAR(gpu_set[size_t(j)].second, cpu_set[size_t(j)].second, 1e-2) << "row " << r << ", " << at;
+            }
           }
-          if (compared == t) OSSRT_EXPECT_CLOSE(weights[0], weights[2], 1e-2, "weights vs cpu, " + at);
         }
       }
     }

@@ -128,7 +128,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
                 "OSSRT_CUDA_MOE_DIRECT_MAX_PAIRS must be a non-negative integer, not '{}'", pairs);
   }
   if (const char* fold = std::getenv("OSSRT_CUDA_MOE_FOLD")) moe_fold_combine_ = fold[0] != '0';
-  if (const char* v = std::getenv("OSSRT_CUDA_FP8_MOE_WGMMA")) fp8_moe_wgmma_ = v[0] == '1';
+  if (const char* v = std::getenv("OSSRT_CUDA_FP8_MOE_WGMMA")) fp8_moe_wgmma_ = v[0] != '0';
   if (const char* fold = std::getenv("OSSRT_CUDA_ATTN_FOLD")) attn_fold_merge_ = fold[0] != '0';
   if (const char* cache = std::getenv("OSSRT_CUDA_ATTN_BLOCK_CACHE")) attn_cache_split_blocks_ = cache[0] != '0';
   if (const char* v = std::getenv("OSSRT_CUDA_ATTN_SHORT_SEQS")) attn_short_seqs_as_decode_ = v[0] != '0';

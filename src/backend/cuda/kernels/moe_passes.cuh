@@ -131,9 +131,9 @@ void launch_bf16_mxfp4w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
 bool mxfp4_wgmma_fits(int n, int k);  // N a multiple of 192, K of 64
 bool mxfp4_wgmma_enabled();           // developer switch OSSRT_CUDA_MOE_WGMMA=0 (A/B timing), read once
 void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, cudaStream_t stream);
-// The route tile: 128 rows from 128 rows an expert on average, else 64; with the pipe kernels and the
-// developer switch OSSRT_CUDA_MOE_NARROW_TILES=1 (A/B timing, read once), 32 up to 22 rows an
-// expert and 48 up to 36 (decode batches of 20b: 256 sequences are 32 rows an expert).
+// The route tile: 128 rows from 128 rows an expert on average, else 64; with the pipe kernels 32 up
+// to 22 rows an expert and 48 up to 36 (decode batches of 20b: 256 sequences are 32 rows an expert),
+// unless the developer switch OSSRT_CUDA_MOE_NARROW_TILES=0 (A/B timing, read once).
 int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts);
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
