@@ -468,7 +468,7 @@ TEST(CudaOps, FoldedNormRouterIsTheNormThenTheRouter) {
           // set where the k-th and (k+1)-th CPU logits of the normed row are 3e-2 apart (the GPU's bf16
           // normed row moves a logit by ~2e-3 at these scales: sqrt(2880) x 0.05 x 0.6 x 2^-9 /
           // sqrt(3)), each with its weight (the order within the top k may differ where two of its
-          // logits are that close: the H200 run of 525821b failed on positions, not on sets).
+          // logits are that close: the H200 run of b71ad3b failed on positions).
           OSSRT_EXPECT_CLOSE(sums[0], sums[2], 1e-6, "residual vs cpu, " + at);
           OSSRT_EXPECT_CLOSE(normed[0], normed[2], 1e-2, "normed vs cpu, " + at);
           for (int64_t r = 0; r < t; ++r) {
