@@ -8,7 +8,8 @@
 # carry [".carry/cuda"] (or the compressed pack unpacked first).
 #
 # Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4-fp8] [BATCHES="1 64"] [CONTEXT=1024] [ENVS="VAR=v ..."]
-#        [VARIANTS="VAR=v ...|VAR=w ..."] [TRACE=0: step times only] [DEADLINE_S=300] tools/device/kernel_trace.sh
+#        [VARIANTS="VAR=v ...|VAR=w ..."] [TRACE=0: step times only] [DEADLINE_S=300]
+#        [BENCH_FLAGS="--kv-cache-dtype fp8": more bench cost flags, every variant] tools/device/kernel_trace.sh
 # VARIANTS: environments (ENVS each, '|' between them) traced one after another, e.g. A/B developer
 # switches; "-" is the default environment. Output: $OUT/ktrace_<model>_<quant>.log (the tables),
 # $OUT/ktrace_<model>_<quant>_b<batch>[_v<i>].csv.gz (raw, one per variant i >= 1).
@@ -23,13 +24,14 @@ ROOT=$(pwd)
 PACK=$ROOT/.carry/cuda
 FINAL=${OUT:-/tmp/ossrt-out}
 mkdir -p "$FINAL"
-TAG=${MODEL}_${QUANT}
+TAG=${MODEL}_${QUANT}${TAG_SUFFIX:-}  # TAG_SUFFIX: keeps the files of several runs in one call apart
 exec > >(tee -a "$FINAL/ktrace_$TAG.log") 2>&1
 source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
 [ -f "$PACK/lib/libossrt_ktrace.so" ] || { echo "!! $PACK/lib/libossrt_ktrace.so missing: tools/device/kernel_trace/build.sh"; exit 1; }
 left() { echo $((START + DEADLINE_S - $(date +%s))); }
+read -ra bench_flags <<< "${BENCH_FLAGS:-}"
 IFS='|' read -ra variants <<< "${VARIANTS:-${ENVS:--}}"
-echo "== kernel trace: $MODEL $QUANT, context $CONTEXT, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
+echo "== kernel trace: $MODEL $QUANT, context $CONTEXT, ${BENCH_FLAGS:-no extra flags}, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
 for vi in "${!variants[@]}"; do
   v=${variants[$vi]}
   [ "$v" = "-" ] && v=""
@@ -40,7 +42,8 @@ for vi in "${!variants[@]}"; do
 for B in $BATCHES; do
   [ "$(left)" -gt 40 ] || { echo "-- batch $B skipped: no time left"; continue; }
   COMMON=(bench cost --model "$MODEL" --load-format dummy --backend cuda --quantization "$QUANT" --no-prefill
-    --contexts "$CONTEXT" --batch-sizes "$B" --repeats 1 --no-progress --warmup-steps 5 --decode-steps 40)
+    --contexts "$CONTEXT" --batch-sizes "$B" --repeats 1 --no-progress --warmup-steps 5 --decode-steps 40
+    "${bench_flags[@]}")
   echo "== batch $B: without the tracer"
   env "${extra_env[@]}" timeout "$(left)" "$PACK/bin/ossrt" "${COMMON[@]}" --result-dir "/tmp/kt_plain_b$B" 2>&1 |
     grep -A2 "ITL ms" | tail -1
