@@ -139,13 +139,17 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, uint8_t* smem, uin
 }
 
 // A consumer warp (of warpgroup warp / 4, owning layout tile warp of the unit's block): per chunk,
-// waits for its stage, dequantizes its weights into one of two A register sets, issues the 4 MMAs
-// and leaves them running (wgmma_wait<1>: the previous chunk's are done, so its stage is released
-// and its A registers are free for the next chunk), as the ring kernel's 128-row path does.
-template <int kBM, bool kSwiglu>
+// waits for its stage, dequantizes its weights into one of kDepth + 1 A register sets, issues the 4
+// MMAs and leaves them running: wgmma_wait<kDepth> after each commit lets the last kDepth chunks'
+// MMAs run on (the one before them is done, so its stage is released and its A registers are free
+// for the chunk after next). kDepth 1 is the ring kernel's 128-row path; deeper queues are for the
+// narrow tiles, whose chunks of MMAs are short against the dequantization and the barrier waits
+// between them. The products and their order into the accumulators do not depend on kDepth.
+template <int kBM, bool kSwiglu, int kDepth>
 __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uint32_t full0, uint32_t empty0, int units,
                                         int row_blocks) {
   using R = PipeRing<kBM>;
+  constexpr int kSets = kDepth + 1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int chunks = a.k / kBK;
   const uint32_t x_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -158,8 +162,8 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
     float acc[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
-    int held = -1;  // the stage whose MMAs may still run
-    auto run_chunk = [&](uint32_t(&af)[4][4]) {
+    const int stage0 = stage;  // chunk j of this unit sits in stage (stage0 + j) % kStages
+    auto run_chunk = [&](uint32_t(&af)[4][4], int kc) {
       mbar_wait(full0 + 8 * stage, phase);
       __syncwarp();  // lanes leave the polling loop apart; the wgmma instructions need the warp converged
       const uint8_t* wst = smem + R::kWOffset + stage * R::kWBytes + warp * kMxChunkBytes;
@@ -177,24 +181,26 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
 #pragma unroll
       for (int s = 0; s < 4; ++s) wgmma_m64k16_rs<kBM>(acc, af[s], wgmma_desc_k128(x_addr + 32 * s));
       wgmma_commit();
-      wgmma_wait<1>();  // the previous chunk's MMAs (and their A registers) are done
+      wgmma_wait<kDepth>();  // chunk kc - kDepth's MMAs (and their A registers) are done
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) wgmma_fence_operand(acc[i]);
-      if (held >= 0 && lane == 0) mbar_arrive(empty0 + 8 * held);
-      held = stage;
+      if (kc >= kDepth && lane == 0) mbar_arrive(empty0 + 8 * ((stage0 + kc - kDepth) % R::kStages));
       if (++stage == R::kStages) stage = 0, phase ^= 1;
     };
-    uint32_t af0[4][4], af1[4][4];
+    uint32_t af[kSets][4][4];
     int kc = 0;
-    for (; kc + 1 < chunks; kc += 2) {
-      run_chunk(af0);
-      run_chunk(af1);
+    for (; kc + kSets <= chunks; kc += kSets) {
+#pragma unroll
+      for (int i = 0; i < kSets; ++i) run_chunk(af[i], kc + i);
     }
-    if (kc < chunks) run_chunk(af0);
+#pragma unroll
+    for (int i = 0; i < kSets - 1; ++i)  // the tail: set i was last used kSets chunks before
+      if (kc + i < chunks) run_chunk(af[i], kc + i);
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) wgmma_fence_operand(acc[i]);
-    if (held >= 0 && lane == 0) mbar_arrive(empty0 + 8 * held);
+    if (lane == 0)
+      for (int j = std::max(chunks - kDepth, 0); j < chunks; ++j) mbar_arrive(empty0 + 8 * ((stage0 + j) % R::kStages));
 
     // The ring kernels' epilogue, unchanged. acc[4j + e]: slot g of tile rt, token 8j + 2c + e of the
     // route tile; acc[4j + 2 + e]: slot g + 8.
@@ -233,7 +239,7 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
   }
 }
 
-template <int kBM, bool kSwiglu>
+template <int kBM, bool kSwiglu, int kDepth>
 __device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a) {
   using R = PipeRing<kBM>;
   extern __shared__ uint8_t smem_raw[];
@@ -254,28 +260,28 @@ __device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a) {
     produce<kBM>(a, smem, full0, empty0, units, row_blocks);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
-    consume<kBM, kSwiglu>(a, smem, full0, empty0, units, row_blocks);
+    consume<kBM, kSwiglu, kDepth>(a, smem, full0, empty0, units, row_blocks);
   }
 }
 
-template <int kBM>
+template <int kBM, int kDepth>
 __global__ void __launch_bounds__(kThreads, 1) bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(MoeGemmArgs a) {
-  mx_wgmma_pipe<kBM, true>(a);
+  mx_wgmma_pipe<kBM, true, kDepth>(a);
 }
-template <int kBM>
+template <int kBM, int kDepth>
 __global__ void __launch_bounds__(kThreads, 1) bf16_mxfp4w_moe_down_wgmma_pipe(MoeGemmArgs a) {
-  mx_wgmma_pipe<kBM, false>(a);
+  mx_wgmma_pipe<kBM, false, kDepth>(a);
 }
 
-template <int kBM>
+template <int kBM, int kDepth>
 void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
   constexpr int smem = PipeRing<kBM>::kSmemBytes;
   static PerDeviceOnce raised;  // the shared-memory limit, per device (as the ring kernels)
   OSSRT_CUDA_CALL(raised.run([] {
-    const cudaError_t e = cudaFuncSetAttribute(bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe<kBM>,
+    const cudaError_t e = cudaFuncSetAttribute(bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe<kBM, kDepth>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     return e != cudaSuccess ? e
-                            : cudaFuncSetAttribute(bf16_mxfp4w_moe_down_wgmma_pipe<kBM>,
+                            : cudaFuncSetAttribute(bf16_mxfp4w_moe_down_wgmma_pipe<kBM, kDepth>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   }));
   int device = 0, sms = 0;
@@ -285,17 +291,39 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
   const int64_t max_units = int64_t(a.max_tiles) * (a.n / kBN);
   const int grid = int(std::min<int64_t>(max_units, sms));
   if (swiglu)
-    bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe<kBM><<<grid, kThreads, smem, stream>>>(a);
+    bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe<kBM, kDepth><<<grid, kThreads, smem, stream>>>(a);
   else
-    bf16_mxfp4w_moe_down_wgmma_pipe<kBM><<<grid, kThreads, smem, stream>>>(a);
+    bf16_mxfp4w_moe_down_wgmma_pipe<kBM, kDepth><<<grid, kThreads, smem, stream>>>(a);
+}
+
+// Chunks of MMAs a consumer warpgroup leaves running (1: the ring kernels' schedule). Developer
+// switch OSSRT_CUDA_MOE_PIPE_DEPTH=1|2 for the narrow tiles (32 and 48 rows; 64 and 128 keep 1),
+// read once, for A/B timing. A third set of A registers does not fit: ptxas serializes the wgmmas
+// (C7512) at 3.
+int pipe_depth(int tile_m) {
+  static const int forced = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_DEPTH");
+    const int d = v ? std::atoi(v) : 0;
+    return d == 1 || d == 2 ? d : 0;
+  }();
+  if (tile_m > 48) return 1;
+  return forced != 0 ? forced : 1;
+}
+
+template <int kBM>
+void launch_pipe_narrow(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
+  switch (pipe_depth(kBM)) {
+    case 2: return launch_pipe_tile<kBM, 2>(swiglu, a, stream);
+    default: return launch_pipe_tile<kBM, 1>(swiglu, a, stream);
+  }
 }
 
 void launch_pipe(bool swiglu, const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {
   switch (tile_m) {
-    case 32: return launch_pipe_tile<32>(swiglu, a, stream);
-    case 48: return launch_pipe_tile<48>(swiglu, a, stream);
-    case 64: return launch_pipe_tile<64>(swiglu, a, stream);
-    default: return launch_pipe_tile<128>(swiglu, a, stream);
+    case 32: return launch_pipe_narrow<32>(swiglu, a, stream);
+    case 48: return launch_pipe_narrow<48>(swiglu, a, stream);
+    case 64: return launch_pipe_tile<64, 1>(swiglu, a, stream);
+    default: return launch_pipe_tile<128, 1>(swiglu, a, stream);
   }
 }
 
