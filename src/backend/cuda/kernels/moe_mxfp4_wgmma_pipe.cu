@@ -32,6 +32,7 @@
 #include "backend/cuda/kernels/mbarrier.cuh"
 #include "backend/cuda/kernels/moe_mxfp4_common.cuh"
 #include "backend/cuda/kernels/moe_passes.cuh"
+#include "backend/cuda/kernels/smem_load.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
 namespace ossrt::cuda {
@@ -166,10 +167,10 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
     auto run_chunk = [&](uint32_t(&af)[4][4], int kc) {
       mbar_wait(full0 + 8 * stage, phase);
       __syncwarp();  // lanes leave the polling loop apart; the wgmma instructions need the warp converged
-      const uint8_t* wst = smem + R::kWOffset + stage * R::kWBytes + warp * kMxChunkBytes;
-      const uint8_t* sst = smem + R::kSOffset + stage * R::kSBytes + warp * kMxChunkScaleBytes;
-      const uint4 wv = *reinterpret_cast<const uint4*>(wst + lane * 16);
-      const uint32_t sc = *reinterpret_cast<const uint16_t*>(sst + ((c / 2) * 8 + g) * 2);
+      // Shared-window addresses: `smem` was aligned by integer arithmetic, so loads through it are generic.
+      const uint4 wv = lds_u32x4(x_base + R::kWOffset + stage * R::kWBytes + warp * kMxChunkBytes + lane * 16);
+      const uint32_t sc =
+          lds_u16(x_base + R::kSOffset + stage * R::kSBytes + warp * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2);
       const uint32_t mg = mx_scale_bf16x2(sc & 0xFF), mg8 = mx_scale_bf16x2(sc >> 8);
       mx_dequant_word(wv.x, mg, mg8, af[0]);
       mx_dequant_word(wv.y, mg, mg8, af[1]);
