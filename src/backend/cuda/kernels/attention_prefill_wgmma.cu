@@ -39,6 +39,7 @@
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/attention_paging.cuh"
 #include "backend/cuda/kernels/attention_prefill_common.cuh"
+#include "backend/cuda/kernels/smem_load.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
 namespace ossrt::cuda {
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_sdpa_sinks_d64_prefill_wgmma
   extern __shared__ uint8_t smem_raw[];
   // Slot s of the ring: K tile at 2 s kTileBytes, V tile right after; every tile 1024-byte aligned
   // (the swizzle pattern repeats every 1024 bytes, descriptors' base offset 0).
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = align_dynamic_smem<1024>(smem_raw);
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   __shared__ bool key_ok_s[kStages][kKeyTile];
 

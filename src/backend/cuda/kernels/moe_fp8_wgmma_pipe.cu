@@ -29,6 +29,7 @@
 #include "backend/cuda/kernels/moe_fp8.cuh"
 #include "backend/cuda/kernels/moe_fp8_gemm.cuh"
 #include "backend/cuda/kernels/moe_mxfp4_common.cuh"
+#include "backend/cuda/kernels/smem_load.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
 namespace ossrt::cuda {
@@ -212,7 +213,7 @@ template <int kBM, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, 1) bf16_fp8w_moe_gemm_wgmma_pipe(Fp8GemmArgs a) {
   using R = Fp8Ring<kBM>;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = align_dynamic_smem<1024>(smem_raw);
   const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem + R::kBarOffset));
   const uint32_t empty0 = full0 + 8 * R::kStages;
   if (threadIdx.x == 0) {

@@ -25,6 +25,7 @@
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/moe_mxfp4_common.cuh"
 #include "backend/cuda/kernels/moe_passes.cuh"
+#include "backend/cuda/kernels/smem_load.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
 namespace ossrt::cuda {
@@ -76,7 +77,7 @@ __device__ __forceinline__ void mx_wgmma_tile(const MoeGemmArgs& a) {
   const int row_end = a.offsets[expert + 1];
 
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = align_dynamic_smem<1024>(smem_raw);
   auto stage = [&](int i) { return reinterpret_cast<Stage*>(smem + i * T::kStageBytes); };
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;

@@ -244,7 +244,7 @@ template <int kBM, bool kSwiglu, int kDepth>
 __device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a) {
   using R = PipeRing<kBM>;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = align_dynamic_smem<1024>(smem_raw);
   const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem + R::kBarOffset));
   const uint32_t empty0 = full0 + 8 * R::kStages;
   if (threadIdx.x == 0) {
