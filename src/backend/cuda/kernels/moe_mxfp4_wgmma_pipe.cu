@@ -89,6 +89,10 @@ struct PipeRing {
   static_assert(kXBytes % 1024 == 0 && kBarOffset % 8 == 0 && kSmemBytes <= 227 * 1024);
 };
 
+// The default shape's rings as they were measured (16 stages for 32- and 48-row tiles, 8 beyond).
+static_assert(PipeRing<32, WideShape>::kStages == 16 && PipeRing<48, WideShape>::kStages == 16 &&
+              PipeRing<64, WideShape>::kStages == 8 && PipeRing<128, WideShape>::kStages == 8);
+
 // A work unit: route tile `tile`'s rows times the weight rows of block `block`.
 struct Unit {
   int expert, row0, row_end, block;
