@@ -59,9 +59,10 @@ struct PipeShape {
   static constexpr int kBN = 64 * kWG * kSets;  // weight rows a work unit
   static constexpr int kRowTiles = kBN / kMxRowTile;
   static constexpr int kTilesPerProducerWarp = kRowTiles / kProducerWarps;
-  // Registers after setmaxnreg (multiples of 8, summing to at most 64 K a CTA).
-  static constexpr int kProducerRegisters = kWG == 3 ? 56 : 40;
-  static constexpr int kConsumerRegisters = kWG == 3 ? 152 : 232;
+  // Registers after setmaxnreg (multiples of 8, summing to at most 64 K a CTA); the producer keeps 56,
+  // the count its code was measured to run in (its row pointers and loop state).
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kConsumerRegisters = kWG == 3 ? 152 : 224;
   static_assert(kProducerWarps * 32 * kProducerRegisters + kConsumerWarps * 32 * kConsumerRegisters <= 65536);
   static_assert(kRowTiles % kProducerWarps == 0 && 2 * kRowTiles <= 32, "scale copies: one lane a half tile");
 };
