@@ -69,7 +69,7 @@ struct PipeShape {
 using WideShape = PipeShape<3, 1>;    // 192 rows a unit (as the ring kernels)
 using NarrowShape = PipeShape<2, 2>;  // 256 rows a unit, two sets a consumer warp
 
-// Shared memory: kSlots stages of token tile (1024-byte aligned for the 128-byte swizzle), weight
+// Shared memory: kStages stages of token tile (1024-byte aligned for the 128-byte swizzle), weight
 // chunks and scales, then the barriers. 8 stages: 180 KB at 128-row tiles (the ring kernels' deep
 // ring is 8 chunks too); a chunk of MMAs is ~0.45 us at full rate, so 8 stages cover ~3.5 us of
 // load latency. The narrow tiles of decode batches (32 and 48 rows) run a chunk's MMAs in a quarter
@@ -140,7 +140,9 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, uint8_t* smem, uin
     const int tile0 = w.block * S::kRowTiles;  // the unit's first layout tile within the expert
     const int64_t expert_chunk0 = int64_t(w.expert) * tiles_n * chunks;
     const int warp_tile0 = tile0 + pw * kTilesPerWarp;
-    const uint8_t* w_src = a.wq + (expert_chunk0 + int64_t(warp_tile0) * chunks) * kMxChunkBytes + lane * 16;
+    // (A warp whose tiles all lie past N keeps a valid base; its copies zero-fill.)
+    const uint8_t* w_src =
+        a.wq + (expert_chunk0 + int64_t(warp_tile0 < tiles_n ? warp_tile0 : 0) * chunks) * kMxChunkBytes + lane * 16;
     // Scales (warp 0): lane l < 2 kRowTiles copies half l % 2 of the unit's tile l / 2's 32 bytes.
     const int s_tile = tile0 + lane / 2;
     const bool s_ok = lane < 2 * S::kRowTiles && s_tile < tiles_n;
