@@ -2,7 +2,8 @@
 # The 256-sequence decode step and the MXFP4 pipe's narrow-tile shapes (docs/kernels.md, "A 256-sequence
 # decode step"): the two-sets shape (OSSRT_CUDA_MOE_PIPE_SETS=2) checked bit for bit against the ring
 # kernels, its gate_up kernel under ncu's source counters beside the default shape's, then step times
-# of both interleaved (bench cost, TRACE=0) and a trace with the switch.
+# of both interleaved with one split a sequence for the decode attention (bench cost, TRACE=0), and a
+# trace with the switch.
 # Device call from the repo root, pack unpacked into .carry/cuda. Usage: tools/device/step256_probe.sh
 set -uo pipefail
 ROOT=$(pwd)
@@ -18,8 +19,10 @@ for sets in 1 2; do  # the 48-row gate_up kernel of the test's E = 32, T = 256 c
     KERNELS='regex:gate_up_swiglu_wgmma_pipe' SKIP=1 LABEL=gate_up48_sets$sets tools/device/ncu_sass.sh 2>&1 |
     grep -E "^== |ncu exit|Duration|Issued Warp|Executed Ipc|instructions [0-9]"
 done
-MODEL=gpt-oss-20b QUANT=mxfp4-fp8 BATCHES="${AB_BATCHES:-256}" TRACE=0 DEADLINE_S=160 \
-  VARIANTS="${AB_VARIANTS:--|OSSRT_CUDA_MOE_PIPE_SETS=2|-|OSSRT_CUDA_MOE_PIPE_SETS=2}" \
+# Interleaved, twice: the spread of one run is ~2% (11.05 against 11.30 ms for the same binary).
+# OSSRT_CUDA_ATTN_SPLIT_KEYS=1024: one split a sequence at 1k (10.79 ms once in session 25).
+MODEL=gpt-oss-20b QUANT=mxfp4-fp8 BATCHES="${AB_BATCHES:-256}" TRACE=0 DEADLINE_S=200 \
+  VARIANTS="${AB_VARIANTS:--|OSSRT_CUDA_MOE_PIPE_SETS=2|OSSRT_CUDA_ATTN_SPLIT_KEYS=1024|-|OSSRT_CUDA_MOE_PIPE_SETS=2|OSSRT_CUDA_ATTN_SPLIT_KEYS=1024}" \
   tools/device/kernel_trace.sh 2>&1 | grep -E "^== var|^mxfp4"
 TAG_SUFFIX=_sets2 ENVS="OSSRT_CUDA_MOE_PIPE_SETS=2" MODEL=gpt-oss-20b QUANT=mxfp4-fp8 BATCHES="256" DEADLINE_S=100 \
   tools/device/kernel_trace.sh 2>&1 | head -12
