@@ -344,9 +344,9 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
     bf16_mxfp4w_moe_down_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a);
 }
 
-// The narrow tiles' shape: developer switch OSSRT_CUDA_MOE_PIPE_SETS=2 runs two 64-row sets a consumer
-// warp (NarrowShape) for A/B timing; not yet run on a GPU (session 25), so off by default. Read once.
-bool narrow_two_sets() {
+// The narrow tiles' shape by default: developer switch OSSRT_CUDA_MOE_PIPE_SETS=2 runs two 64-row sets
+// a consumer warp (NarrowShape) for A/B timing; not yet run on a GPU (session 25), so off. Read once.
+bool narrow_two_sets_by_default() {
   static const bool on = [] {
     const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_SETS");
     return v && v[0] == '2';
@@ -354,23 +354,24 @@ bool narrow_two_sets() {
   return on;
 }
 
-void launch_pipe(bool swiglu, const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {
+void launch_pipe(bool swiglu, const MoeGemmArgs& a, int tile_m, int sets, cudaStream_t stream) {
+  const bool two_sets = sets == 2 || (sets == 0 && narrow_two_sets_by_default());
   switch (tile_m) {
     case 32:
-      return narrow_two_sets() ? launch_pipe_tile<32, NarrowShape>(swiglu, a, stream)
-                               : launch_pipe_tile<32>(swiglu, a, stream);
+      return two_sets ? launch_pipe_tile<32, NarrowShape>(swiglu, a, stream) : launch_pipe_tile<32>(swiglu, a, stream);
     case 48:
-      return narrow_two_sets() ? launch_pipe_tile<48, NarrowShape>(swiglu, a, stream)
-                               : launch_pipe_tile<48>(swiglu, a, stream);
+      return two_sets ? launch_pipe_tile<48, NarrowShape>(swiglu, a, stream) : launch_pipe_tile<48>(swiglu, a, stream);
     case 64: return launch_pipe_tile<64>(swiglu, a, stream);
     default: return launch_pipe_tile<128>(swiglu, a, stream);
   }
 }
 
-void check_pipe_args(const MoeGemmArgs& a, int tile_m, const char* name) {
+void check_pipe_args(const MoeGemmArgs& a, int tile_m, int sets, const char* name) {
   OSSRT_CU_CHECK(mxfp4_wgmma_fits(a.n, a.k), name, ": N ", a.n, " must be a positive multiple of ", WideShape::kBN,
                  " and K ", a.k, " of ", kBK);
   OSSRT_CU_CHECK(mxfp4_wgmma_pipe_tile_ok(tile_m), name, ": route tiles of ", tile_m, " rows (32, 48, 64 or 128)");
+  OSSRT_CU_CHECK(sets >= 0 && sets <= 2 && (sets != 2 || tile_m <= 48), name, ": shape ", sets,
+                 " (0 default, 1, or 2 for route tiles of 32 or 48 rows) at tiles of ", tile_m);
   OSSRT_CU_CHECK(int64_t(a.max_tiles) * (a.n / WideShape::kBN) < (int64_t(1) << 31), name, ": ", a.max_tiles,
                  " route tiles make too many work units");
   OSSRT_CU_CHECK(a.wq && a.wscale, name, ": null MXFP4 weights or scales");
@@ -391,17 +392,17 @@ bool mxfp4_wgmma_pipe_enabled() {
 
 bool mxfp4_wgmma_pipe_tile_ok(int tile_m) { return tile_m == 32 || tile_m == 48 || tile_m == 64 || tile_m == 128; }
 
-void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {
-  check_pipe_args(a, tile_m, "bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe");
+void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const MoeGemmArgs& a, int tile_m, cudaStream_t stream, int sets) {
+  check_pipe_args(a, tile_m, sets, "bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe");
   if (a.max_tiles == 0) return;
-  launch_pipe(true, a, tile_m, stream);
+  launch_pipe(true, a, tile_m, sets, stream);
   OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe");
 }
 
-void launch_bf16_mxfp4w_moe_down_wgmma_pipe(const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {
-  check_pipe_args(a, tile_m, "bf16_mxfp4w_moe_down_wgmma_pipe");
+void launch_bf16_mxfp4w_moe_down_wgmma_pipe(const MoeGemmArgs& a, int tile_m, cudaStream_t stream, int sets) {
+  check_pipe_args(a, tile_m, sets, "bf16_mxfp4w_moe_down_wgmma_pipe");
   if (a.max_tiles == 0) return;
-  launch_pipe(false, a, tile_m, stream);
+  launch_pipe(false, a, tile_m, sets, stream);
   OSSRT_CHECK_LAUNCH("bf16_mxfp4w_moe_down_wgmma_pipe");
 }
 
