@@ -8,9 +8,7 @@
 #        tools/device/build_ab.sh        (device call from the repo root, pack unpacked into .carry/cuda)
 set -uo pipefail
 ROOT=$(pwd)
-export PACK=$ROOT/.carry/cuda
-source "$ROOT/tools/device/pack_env.sh"
-export OSSRT_SOURCE_DIR=$ROOT
+source "$ROOT/tools/device/pack_env.sh"  # PACK (.carry/cuda), OSSRT_SOURCE_DIR, LD_LIBRARY_PATH
 nvidia-smi --query-gpu=name --format=csv,noheader
 echo "== checks on the new build, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
 IFS=';' read -ra checks <<< "${CHECKS:-}"

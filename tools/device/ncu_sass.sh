@@ -8,12 +8,10 @@
 # Output: $OUT/ncu_sass_<label>.csv (the SASS page), $OUT/ncu_sass_<label>.txt (sections, hot list).
 set -uo pipefail
 ROOT=$(pwd)
-export PACK=${PACK:-$ROOT/.carry/cuda}
 FINAL=${OUT:-/tmp/ossrt-out}
 LABEL=${LABEL:-kernel}
 mkdir -p "$FINAL"
-source "$ROOT/tools/device/pack_env.sh"
-export OSSRT_SOURCE_DIR=$ROOT
+source "$ROOT/tools/device/pack_env.sh"  # PACK (.carry/cuda), OSSRT_SOURCE_DIR, LD_LIBRARY_PATH
 NCU=$(command -v ncu || find /usr/local/cuda*/bin /opt -name ncu -type f 2>/dev/null | head -1)
 read -ra test_cmd <<< "$TEST"
 REP=/tmp/ncu_sass_$LABEL

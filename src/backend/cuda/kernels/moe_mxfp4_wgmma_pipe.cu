@@ -167,7 +167,7 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
     auto run_chunk = [&](uint32_t(&af)[4][4], int kc) {
       mbar_wait(full0 + 8 * stage, phase);
       __syncwarp();  // lanes leave the polling loop apart; the wgmma instructions need the warp converged
-      // Shared-window addresses: `smem` was aligned by integer arithmetic, so loads through it are generic.
+      // By shared-window address (ld.shared), as the MMAs' descriptors address the ring.
       const uint4 wv = lds_u32x4(x_base + R::kWOffset + stage * R::kWBytes + warp * kMxChunkBytes + lane * 16);
       const uint32_t sc =
           lds_u16(x_base + R::kSOffset + stage * R::kSBytes + warp * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2);
