@@ -840,7 +840,7 @@ TEST(Mxfp4Moe, WgmmaPipeIsTheRingBitForBit) {
 // k16 steps in the same order whatever the tile's width, so every element must match bit for bit;
 // each run's down GEMM reads its own activations.
 void expect_narrow_pipe_matches_ring(const Experts& ex, const std::vector<uint16_t>& x, const Routing& r, int tokens,
-                                     int tile_m) {
+                                     int tile_m, int sets) {
   const int num_experts = ex.num_experts, pairs = tokens * kTopK;
   DeviceArray<uint16_t> d_x(x);
   DeviceArray<int32_t> d_ids(r.ids);
@@ -860,8 +860,8 @@ void expect_narrow_pipe_matches_ring(const Experts& ex, const std::vector<uint16
     launch_mx_permute_cols(d_x.get(), tokens, kHidden, ws.x_perm, nullptr);
     const auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile);
     if (pipe) {
-      launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gu, tile, nullptr);
-      launch_bf16_mxfp4w_moe_down_wgmma_pipe(dn, tile, nullptr);
+      launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gu, tile, nullptr, sets);
+      launch_bf16_mxfp4w_moe_down_wgmma_pipe(dn, tile, nullptr, sets);
     } else {
       launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gu, tile, nullptr);
       launch_bf16_mxfp4w_moe_down_wgmma(dn, tile, nullptr);
@@ -893,9 +893,9 @@ void expect_narrow_pipe_matches_ring(const Experts& ex, const std::vector<uint16
   EXPECT_EQ(bad_y, 0u) << "down outputs differ from the ring kernel's at 64-row tiles";
   EXPECT_EQ(unwritten, 0u) << "activation rows left unwritten";
   std::printf(
-      "[metric] E=%d T=%d narrow tile %d: pipe vs ring at 64, %zu activations and %zu outputs compared, "
-      "%zu / %zu differ\n",
-      num_experts, tokens, tile_m, size_t(pairs) * kInter, size_t(pairs) * kHidden, bad_act, bad_y);
+      "[metric] E=%d T=%d narrow tile %d, %d set(s) a warp: pipe vs ring at 64, %zu activations and %zu outputs "
+      "compared, %zu / %zu differ\n",
+      num_experts, tokens, tile_m, sets, size_t(pairs) * kInter, size_t(pairs) * kHidden, bad_act, bad_y);
 }
 
 TEST(Mxfp4Moe, WgmmaPipeNarrowTilesAreTheRingBitForBit) {
@@ -918,11 +918,16 @@ TEST(Mxfp4Moe, WgmmaPipeNarrowTilesAreTheRingBitForBit) {
         r.ids[t * kTopK] = 5;
       }
     }
-    for (int tile_m : {32, 48}) {
-      SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) +
-                   (k.skewed ? ", skewed" : ", random") + ", tile " + std::to_string(tile_m));
-      expect_narrow_pipe_matches_ring(ex, x, r, k.tokens, tile_m);
-    }
+    // Both shapes: three consumer warpgroups of one 64-row set, and two of two sets, whose last unit
+    // of N = 2,880 (down) and 5,760 (gate_up) holds sets past N. The E = 32, T = 256 case launches
+    // gate_up at (32, 1), (32, 2), (48, 1), (48, 2) first (tools/device/step256_probe.sh profiles it).
+    for (int tile_m : {32, 48})
+      for (int sets : {1, 2}) {
+        SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) +
+                     (k.skewed ? ", skewed" : ", random") + ", tile " + std::to_string(tile_m) + ", sets " +
+                     std::to_string(sets));
+        expect_narrow_pipe_matches_ring(ex, x, r, k.tokens, tile_m, sets);
+      }
   }
 }
 
