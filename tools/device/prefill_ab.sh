@@ -8,7 +8,8 @@
 # .carry/cudaz unpacked first).
 #
 # Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4-fp8] [INPUT_LENS="1024 8192"] [REPEATS=3] [DEADLINE_S=200]
-#        tools/device/prefill_ab.sh label=VAR=value[,VAR=value] ...   (label=  with no settings: as is)
+#        tools/device/prefill_ab.sh label=VAR=value[,VAR=value] ...   (label=  with no settings: as is;
+#        BIN=ossrt_old among the settings runs that binary of the pack instead of ossrt)
 set -uo pipefail
 MODEL=${MODEL:-gpt-oss-20b}
 QUANT=${QUANT:-mxfp4-fp8}
@@ -20,7 +21,9 @@ echo "== prefill A/B: $MODEL $QUANT, prompts $INPUT_LENS, commit $(tr '\n' ' ' <
 LENS=$(echo "$INPUT_LENS" | tr ' ' ',')
 for variant in "$@"; do
   ab_variant "$variant" || continue
-  env "${envs[@]}" timeout "$(left)" "$PACK/bin/ossrt" bench cost --model "$MODEL" --load-format dummy --backend cuda \
+  bin=ossrt  # BIN=ossrt_old in a variant's settings: an older build's binary (cuda_pack.sh EXTRA_BINARIES)
+  for e in "${envs[@]}"; do case $e in BIN=*) bin=${e#BIN=} ;; esac; done
+  env "${envs[@]}" timeout "$(left)" "$PACK/bin/$bin" bench cost --model "$MODEL" --load-format dummy --backend cuda \
     --quantization "$QUANT" --input-lens "$LENS" --repeats "$REPEATS" --no-decode --no-progress \
     --result-dir "/tmp/pf_$label" > "/tmp/pf_$label.log" 2>&1
   echo "   exit $?"

@@ -151,19 +151,22 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, uint8_t* smem, uin
     for (int kc = 0; kc < chunks; ++kc) {
       mbar_wait(empty0 + 8 * stage, phase ^ 1);
       uint16_t* x = reinterpret_cast<uint16_t*>(smem + stage * R::kXBytes);
+      if (!(a.pipe_ablate & 1)) {
 #pragma unroll
-      for (int i = 0; i < kRowsPerLane; ++i) {
-        const int r = row_first + 4 * i + lane / 8;
-        const bool ok = src[i] != nullptr;
-        cp_async_16(x + r * kBK + ((unit16 ^ (r % 8)) * 8), ok ? src[i] + kc * kBK : a.a, ok);
+        for (int i = 0; i < kRowsPerLane; ++i) {
+          const int r = row_first + 4 * i + lane / 8;
+          const bool ok = src[i] != nullptr;
+          cp_async_16(x + r * kBK + ((unit16 ^ (r % 8)) * 8), ok ? src[i] + kc * kBK : a.a, ok);
+        }
       }
       uint8_t* wdst = smem + R::kWOffset + stage * R::kWBytes + pw * kTilesPerWarp * kMxChunkBytes + lane * 16;
 #pragma unroll
       for (int t = 0; t < kTilesPerWarp; ++t) {
         const bool ok = warp_tile0 + t < tiles_n;  // a unit's sets past N get zero weights
-        cp_async_16(wdst + t * kMxChunkBytes, ok ? w_src + (int64_t(t) * chunks + kc) * kMxChunkBytes : a.wq, ok);
+        if (!(a.pipe_ablate & 2))
+          cp_async_16(wdst + t * kMxChunkBytes, ok ? w_src + (int64_t(t) * chunks + kc) * kMxChunkBytes : a.wq, ok);
       }
-      if (pw == 0 && lane < 2 * S::kRowTiles)
+      if (pw == 0 && lane < 2 * S::kRowTiles && !(a.pipe_ablate & 2))
         cp_async_16(smem + R::kSOffset + stage * R::kSBytes + lane * 16,
                     s_ok ? s_src + int64_t(kc) * kMxChunkScaleBytes : a.wscale, s_ok);
       mbar_arrive_when_copied(full0 + 8 * stage);
@@ -210,6 +213,12 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
         const uint32_t sc =
             lds_u16(x_base + R::kSOffset + stage * R::kSBytes + tile * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2);
         const uint32_t mg = mx_scale_bf16x2(sc & 0xFF), mg8 = mx_scale_bf16x2(sc >> 8);
+        if (a.pipe_ablate & 4) {  // timing only: the raw words as A
+#pragma unroll
+          for (int s = 0; s < 4; ++s)
+            af[j][s][0] = wv.x ^ mg, af[j][s][1] = wv.y, af[j][s][2] = wv.z, af[j][s][3] = wv.w;
+          continue;
+        }
         mx_dequant_word(wv.x, mg, mg8, af[j][0]);
         mx_dequant_word(wv.y, mg, mg8, af[j][1]);
         mx_dequant_word(wv.z, mg, mg8, af[j][2]);
@@ -252,7 +261,7 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
 #pragma unroll
     for (int j = 0; j < kSets; ++j) {
       const int rt = w.block * S::kRowTiles + warp + S::kConsumerWarps * j;  // the tile within the expert
-      if (rt * kMxRowTile >= a.n) continue;
+      if (rt * kMxRowTile >= a.n || (a.pipe_ablate & 8)) continue;
       if constexpr (kSwiglu) {
         const int unit = 8 * rt + g;  // gate in slot g, up in slot g + 8
         const float bg = mx_load_bias(a.bias, a.bias_bf16, bias0 + 2 * unit);
@@ -357,7 +366,18 @@ bool narrow_two_sets_by_default() {
   return on;
 }
 
-void launch_pipe(bool swiglu, const MoeGemmArgs& a, int tile_m, int sets, cudaStream_t stream) {
+// OSSRT_CUDA_MOE_PIPE_ABLATE=bits (MoeGemmArgs::pipe_ablate; developer switch for timing, read once).
+int pipe_ablate_bits() {
+  static const int bits = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_ABLATE");
+    return v ? std::atoi(v) : 0;
+  }();
+  return bits;
+}
+
+void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cudaStream_t stream) {
+  MoeGemmArgs a = args;
+  a.pipe_ablate = pipe_ablate_bits();
   const bool two_sets = sets == 2 || (sets == 0 && narrow_two_sets_by_default());
   switch (tile_m) {
     case 32:

@@ -101,6 +101,10 @@ struct MoeGemmArgs {
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // gate_up epilogue
   uint16_t* act_out = nullptr;                       // gate_up: bf16 [rows, N / 2]
   float* y_out = nullptr;                            // down: f32 [rows, N]
+  // The MXFP4 pipe kernels' ablation bits (developer switch OSSRT_CUDA_MOE_PIPE_ABLATE, timing only:
+  // outputs are garbage): 1 no token-tile copies, 2 no weight or scale copies, 4 no dequantization
+  // (the raw words as A), 8 no epilogue stores. Set by the pipe's launcher; 0 otherwise.
+  int pipe_ablate = 0;
 };
 
 // The checks every MoE launcher makes (moe.cu), by the experts' format (which pointers it needs,
