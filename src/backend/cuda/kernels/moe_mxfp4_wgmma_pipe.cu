@@ -80,7 +80,7 @@ struct PipeRing {
   static constexpr int kXBytes = kBM * kBK * 2;  // row r's 16-byte unit u at unit u ^ (r % 8)
   static constexpr int kWBytes = S::kRowTiles * kMxChunkBytes;
   static constexpr int kSBytes = S::kRowTiles * kMxChunkScaleBytes;
-  static constexpr int kWanted = kBM <= 48 ? 16 : 8;
+  static constexpr int kWanted = 16;
   static constexpr int kFit = (227 * 1024 - 1024 - 256) / (kXBytes + kWBytes + kSBytes);
   static constexpr int kStages = kWanted < kFit ? kWanted : kFit;
   static constexpr int kWOffset = kStages * kXBytes;
@@ -92,7 +92,7 @@ struct PipeRing {
 
 // The default shape's rings as they were measured (16 stages for 32- and 48-row tiles, 8 beyond).
 static_assert(PipeRing<32, WideShape>::kStages == 16 && PipeRing<48, WideShape>::kStages == 16 &&
-              PipeRing<64, WideShape>::kStages == 8 && PipeRing<128, WideShape>::kStages == 8);
+              PipeRing<64, WideShape>::kStages == 15 && PipeRing<128, WideShape>::kStages == 10);
 
 // A work unit: route tile `tile`'s rows times the weight rows of block `block`.
 struct Unit {
