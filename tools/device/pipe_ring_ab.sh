@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The MXFP4 pipe's ring depth, old build against new in one call (docs/kernels.md, "The wide pipe at
 # 8k, ablated"): the pipe's bit-identity tests on the new build, one launch of each wide case's kernels
-# under ncu in both builds' moe_mxfp4_test (old packed as moe_mxfp4_test_old through cuda_pack.sh's
+# (SKIPS: the bit-identity test's launches) under ncu in both builds' moe_mxfp4_test (old packed as moe_mxfp4_test_old through cuda_pack.sh's
 # EXTRA_BINARIES), the new build's copy ablation, then prefill TTFT of both ossrt binaries interleaved.
 # Device call from the repo root, pack unpacked into .carry/cuda. Usage: tools/device/pipe_ring_ab.sh
 set -uo pipefail
@@ -14,11 +14,11 @@ timeout 150 "$PACK/bin/moe_mxfp4_test" --gtest_filter='*WgmmaPipeIsTheRing*:*Nar
   grep -E "^\[ +(OK|FAILED|PASSED) |Failure|[1-9][0-9]* / [0-9]+ differ|[0-9]+ / [1-9][0-9]* differ" | head -30
 # The bit-identity test's pipe launches: E = 32 T = 300 (0: 64 rows, 1: 128), T = 1,024 (2, 3),
 # T = 8,192 (4, 5), E = 128 T = 2,048 (6, 7).
-echo "== one launch each under ncu (duration; caches flushed): old, new, old, new"
+echo "== one launch each under ncu (duration; caches flushed): old, new"
 for kernel in gate_up_swiglu_wgmma_pipe down_wgmma_pipe; do
-  for skip in 5 4 3 6; do
+  for skip in ${SKIPS:-5 6}; do
     line="$kernel launch $skip:"
-    for bin in moe_mxfp4_test_old moe_mxfp4_test moe_mxfp4_test_old moe_mxfp4_test; do
+    for bin in moe_mxfp4_test_old moe_mxfp4_test; do
       d=$(timeout 60 "$NCU" --clock-control none -k "regex:$kernel" -s "$skip" -c 1 --section SpeedOfLight \
         "$PACK/bin/$bin" --gtest_filter='*WgmmaPipeIsTheRingBitForBit*' 2>&1 | grep -E '^ +Duration' | awk '{print $(NF), $(NF-1)}')
       line="$line $d"
@@ -26,7 +26,6 @@ for kernel in gate_up_swiglu_wgmma_pipe down_wgmma_pipe; do
     echo "$line"
   done
 done
-ABLATE="0 3" CASES="gate_up_8k128:*WgmmaPipeIsTheRingBitForBit*:gate_up_swiglu_wgmma_pipe:5 down_8k128:*WgmmaPipeIsTheRingBitForBit*:down_wgmma_pipe:5" \
+ABLATE="0 3" CASES="gate_up_8k128:*WgmmaPipeIsTheRingBitForBit*:gate_up_swiglu_wgmma_pipe:5" \
   tools/device/moe_pipe_ablate.sh 2>&1 | tail -4
-DEADLINE_S=${PREFILL_S:-200} REPEATS=3 tools/device/prefill_ab.sh old=BIN=ossrt_old new= old2=BIN=ossrt_old new2= 2>&1 |
-  grep -E "^== |exit|^ *[0-9]+ +[0-9]"
+DEADLINE_S=${PREFILL_S:-150} REPEATS=3 tools/device/prefill_ab.sh old=BIN=ossrt_old new= 2>&1 | grep -vE "^\s*$" | tail -24
