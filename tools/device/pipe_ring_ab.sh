@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The MXFP4 pipe's ring depth, old build against new in one call (docs/kernels.md, "The wide pipe at
-# 8k, ablated"): the pipe's bit-identity tests on the new build, one launch of each wide case's kernels
+# A change to the MXFP4 pipe kernels, old build against new in one call (docs/kernels.md, "The wide pipe
+# at 8k, ablated"; first used for the ring depth): the pipe's bit-identity tests on the new build, one launch of each wide case's kernels
 # (SKIPS: the bit-identity test's launches) under ncu in both builds' moe_mxfp4_test (old packed as moe_mxfp4_test_old through cuda_pack.sh's
 # EXTRA_BINARIES), the new build's copy ablation, then prefill TTFT of both ossrt binaries interleaved.
 # Device call from the repo root, pack unpacked into .carry/cuda. Usage: tools/device/pipe_ring_ab.sh
