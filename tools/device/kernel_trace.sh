@@ -9,7 +9,9 @@
 #
 # Usage: [MODEL=gpt-oss-20b] [QUANT=mxfp4-fp8] [BATCHES="1 64"] [CONTEXT=1024] [ENVS="VAR=v ..."]
 #        [VARIANTS="VAR=v ...|VAR=w ..."] [TRACE=0: step times only] [DEADLINE_S=300]
-#        [BENCH_FLAGS="--kv-cache-dtype fp8": more bench cost flags, every variant] tools/device/kernel_trace.sh
+#        [BENCH_FLAGS="--kv-cache-dtype fp8": more bench cost flags, every variant]
+#        [PREFILL=8192: instead of decode steps, one prompt of that many tokens alone, its forwards
+#        traced as steps (bench cost --no-decode; "batch p8192")] tools/device/kernel_trace.sh
 # VARIANTS: environments (ENVS each, '|' between them) traced one after another, e.g. A/B developer
 # switches; "-" is the default environment. Output: $OUT/ktrace_<model>_<quant>.log (the tables),
 # $OUT/ktrace_<model>_<quant>_b<batch>[_v<i>].csv.gz (raw, one per variant i >= 1).
@@ -39,20 +41,29 @@ for vi in "${!variants[@]}"; do
   suffix=""
   [ "$vi" -gt 0 ] && suffix="_v$vi"
   echo "== variant $vi: ${v:-(default)}"
-for B in $BATCHES; do
+for B in ${PREFILL:+p$PREFILL} ${PREFILL:-$BATCHES}; do
   [ "$(left)" -gt 40 ] || { echo "-- batch $B skipped: no time left"; continue; }
-  COMMON=(bench cost --model "$MODEL" --load-format dummy --backend cuda --quantization "$QUANT" --no-prefill
-    --contexts "$CONTEXT" --batch-sizes "$B" --repeats 1 --no-progress --warmup-steps 5 --decode-steps 40
-    "${bench_flags[@]}")
+  if [ -n "${PREFILL:-}" ]; then  # one prompt of PREFILL tokens alone, 1 warm-up + 3 timed forwards
+    COMMON=(bench cost --model "$MODEL" --load-format dummy --backend cuda --quantization "$QUANT" --no-decode
+      --input-lens "$PREFILL" --repeats 3 --no-progress "${bench_flags[@]}")
+    result_line=(grep -A3 "^Prefill:")
+    steps=3
+  else
+    COMMON=(bench cost --model "$MODEL" --load-format dummy --backend cuda --quantization "$QUANT" --no-prefill
+      --contexts "$CONTEXT" --batch-sizes "$B" --repeats 1 --no-progress --warmup-steps 5 --decode-steps 40
+      "${bench_flags[@]}")
+    result_line=(grep -A2 "ITL ms")
+    steps=20
+  fi
   echo "== batch $B: without the tracer"
   env "${extra_env[@]}" timeout "$(left)" "$PACK/bin/ossrt" "${COMMON[@]}" --result-dir "/tmp/kt_plain_b$B" 2>&1 |
-    grep -A2 "ITL ms" | tail -1
+    "${result_line[@]}" | tail -1
   [ "${TRACE:-1}" = 0 ] && continue  # step times only
   echo "== batch $B: traced"
   csv=/tmp/ktrace_${TAG}_b$B$suffix.csv
   env "${extra_env[@]}" CUDA_INJECTION64_PATH="$PACK/lib/libossrt_ktrace.so" OSSRT_KTRACE_OUT="$csv" \
-    timeout "$(left)" "$PACK/bin/ossrt" "${COMMON[@]}" --result-dir "/tmp/kt_traced_b$B" 2>&1 | grep -A2 "ITL ms" | tail -1
-  python3 "$ROOT/tools/device/ktrace_summary.py" "$csv" --steps 20
+    timeout "$(left)" "$PACK/bin/ossrt" "${COMMON[@]}" --result-dir "/tmp/kt_traced_b$B" 2>&1 | "${result_line[@]}" | tail -1
+  python3 "$ROOT/tools/device/ktrace_summary.py" "$csv" --steps "$steps"
   gzip -c "$csv" > "$FINAL/ktrace_${TAG}_b$B$suffix.csv.gz"
 done
 done
