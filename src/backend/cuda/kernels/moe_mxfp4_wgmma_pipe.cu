@@ -178,6 +178,77 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, uint8_t* smem, uin
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
+// The bias elements a consumer lane's epilogue reads for unit w (MoeGemmArgs::pipe_paired_stores):
+// requested into L1 when the unit starts, so the epilogue's loads do not wait on L2 after the last
+// MMA. No registers are held across the k loop (prefetch.global.L1 returns nothing); the ring's copies
+// bypass L1 (cp.async.cg), so the lines stay.
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
+template <bool kSwiglu, class S>
+__device__ __forceinline__ void prefetch_unit_bias(const MoeGemmArgs& a, const Unit& w, int warp, int g) {
+  const int64_t bias0 = int64_t(w.expert) * a.n;
+  const int elem = a.bias_bf16 ? 2 : 4;
+  constexpr int kSets = S::kBN / 64 / (S::kConsumerWarps / 4);
+#pragma unroll
+  for (int j = 0; j < kSets; ++j) {
+    const int rt = w.block * S::kRowTiles + warp + S::kConsumerWarps * j;
+    if (rt * kMxRowTile >= a.n) continue;
+    const int64_t i = kSwiglu ? bias0 + 2 * (8 * rt + g) : bias0 + kMxRowTile * rt + g;  // + 1 / + 8: same line
+    prefetch_l1(static_cast<const char*>(a.bias) + i * elem);
+  }
+}
+
+// The epilogue of one 64-row set with paired stores (MoeGemmArgs::pipe_paired_stores): the values are
+// the unpaired epilogue's, bit for bit (the same sums, SwiGLU and roundings); only the stores differ.
+// Lane 4 g + c holds slot g (and g + 8) of token rows 8 i + 2 c + e, e = 0, 1; lane ^ 4 holds slot
+// g ^ 1 of the same rows, the adjacent column (gate_up: mx_wgmma_perm_col maps units 2 m and 2 m + 1 to
+// adjacent columns; down: n = 16 rt + g). The even lane stores row e = 0 of both columns, the odd one
+// row e = 1: one 32-bit (bf16 pair) or 64-bit (f32 pair) store instead of two.
+template <int kBM, bool kSwiglu>
+__device__ __forceinline__ void store_unit_paired(const MoeGemmArgs& a, const Unit& w, const float (&acc)[kBM / 2],
+                                                  int rt, int g, int c) {
+  const bool odd = g & 1;
+  const int64_t bias0 = int64_t(w.expert) * a.n;
+  if constexpr (kSwiglu) {
+    const int unit = 8 * rt + g;  // gate in slot g, up in slot g + 8
+    const float bg = mx_load_bias(a.bias, a.bias_bf16, bias0 + 2 * unit);
+    const float bu = mx_load_bias(a.bias, a.bias_bf16, bias0 + 2 * unit + 1);
+    const int64_t act_units = a.n / 2;
+    const int64_t col = unit / kBK * kBK + mx_wgmma_perm_col(unit % kBK);
+    const int64_t col_pair = odd ? col - 1 : col;  // even: this lane's column and the next
+    uint16_t* act = a.act_out;
+#pragma unroll
+    for (int i = 0; i < kBM / 8; ++i) {
+      const uint16_t v0 = __bfloat16_as_ushort(
+          __float2bfloat16_rn(mx_swiglu(acc[4 * i] + bg, acc[4 * i + 2] + bu, a.swiglu_alpha, a.swiglu_limit)));
+      const uint16_t v1 = __bfloat16_as_ushort(
+          __float2bfloat16_rn(mx_swiglu(acc[4 * i + 1] + bg, acc[4 * i + 3] + bu, a.swiglu_alpha, a.swiglu_limit)));
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);  // the row the partner stores
+      const uint32_t pair = odd ? (got | uint32_t(v1) << 16) : (uint32_t(v0) | got << 16);
+      const int pos = w.row0 + 8 * i + 2 * c + (odd ? 1 : 0);
+      if (pos < w.row_end) *reinterpret_cast<uint32_t*>(act + int64_t(pos) * act_units + col_pair) = pair;
+    }
+  } else {
+    const int n_lo = kMxRowTile * rt + g, n_hi = n_lo + 8;
+    const float b_lo = mx_load_bias(a.bias, a.bias_bf16, bias0 + n_lo);
+    const float b_hi = mx_load_bias(a.bias, a.bias_bf16, bias0 + n_hi);
+    const int n_pair = odd ? n_lo - 1 : n_lo;  // even: columns n_lo, n_lo + 1 (and the same + 8)
+#pragma unroll
+    for (int i = 0; i < kBM / 8; ++i) {
+      const float lo0 = acc[4 * i] + b_lo, lo1 = acc[4 * i + 1] + b_lo;
+      const float hi0 = acc[4 * i + 2] + b_hi, hi1 = acc[4 * i + 3] + b_hi;
+      const float got_lo = __shfl_xor_sync(0xffffffffu, odd ? lo0 : lo1, 4);
+      const float got_hi = __shfl_xor_sync(0xffffffffu, odd ? hi0 : hi1, 4);
+      const float2 pl = odd ? make_float2(got_lo, lo1) : make_float2(lo0, got_lo);
+      const float2 ph = odd ? make_float2(got_hi, hi1) : make_float2(hi0, got_hi);
+      const int pos = w.row0 + 8 * i + 2 * c + (odd ? 1 : 0);
+      if (pos < w.row_end) {
+        *reinterpret_cast<float2*>(a.y_out + int64_t(pos) * a.n + n_pair) = pl;
+        *reinterpret_cast<float2*>(a.y_out + int64_t(pos) * a.n + n_pair + 8) = ph;
+      }
+    }
+  }
+}
+
 // A consumer warp (warpgroup warp / 4; it owns layout tiles warp + 4 kWG j of the
 // unit's block): per chunk, waits for its stage, dequantizes its kSets tiles' weights into one of two
 // A register sets, issues the kSets x 4 MMAs and leaves them running (wgmma_wait<1>: the previous
@@ -196,6 +267,7 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
   uint32_t phase = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const Unit w = unit_at(a, u, row_blocks);
+    if (a.pipe_paired_stores) prefetch_unit_bias<kSwiglu, S>(a, w, warp, g);
     constexpr int kAcc = kBM / 2;
     float acc[kSets][kAcc];
 #pragma unroll
@@ -263,6 +335,10 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
     for (int j = 0; j < kSets; ++j) {
       const int rt = w.block * S::kRowTiles + warp + S::kConsumerWarps * j;  // the tile within the expert
       if (rt * kMxRowTile >= a.n || (a.pipe_ablate & 8)) continue;
+      if (a.pipe_paired_stores) {
+        store_unit_paired<kBM, kSwiglu>(a, w, acc[j], rt, g, c);
+        continue;
+      }
       if constexpr (kSwiglu) {
         const int unit = 8 * rt + g;  // gate in slot g, up in slot g + 8
         const float bg = mx_load_bias(a.bias, a.bias_bf16, bias0 + 2 * unit);
@@ -376,9 +452,20 @@ int pipe_ablate_bits() {
   return bits;
 }
 
+// OSSRT_CUDA_MOE_PIPE_PAIRED_STORES=1 (MoeGemmArgs::pipe_paired_stores; written in session 26, not
+// yet run on a GPU, so off by default; read once).
+bool pipe_paired_stores() {
+  static const bool on = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_PAIRED_STORES");
+    return v && v[0] == '1';
+  }();
+  return on;
+}
+
 void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cudaStream_t stream) {
   MoeGemmArgs a = args;
   a.pipe_ablate = pipe_ablate_bits();
+  if (pipe_paired_stores()) a.pipe_paired_stores = true;  // a test may also set it in args
   const bool two_sets = sets == 2 || (sets == 0 && narrow_two_sets_by_default());
   switch (tile_m) {
     case 32:

@@ -105,6 +105,11 @@ struct MoeGemmArgs {
   // outputs are garbage): 1 no token-tile copies, 2 no weight or scale copies, 4 no dequantization
   // (the raw words as A), 8 no epilogue stores. Set by the pipe's launcher; 0 otherwise.
   int pipe_ablate = 0;
+  // The MXFP4 pipe kernels' epilogue (developer switch OSSRT_CUDA_MOE_PIPE_PAIRED_STORES=1, read once;
+  // set by the pipe's launcher): each unit's biases prefetched into L1 when the unit starts, and lanes
+  // g and g ^ 1 (adjacent columns of the same token rows) swap one value so that each stores two
+  // adjacent columns of one row at once: half the store instructions, the same values.
+  bool pipe_paired_stores = false;
 };
 
 // The checks every MoE launcher makes (moe.cu), by the experts' format (which pointers it needs,
