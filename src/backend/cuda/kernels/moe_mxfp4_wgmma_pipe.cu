@@ -24,8 +24,9 @@
 // accumulators at 128-row tiles + 2 x 16 A registers in flight). A single producer warp with 152
 // for every thread (416 threads) does not launch: the hardware reserves registers for a CTA's
 // warps in groups of 4 (measured: "too many resources requested" at 136 x 416), so 416 threads get
-// no more than 512 would. ptxas builds the consumers' code within the launch's 128 (it reports 128
-// and serializes wgmmas that need more, C7512), so setmaxnreg gives them room it cannot use.
+// no more than 512 would. ptxas -v reports the launch's 128, but allocates up to setmaxnreg's count
+// after it (docs/kernels.md, "A deeper MMA queue": measured on a test kernel); wgmmas whose pipeline
+// needs more than that are serialized (C7512).
 // Shapes (PipeShape): 3 consumer warpgroups of one 64-row set each (192 weight rows a unit, 512
 // threads; the default), or for the narrow tiles of decode batches 2 consumer warpgroups of two sets
 // each (256 rows a unit, 384 threads, 168 registers at compile time): each consumer warp dequantizes
