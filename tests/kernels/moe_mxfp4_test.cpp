@@ -936,6 +936,33 @@ TEST(Mxfp4Moe, WgmmaPipeNarrowTilesAreTheRingBitForBit) {
   }
 }
 
+// The two-sets shape at 64-row tiles (the launchers' sets = 2; OSSRT_CUDA_MOE_PIPE_SETS=2 makes it the
+// 64-row default) against the ring kernels at 64 rows, bit for bit, pair by pair: decode batches of
+// 37-64 rows an expert (E = 32 at 384 and 512 tokens), a skewed batch whose expert spans many tiles,
+// and E = 128 at 2,048 tokens (the 120b's 64 rows an expert).
+TEST(Mxfp4Moe, WgmmaPipeTwoSetsAt64RowsAreTheRingBitForBit) {
+  REQUIRE_GPU();
+  struct Case {
+    int experts, tokens;
+    bool skewed;
+  };
+  for (const Case& k : std::vector<Case>{{32, 384, false}, {32, 512, false}, {32, 700, true}, {128, 2048, false}}) {
+    const Experts& ex = experts(k.experts);
+    const std::vector<uint16_t> x = random_bf16(size_t(k.tokens) * kHidden, 391 + k.tokens, 1.0f);
+    Routing r = random_routing(k.tokens, k.experts, 392 + k.tokens);
+    if (k.skewed) {
+      for (int t = 0; t < k.tokens; ++t) {
+        for (int s = 1; s < kTopK; ++s)
+          if (r.ids[t * kTopK + s] == 5) r.ids[t * kTopK + s] = r.ids[t * kTopK];
+        r.ids[t * kTopK] = 5;
+      }
+    }
+    SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) +
+                 (k.skewed ? ", skewed" : ", random"));
+    expect_narrow_pipe_matches_ring(ex, x, r, k.tokens, 64, 2);
+  }
+}
+
 // The pipe kernels' paired-store epilogue (MoeGemmArgs::pipe_paired_stores: lanes swap one value so
 // each stores two adjacent columns of one row) against the ring kernels, bit for bit: every tile size
 // and both narrow shapes, partial tiles, skewed routing, bf16 biases. A separate test so the other

@@ -6,6 +6,7 @@
 # then 256-sequence decode steps and 1k / 8k prefill both ways, interleaved.
 # Device call from the repo root, pack unpacked into .carry/cuda.
 # Usage: SWITCH="OSSRT_CUDA_MOE_PIPE_PAIRED_STORES=1" [TESTS='*Paired*:*WgmmaPipeIsTheRing*:*Narrow*']
+#        [AB_BATCHES="256": decode batch sizes; 384 and 512 take 64-row tiles (OSSRT_CUDA_MOE_PIPE_SETS=2)]
 #        tools/device/pipe_switch_ab.sh
 set -uo pipefail
 ROOT=$(pwd)
@@ -29,6 +30,6 @@ for c in "*WgmmaPipeIsTheRingBitForBit*:gate_up_swiglu_wgmma_pipe:5" "*WgmmaPipe
   done
   echo "$line"
 done
-MODEL=gpt-oss-20b QUANT=mxfp4-fp8 BATCHES=256 TRACE=0 DEADLINE_S=150 VARIANTS="-|$SWITCH|-|$SWITCH" \
+MODEL=gpt-oss-20b QUANT=mxfp4-fp8 BATCHES="${AB_BATCHES:-256}" TRACE=0 DEADLINE_S=150 VARIANTS="-|$SWITCH|-|$SWITCH" \
   tools/device/kernel_trace.sh 2>&1 | grep -E "^== var|^mxfp4"
 DEADLINE_S=150 REPEATS=3 tools/device/prefill_ab.sh off= on="$SWITCH" 2>&1 | grep -E "^== |^mxfp4"

@@ -432,16 +432,18 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
     bf16_mxfp4w_moe_down_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a);
 }
 
-// The narrow tiles' shape by default: two 64-row sets a consumer warp (NarrowShape). H100, 1edc330, bench
-// cost at 256 sequences (20b mxfp4-fp8, 1k context), interleaved twice: 10.97 / 10.97 ms a step against
-// 11.45 / 11.48 with one set; gate_up at 48 rows under ncu 154 against 167 us. Developer switch
-// OSSRT_CUDA_MOE_PIPE_SETS=1 runs the one-set shape (A/B timing), read once.
-bool narrow_two_sets_by_default() {
-  static const bool on = [] {
-    const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_SETS");
-    return !(v && v[0] == '1');
+// The shape by tile size, developer switch OSSRT_CUDA_MOE_PIPE_SETS (read once): unset, two 64-row sets a
+// consumer warp (NarrowShape) at the narrow tiles (32, 48 rows) and one (WideShape) beyond; =1 one set
+// everywhere; =2 two sets at 64-row tiles too (compiles without spills or serialized wgmmas, written in
+// session 26, not yet run on a GPU). The narrow default: H100, 1edc330, bench cost at 256 sequences (20b
+// mxfp4-fp8, 1k context), interleaved twice: 10.97 / 10.97 ms a step against 11.45 / 11.48 with one
+// set; gate_up at 48 rows under ncu 154 against 167 us.
+char pipe_sets_switch() {
+  static const char v = [] {
+    const char* e = std::getenv("OSSRT_CUDA_MOE_PIPE_SETS");
+    return e ? e[0] : '\0';
   }();
-  return on;
+  return v;
 }
 
 // OSSRT_CUDA_MOE_PIPE_ABLATE=bits (MoeGemmArgs::pipe_ablate; developer switch for timing, read once).
@@ -467,13 +469,15 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
   MoeGemmArgs a = args;
   a.pipe_ablate = pipe_ablate_bits();
   if (pipe_paired_stores()) a.pipe_paired_stores = true;  // a test may also set it in args
-  const bool two_sets = sets == 2 || (sets == 0 && narrow_two_sets_by_default());
+  const char env = pipe_sets_switch();
+  const bool two_sets = sets == 2 || (sets == 0 && (tile_m <= 48 ? env != '1' : tile_m == 64 && env == '2'));
   switch (tile_m) {
     case 32:
       return two_sets ? launch_pipe_tile<32, NarrowShape>(swiglu, a, stream) : launch_pipe_tile<32>(swiglu, a, stream);
     case 48:
       return two_sets ? launch_pipe_tile<48, NarrowShape>(swiglu, a, stream) : launch_pipe_tile<48>(swiglu, a, stream);
-    case 64: return launch_pipe_tile<64>(swiglu, a, stream);
+    case 64:
+      return two_sets ? launch_pipe_tile<64, NarrowShape>(swiglu, a, stream) : launch_pipe_tile<64>(swiglu, a, stream);
     default: return launch_pipe_tile<128>(swiglu, a, stream);
   }
 }
@@ -482,8 +486,8 @@ void check_pipe_args(const MoeGemmArgs& a, int tile_m, int sets, const char* nam
   OSSRT_CU_CHECK(mxfp4_wgmma_fits(a.n, a.k), name, ": N ", a.n, " must be a positive multiple of ", WideShape::kBN,
                  " and K ", a.k, " of ", kBK);
   OSSRT_CU_CHECK(mxfp4_wgmma_pipe_tile_ok(tile_m), name, ": route tiles of ", tile_m, " rows (32, 48, 64 or 128)");
-  OSSRT_CU_CHECK(sets >= 0 && sets <= 2 && (sets != 2 || tile_m <= 48), name, ": shape ", sets,
-                 " (0 default, 1, or 2 for route tiles of 32 or 48 rows) at tiles of ", tile_m);
+  OSSRT_CU_CHECK(sets >= 0 && sets <= 2 && (sets != 2 || tile_m <= 64), name, ": shape ", sets,
+                 " (0 default, 1, or 2 for route tiles of 32, 48 or 64 rows) at tiles of ", tile_m);
   OSSRT_CU_CHECK(int64_t(a.max_tiles) * (a.n / WideShape::kBN) < (int64_t(1) << 31), name, ": ", a.max_tiles,
                  " route tiles make too many work units");
   OSSRT_CU_CHECK(a.wq && a.wscale, name, ": null MXFP4 weights or scales");

@@ -149,8 +149,9 @@ void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, int tile_m, cuda
 // The same GEMMs, bit-identical, as a warp-specialized pipeline (moe_mxfp4_wgmma_pipe.cu): a producer
 // warpgroup fills an mbarrier-guarded ring, three consumer warpgroups never meet at a CTA barrier,
 // persistent CTAs (one an SM) over the (route tile, 192-row block) units. `sets` picks the shape:
-// 0 the default (two sets for the narrow tiles; developer switch OSSRT_CUDA_MOE_PIPE_SETS=1, read once), 1 the
-// three consumer warpgroups of one 64-row set each, 2 two warpgroups of two sets (32- and 48-row tiles).
+// 0 the default (two sets for the narrow tiles; developer switch OSSRT_CUDA_MOE_PIPE_SETS=1 one set, =2
+// two at 64-row tiles too; read once), 1 the three consumer warpgroups of one 64-row set each, 2 two
+// warpgroups of two sets (32-, 48- and 64-row tiles).
 bool mxfp4_wgmma_pipe_enabled();  // the default; developer switch OSSRT_CUDA_MOE_WGMMA_PIPE=0 (A/B), read once
 bool mxfp4_wgmma_pipe_tile_ok(int tile_m);  // the pipe kernels' route tiles: 32, 48, 64 or 128 rows
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const MoeGemmArgs& args, int tile_m, cudaStream_t stream,
