@@ -265,6 +265,16 @@ Routing random_routing(int tokens, int num_experts, uint64_t seed) {
   return r;
 }
 
+// Skewed routing: slot 0 of every token on expert 5 (a token that had 5 in another slot takes its old
+// slot-0 expert there instead, so its experts stay distinct): that expert's rows span many tiles.
+void skew_slot0_onto_expert5(Routing& r, int tokens) {
+  for (int t = 0; t < tokens; ++t) {
+    for (int s = 1; s < kTopK; ++s)
+      if (r.ids[t * kTopK + s] == 5) r.ids[t * kTopK + s] = r.ids[t * kTopK];
+    r.ids[t * kTopK] = 5;
+  }
+}
+
 enum class Path { Bf16, Mxfp4SmallM, Mxfp4LargeM, Mxfp4Auto };
 const char* path_name(Path p) {
   return p == Path::Bf16          ? "bf16"
@@ -495,11 +505,7 @@ TEST(Mxfp4Moe, SkewedRouting) {
   const int tokens = 1000;
   const std::vector<uint16_t> x = random_bf16(size_t(tokens) * kHidden, 31, 1.0f);
   Routing r = random_routing(tokens, 32, 32);
-  for (int t = 0; t < tokens; ++t) {
-    for (int s = 1; s < kTopK; ++s)
-      if (r.ids[t * kTopK + s] == 5) r.ids[t * kTopK + s] = r.ids[t * kTopK];
-    r.ids[t * kTopK] = 5;  // slot 0 of every token on expert 5
-  }
+  skew_slot0_onto_expert5(r, tokens);
   check_both_regimes(ex, x, r, tokens, {}, "slot 0 on one expert");
   Routing all_one = r;
   std::fill(all_one.ids.begin(), all_one.ids.end(), 9);  // every slot on expert 9: 4000 rows, one group
@@ -820,11 +826,7 @@ TEST(Mxfp4Moe, WgmmaPipeIsTheRingBitForBit) {
     const std::vector<uint16_t> x = random_bf16(size_t(k.tokens) * kHidden, 91 + k.tokens, 1.0f);
     Routing r = random_routing(k.tokens, k.experts, 92 + k.tokens);
     if (std::string(k.routing) == "slot 0 on one expert") {
-      for (int t = 0; t < k.tokens; ++t) {
-        for (int s = 1; s < kTopK; ++s)
-          if (r.ids[t * kTopK + s] == 5) r.ids[t * kTopK + s] = r.ids[t * kTopK];
-        r.ids[t * kTopK] = 5;
-      }
+      skew_slot0_onto_expert5(r, k.tokens);
     } else if (std::string(k.routing) == "all on one expert") {
       std::fill(r.ids.begin(), r.ids.end(), 9);
     }
@@ -917,11 +919,7 @@ TEST(Mxfp4Moe, WgmmaPipeNarrowTilesAreTheRingBitForBit) {
     const std::vector<uint16_t> x = random_bf16(size_t(k.tokens) * kHidden, 191 + k.tokens, 1.0f);
     Routing r = random_routing(k.tokens, k.experts, 192 + k.tokens);
     if (k.skewed) {
-      for (int t = 0; t < k.tokens; ++t) {
-        for (int s = 1; s < kTopK; ++s)
-          if (r.ids[t * kTopK + s] == 5) r.ids[t * kTopK + s] = r.ids[t * kTopK];
-        r.ids[t * kTopK] = 5;
-      }
+      skew_slot0_onto_expert5(r, k.tokens);
     }
     // Both shapes: three consumer warpgroups of one 64-row set, and two of two sets, whose last unit
     // of N = 2,880 (down) and 5,760 (gate_up) holds sets past N. The E = 32, T = 256 case launches
@@ -951,11 +949,7 @@ TEST(Mxfp4Moe, WgmmaPipeTwoSetsAt64RowsAreTheRingBitForBit) {
     const std::vector<uint16_t> x = random_bf16(size_t(k.tokens) * kHidden, 391 + k.tokens, 1.0f);
     Routing r = random_routing(k.tokens, k.experts, 392 + k.tokens);
     if (k.skewed) {
-      for (int t = 0; t < k.tokens; ++t) {
-        for (int s = 1; s < kTopK; ++s)
-          if (r.ids[t * kTopK + s] == 5) r.ids[t * kTopK + s] = r.ids[t * kTopK];
-        r.ids[t * kTopK] = 5;
-      }
+      skew_slot0_onto_expert5(r, k.tokens);
     }
     SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) +
                  (k.skewed ? ", skewed" : ", random"));
@@ -973,11 +967,7 @@ TEST(Mxfp4Moe, WgmmaPipePairedStoresAreTheRingBitForBit) {
     const Experts& ex = experts(32);
     const std::vector<uint16_t> x = random_bf16(size_t(1000) * kHidden, 291, 1.0f);
     Routing r = random_routing(1000, 32, 292);
-    for (int t = 0; t < 1000; ++t) {  // slot 0 of every token on one expert: that expert spans many tiles
-      for (int s = 1; s < kTopK; ++s)
-        if (r.ids[t * kTopK + s] == 5) r.ids[t * kTopK + s] = r.ids[t * kTopK];
-      r.ids[t * kTopK] = 5;
-    }
+    skew_slot0_onto_expert5(r, 1000);
     for (int tile_m : {64, 128}) {
       SCOPED_TRACE("E = 32, T = 1000, skewed, tile " + std::to_string(tile_m));
       expect_pipe_matches_ring(ex, x, r, 1000, tile_m, false, true);

@@ -57,6 +57,7 @@ template <int kWG, int kSets>
 struct PipeShape {
   static constexpr int kConsumerWarps = 4 * kWG;  // warps 0 .. 4 kWG - 1; the producer warpgroup follows
   static constexpr int kThreads = 32 * (kConsumerWarps + kProducerWarps);
+  static constexpr int kSetsPerWarp = kSets;    // 64-row sets (layout tiles) a consumer warp
   static constexpr int kBN = 64 * kWG * kSets;  // weight rows a work unit
   static constexpr int kRowTiles = kBN / kMxRowTile;
   static constexpr int kTilesPerProducerWarp = kRowTiles / kProducerWarps;
@@ -188,7 +189,7 @@ template <bool kSwiglu, class S>
 __device__ __forceinline__ void prefetch_unit_bias(const MoeGemmArgs& a, const Unit& w, int warp, int g) {
   const int64_t bias0 = int64_t(w.expert) * a.n;
   const int elem = a.bias_bf16 ? 2 : 4;
-  constexpr int kSets = S::kBN / 64 / (S::kConsumerWarps / 4);
+  constexpr int kSets = S::kSetsPerWarp;
 #pragma unroll
   for (int j = 0; j < kSets; ++j) {
     const int rt = w.block * S::kRowTiles + warp + S::kConsumerWarps * j;
@@ -260,7 +261,7 @@ template <int kBM, bool kSwiglu, class S>
 __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uint32_t full0, uint32_t empty0, int units,
                                         int row_blocks) {
   using R = PipeRing<kBM, S>;
-  constexpr int kSets = S::kBN / 64 / (S::kConsumerWarps / 4);
+  constexpr int kSets = S::kSetsPerWarp;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int chunks = a.k / kBK;
   const uint32_t x_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -279,7 +280,7 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
     auto run_chunk = [&](uint32_t(&af)[kSets][4][4]) {
       mbar_wait(full0 + 8 * stage, phase);
       __syncwarp();  // lanes leave the polling loop apart; the wgmma instructions need the warp converged
-                     // By shared-window address (ld.shared), as the MMAs' descriptors address the ring.
+      // Weights and scales by shared-window address (ld.shared), as the MMAs' descriptors address the ring.
 #pragma unroll
       for (int j = 0; j < kSets; ++j) {
         const int tile = warp + S::kConsumerWarps * j;  // within the unit
