@@ -7,7 +7,7 @@
 # Device call from the repo root, pack unpacked into .carry/cuda.
 # Usage: SWITCH="OSSRT_CUDA_MOE_PIPE_PAIRED_STORES=1" [TESTS='*Paired*:*WgmmaPipeIsTheRing*:*Narrow*']
 #        [AB_BATCHES="256": decode batch sizes; 384 and 512 take 64-row tiles (OSSRT_CUDA_MOE_PIPE_SETS=2)]
-#        tools/device/pipe_switch_ab.sh
+#        [E2E=0: tests and ncu only] tools/device/pipe_switch_ab.sh
 set -uo pipefail
 ROOT=$(pwd)
 source "$ROOT/tools/device/pack_env.sh"  # PACK (.carry/cuda), OSSRT_SOURCE_DIR, LD_LIBRARY_PATH
@@ -30,6 +30,7 @@ for c in "*WgmmaPipeIsTheRingBitForBit*:gate_up_swiglu_wgmma_pipe:5" "*WgmmaPipe
   done
   echo "$line"
 done
+[ "${E2E:-1}" = 0 ] && exit 0
 MODEL=gpt-oss-20b QUANT=mxfp4-fp8 BATCHES="${AB_BATCHES:-256}" TRACE=0 DEADLINE_S=150 VARIANTS="-|$SWITCH|-|$SWITCH" \
   tools/device/kernel_trace.sh 2>&1 | grep -E "^== var|^mxfp4"
 DEADLINE_S=150 REPEATS=3 tools/device/prefill_ab.sh off= on="$SWITCH" 2>&1 | grep -E "^== |^mxfp4"
