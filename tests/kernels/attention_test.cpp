@@ -131,8 +131,12 @@ void check_case(const Case& c, Kernel kernel, const std::vector<int>& rows = {})
       expect_matches_reference(p, run_attention(p, dev, dev.plan.view, tiled, 0, variant), rows, &refs);
     }
   }
-  SCOPED_TRACE("wgmma prefill (16-token CTAs, two warpgroups)");
-  expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmma), rows, &refs);
+  {
+    SCOPED_TRACE("wgmma prefill (16-token CTAs, two warpgroups)");
+    expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmma), rows, &refs);
+  }
+  SCOPED_TRACE("wgmma prefill pipe (24-token CTAs, a producer warpgroup)");
+  expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmmaPipe), rows, &refs);
 }
 
 TEST(AttentionKernels, SingleTokenSequence) {
@@ -292,6 +296,50 @@ TEST(AttentionKernels, PrefillWgmmaMatchesTheMmaSyncKernelOn8kTokens) {
   }
 }
 
+// The producer/consumer kernel (24-token CTAs) against the 16-token wgmma kernel on an 8,192-token
+// prompt. On a full layer both visit the same 64-key tiles from key 0 with the same arithmetic a row
+// (a row's products do not depend on the other rows of its m64 tile; the pipe's extra trailing tiles
+// are wholly masked for the row, which leaves its state exactly as it was), so every element must be
+// the same bits. On a window layer a CTA's first tile starts at its first token's first visible key,
+// so the tiles split the keys differently and only the online softmax's merge order differs: the
+// tolerance of the mma.sync comparison above.
+TEST(AttentionKernels, PrefillWgmmaPipeIsTheWgmmaKernelOn8kTokens) {
+  REQUIRE_GPU();
+  for (const bool slide : {false, true}) {
+    SCOPED_TRACE(slide ? "sliding" : "full causal");
+    const Problem p = make_problem(slide ? sliding({{0, 8192}}, 51) : full_causal({{0, 8192}}, 52));
+    const DeviceProblem dev(p);
+    const std::vector<float> want = run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmma);
+    const std::vector<float> got = run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmmaPipe);
+    ASSERT_EQ(got.size(), want.size());
+    double err2 = 0, ref2 = 0, worst_row = 0;
+    size_t identical = 0;
+    for (size_t row = 0; row < got.size() / kD; ++row) {
+      double row_err2 = 0, row_ref2 = 0;
+      for (size_t d = 0; d < size_t(kD); ++d) {
+        const size_t i = row * kD + d;
+        ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
+        identical += got[i] == want[i];
+        const double e = double(got[i]) - want[i];
+        row_err2 += e * e;
+        row_ref2 += double(want[i]) * want[i];
+      }
+      const double rel = std::sqrt(row_err2 / std::max(row_ref2, 1e-30));
+      worst_row = std::max(worst_row, rel);
+      ASSERT_LT(rel, 8e-3) << "token " << row / kHq << ", head " << row % kHq;
+      err2 += row_err2;
+      ref2 += row_ref2;
+    }
+    const double rel = std::sqrt(err2 / ref2);
+    std::printf("wgmma pipe vs wgmma prefill, 8k %s: rel L2 %.3g, worst row %.3g, %.4f%% elements identical\n",
+                slide ? "sliding" : "full", rel, worst_row, 100.0 * double(identical) / double(got.size()));
+    if (slide)
+      EXPECT_LT(rel, 1e-3);
+    else
+      EXPECT_EQ(identical, got.size()) << "a full layer must give the 16-token kernel's bits";
+  }
+}
+
 // The whole-model failures of the attn-prefill branch (tests/kernels/model_test.cpp, a 300-token
 // prompt prefilled in chunks of 100; engine_cuda_test, prefix-cache hits and batched chunks) at the
 // kernel level: one 300-token sequence prefilled chunk by chunk over its own cached prefix (chunks of
@@ -344,11 +392,12 @@ TEST(AttentionKernels, DISABLED_PrefillTiming) {
       double visible = 0;  // (query, key) pairs per head
       for (int pos = 0; pos < n; ++pos) visible += slide ? std::min(pos + 1, kGptOssWindow) : pos + 1;
       const double flops = 4.0 * kD * kHq * visible;
-      for (int combo = 0; combo <= 2 * kPrefillVariants; ++combo) {  // the last: the wgmma kernel
-        const PrefillTiling tiling = combo == 2 * kPrefillVariants ? PrefillTiling::Wgmma64
-                                     : combo < kPrefillVariants    ? PrefillTiling::Tokens16
-                                                                   : PrefillTiling::Tokens32;
-        const int variant = combo % kPrefillVariants;
+      for (int combo = 0; combo <= 2 * kPrefillVariants + 1; ++combo) {  // the last two: the wgmma kernels
+        const PrefillTiling tiling = combo == 2 * kPrefillVariants + 1 ? PrefillTiling::WgmmaPipe24
+                                     : combo == 2 * kPrefillVariants   ? PrefillTiling::Wgmma64
+                                     : combo < kPrefillVariants        ? PrefillTiling::Tokens16
+                                                                       : PrefillTiling::Tokens32;
+        const int variant = combo >= 2 * kPrefillVariants ? 0 : combo % kPrefillVariants;
         for (int i = 0; i < 3; ++i) launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, tiling, variant);
         cudaEvent_t start, stop;
         cuda_ok(cudaEventCreate(&start), "event");
@@ -364,9 +413,10 @@ TEST(AttentionKernels, DISABLED_PrefillTiming) {
         cudaEventDestroy(stop);
         const double us = 1e3 * ms / kIters;
         std::printf("prefill_timing %s n=%d %s variant %d: %.1f us, %.1f TFLOP/s\n", slide ? "sliding" : "full", n,
-                    tiling == PrefillTiling::Wgmma64    ? "wgmma"
-                    : tiling == PrefillTiling::Tokens16 ? "tok16"
-                                                        : "tok32",
+                    tiling == PrefillTiling::WgmmaPipe24 ? "wgmma_pipe"
+                    : tiling == PrefillTiling::Wgmma64   ? "wgmma"
+                    : tiling == PrefillTiling::Tokens16  ? "tok16"
+                                                         : "tok32",
                     variant, us, flops / (us * 1e-6) / 1e12);
       }
     }
@@ -744,6 +794,7 @@ TEST(AttentionKernels, RejectsBadArguments) {
   EXPECT_THROW(launch_bf16_sdpa_sinks_d64_prefill(no_table, nullptr), Error);
   // The wgmma tiling has softmax variant 0 only (checked before anything is launched).
   EXPECT_THROW(launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, PrefillTiling::Wgmma64, 1), Error);
+  EXPECT_THROW(launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, PrefillTiling::WgmmaPipe24, 1), Error);
 }
 
 TEST(AttentionKernels, DecodeSplitsCoverContextsUpToTheMaximum) {

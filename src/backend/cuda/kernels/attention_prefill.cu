@@ -417,6 +417,8 @@ void launch_tiled(const AttentionArgs& a, cudaStream_t stream) {
 void validate_attention_args(const AttentionArgs& a);  // attention_decode.cu
 // attention_prefill_wgmma.cu: launches the wgmma kernel on validated arguments (a bf16 cache, tokens).
 void launch_bf16_sdpa_sinks_d64_prefill_wgmma(const AttentionArgs& a, cudaStream_t stream);
+// attention_prefill_wgmma_pipe.cu: the same for the producer/consumer kernel.
+void launch_bf16_sdpa_sinks_d64_prefill_wgmma_pipe(const AttentionArgs& a, cudaStream_t stream);
 
 void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& a, cudaStream_t stream, PrefillTiling tiling,
                                                 int variant) {
@@ -429,10 +431,13 @@ void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& a, cudaStre
   // 8k-token prompt, 157 against 200 us (16-token) for a window layer's, and bit for bit the same
   // output (PrefillWgmmaMatchesTheMmaSyncKernelOn8kTokens).
   if (tiling == PrefillTiling::Auto && a.kv_elem == KvCacheElem::Bf16 && variant == 0) tiling = PrefillTiling::Wgmma64;
-  if (tiling == PrefillTiling::Wgmma64) {
+  if (tiling == PrefillTiling::Wgmma64 || tiling == PrefillTiling::WgmmaPipe24) {
     if (a.kv_elem == KvCacheElem::Bf16) {
-      OSSRT_CU_CHECK(variant == 0, "attention prefill: the wgmma tiling has softmax variant 0 only, got ", variant);
-      launch_bf16_sdpa_sinks_d64_prefill_wgmma(a, stream);
+      OSSRT_CU_CHECK(variant == 0, "attention prefill: the wgmma tilings have softmax variant 0 only, got ", variant);
+      if (tiling == PrefillTiling::WgmmaPipe24)
+        launch_bf16_sdpa_sinks_d64_prefill_wgmma_pipe(a, stream);
+      else
+        launch_bf16_sdpa_sinks_d64_prefill_wgmma(a, stream);
       return;
     }
     tiling = PrefillTiling::Auto;  // an fp8 cache: the mma.sync kernel dequantizes its tiles
@@ -456,7 +461,8 @@ void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& a, cudaStream_t str
 namespace {
 // Device A/B switches for the whole-model tests (tools/device/ab_tests.sh), read once:
 // OSSRT_ATTN_PREFILL_VARIANT=0|1 overrides the softmax variant, OSSRT_ATTN_PREFILL_TILING=16|32
-// forces a mma.sync tiling and 64 the wgmma kernel (PrefillTiling::Wgmma64; unset: the defaults above).
+// forces a mma.sync tiling, 64 the wgmma kernel (PrefillTiling::Wgmma64) and 24 its producer/consumer
+// form (PrefillTiling::WgmmaPipe24; unset: the defaults above).
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;
@@ -469,6 +475,7 @@ void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& a, cudaStream_t str
   const PrefillTiling tiling = tokens == 16   ? PrefillTiling::Tokens16
                                : tokens == 32 ? PrefillTiling::Tokens32
                                : tokens == 64 ? PrefillTiling::Wgmma64
+                               : tokens == 24 ? PrefillTiling::WgmmaPipe24
                                               : PrefillTiling::Auto;
   launch_bf16_sdpa_sinks_d64_prefill_variant(a, stream, tiling, variant);
 }

@@ -16,6 +16,10 @@ enum class PrefillTiling {
   // (bf16_sdpa_sinks_d64_prefill_wgmma, FlashAttention-3 style; 2 CTAs per SM). bf16 cache only: with
   // an fp8 cache the mma.sync kernel runs instead (Auto's tiling). Softmax variant 0 only.
   Wgmma64,
+  // CTA = 24 query tokens x 8 heads = 192 rows on three consumer warpgroups fed by a producer
+  // warpgroup through an mbarrier ring (bf16_sdpa_sinks_d64_prefill_wgmma_pipe; 1 CTA per SM). The
+  // same arithmetic as Wgmma64: on full layers the same bits. bf16 cache and variant 0 only, as Wgmma64.
+  WgmmaPipe24,
 };
 
 // Same as launch_bf16_sdpa_sinks_d64_prefill (validates, then launches on `stream`) with the tiling forced.

@@ -39,23 +39,17 @@
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/attention_paging.cuh"
 #include "backend/cuda/kernels/attention_prefill_common.cuh"
+#include "backend/cuda/kernels/attention_prefill_wgmma_common.cuh"
 #include "backend/cuda/kernels/smem_load.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
 namespace ossrt::cuda {
 namespace {
 
-constexpr int kD = kAttnHeadDim;
-constexpr int kGroup = kAttnQHeadsPerKvHead;
-static_assert(kD == 64 && kGroup == 8, "the wgmma prefill assumes head dim 64 and 8 query heads per KV head");
-constexpr int kKeyTile = kPrefillKeyTile;
+using namespace prefill_wgmma;  // kD, kGroup, kKeyTile, kWgTokens, kRowBytes, kTileBytes, kAcc, the tile math
 constexpr int kWarpgroups = 2;
 constexpr int kThreads = 128 * kWarpgroups;
-constexpr int kWgTokens = 64 / kGroup;            // a warpgroup's m64 rows: 8 tokens x 8 heads
 constexpr int kTokens = kWgTokens * kWarpgroups;  // 16 a CTA
-constexpr int kRowBytes = kD * 2;                 // one K or V row: 128 bytes, the swizzle's width
-static_assert(kRowBytes == 128, "wgmma_desc_k128 / wgmma_desc_mn128 describe 128-byte rows");
-constexpr int kTileBytes = kKeyTile * kRowBytes;  // 8 KiB
 constexpr int kStages = 4;                        // ring slots, each a K tile and a V tile
 constexpr int kAhead = kStages - 2;               // tiles loaded ahead of the one computing
 constexpr int kChunks = kRowBytes / 16;           // 16-byte cp.async chunks a row
@@ -63,75 +57,12 @@ constexpr int kLoadRows = kThreads / kChunks;     // rows one pass of the CTA's 
 constexpr int kLoadPasses = kKeyTile / kLoadRows;
 static_assert(kKeyTile % kLoadRows == 0 && kLoadRows % 8 == 0, "a thread's chunk keeps its swizzled unit");
 constexpr int kSmemBytes = kStages * 2 * kTileBytes + 1024;  // + the 1024-byte alignment of the base
-constexpr int kAcc = kKeyTile / 2;                           // f32 accumulators a thread: m64n64 / 128
-static_assert(kKeyTile == kD, "S (64 keys) and O (64 dims) have the same accumulator layout");
 
 // Cache rows (element offset / 64; a layer's pool holds < 2^31 rows) of the keys one thread copies
 // for a tile, -1 for none (zeros, key masked).
 struct TileRows {
   int32_t row[kLoadPasses];
 };
-
-// -inf where key key0 + col is not visible to the row's position (or has no cache row). Thread's
-// accumulator 4j + 2h + e: key column 8j + 2c + e, row h = the token at position pos0 + h.
-__device__ __forceinline__ void mask_scores(float (&s)[kAcc], const bool* key_ok, int key0, int pos0, int window,
-                                            int c) {
-#pragma unroll
-  for (int j = 0; j < kKeyTile / 8; ++j) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int col = 8 * j + 2 * c + e;
-      const bool present = key_ok[col];
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (!(present && key_visible(pos0 + h, key0 + col, window))) s[4 * j + 2 * h + e] = -INFINITY;
-    }
-  }
-}
-
-// Online softmax of one tile for the thread's two rows (a quad shares a row: max reduced over it),
-// the mma.sync kernel's variant-0 arithmetic: s becomes p = 2^(s * scale_log2 - m), l is rescaled
-// and alpha[h] returned for O (which is still being written by the P V wgmmas of the tile before).
-__device__ __forceinline__ void tile_softmax(float (&s)[kAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
-                                             float scale_log2) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kKeyTile / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    // m_run is finite (the sink), so m_new is finite and a masked -inf gives 2^-inf = 0.
-    const float m_old = m_run[h];
-    const float m_new = fmaxf(m_old, mx * scale_log2);
-    alpha[h] = fast_exp2(m_old - m_new);
-    m_run[h] = m_new;
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < kKeyTile / 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float p = fast_exp2(fmaf(s[4 * j + 2 * h + e], scale_log2, -m_new));
-        s[4 * j + 2 * h + e] = p;
-        sum += p;
-      }
-    }
-    l_run[h] = l_run[h] * alpha[h] + sum;
-  }
-}
-
-// P as bf16 A fragments of the P V wgmma: k16 step kk (keys 16kk..16kk+15) takes the accumulators of
-// key columns 8(2kk) and 8(2kk + 1): a[0] = row g keys 16kk + 2c.., a[1] = row g + 8, a[2] / a[3]
-// the same 8 keys further.
-__device__ __forceinline__ void pack_p(uint32_t (&pa)[kKeyTile / 16][4], const float (&s)[kAcc]) {
-#pragma unroll
-  for (int kk = 0; kk < kKeyTile / 16; ++kk) {
-    pa[kk][0] = pack_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
-    pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
-    pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
-    pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
-  }
-}
 
 __global__ void __launch_bounds__(kThreads, 2) bf16_sdpa_sinks_d64_prefill_wgmma(AttentionArgs a) {
   const int kv_head = blockIdx.x;
@@ -284,7 +215,8 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_sdpa_sinks_d64_prefill_wgmma
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) wgmma_fence_operand(s[i]);
     const bool whole = key0 + kKeyTile - 1 <= wg_first && (a.window == 0 || wg_last - key0 < a.window);
-    if (!tile_ok || !whole) mask_scores(s, key_ok_s[slot], key0, pos0, a.window, c);
+    if (!tile_ok || !whole)
+      mask_scores(s, [&](int col) { return key_ok_s[slot][col]; }, key0, pos0, a.window, c);
     float alpha[2];
     tile_softmax(s, m_run, l_run, alpha, scale_log2);
     if constexpr (!kFirst) {
