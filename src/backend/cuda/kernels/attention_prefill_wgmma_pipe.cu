@@ -8,7 +8,8 @@
 // next MMAs; at 8k tokens a full layer ran at 28% of the tensor-core rate (H200, 1,983 us).
 // Here one CTA (one an SM: 512 threads, ~130 KB of shared memory) takes 24 query tokens x the 8
 // query heads of one KV head = 192 rows on three consumer warpgroups of 64 rows (8 tokens), and a
-// producer warpgroup fills a ring of kStages K+V tiles: it looks up each row, copies it with 16-byte
+// producer warpgroup fills a ring of kStages K+V tiles: it looks up each row (in the CTA's slice of the
+// block table, staged in shared memory once), copies it with 16-byte
 // cp.async into the 128-byte-swizzled tile (as the 16-token kernel stores it), and arrives on the
 // slot's `full` mbarrier when its copies land (cp.async.mbarrier.arrive); producer thread 0 also
 // writes the tile's present-key bits and arrives once more after them. Consumer warps wait on `full`,
@@ -44,11 +45,14 @@ constexpr int kTokens = kWgTokens * kConsumerWarpgroups;  // 24 a CTA
 constexpr int kProducerRegisters = 56;
 constexpr int kConsumerRegisters = 152;
 static_assert(kProducerThreads * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536);
-// Ring: kStages slots of a K tile and a V tile (16 KiB), then each slot's present-key bits, then the
-// `full` and `empty` barriers. 8 slots: the producer may run 7 tiles (~1.2 us of MMAs) ahead.
+// Ring: kStages slots of a K tile and a V tile (16 KiB), then each slot's present-key bits, the
+// staged block table (kTableCap block ids: 64k keys at 16-key blocks), then the `full` and `empty`
+// barriers. 8 slots: the producer may run 7 tiles (~1.2 us of MMAs) ahead.
 constexpr int kStages = 8;
+constexpr int kTableCap = 4096;
 constexpr int kPresentOffset = kStages * 2 * kTileBytes;
-constexpr int kBarOffset = kPresentOffset + 8 * kStages;
+constexpr int kTableOffset = kPresentOffset + 8 * kStages;
+constexpr int kBarOffset = kTableOffset + 4 * kTableCap;
 constexpr int kSmemBytes = kBarOffset + 2 * 8 * kStages + 1024;  // + the 1024-byte alignment of the base
 // The producer's copies: thread p takes 16-byte unit p % 8 of tile rows p / 8 + 16 i (K and V).
 constexpr int kChunks = kRowBytes / 16;
@@ -56,8 +60,12 @@ constexpr int kLoadRows = kProducerThreads / kChunks;  // 16 rows a pass
 constexpr int kLoadPasses = kKeyTile / kLoadRows;      // 4
 static_assert(kKeyTile % kLoadRows == 0 && kLoadRows % 8 == 0, "a thread's chunk keeps its swizzled unit");
 
-// The producer warpgroup: for each of the CTA's tiles, the block-table lookups of its rows (before
-// waiting for the slot), then the copies into the slot and the arrivals on its `full` barrier.
+// The producer warpgroup. First the block ids of the CTA's keys (its sequence's table from the first
+// visible key's block to the last token's, validated: -1 for none) into shared memory, so that no
+// tile's lookups wait on L2 (the first form looked each row up in global memory and, ncu showed, left
+// the consumers waiting on `full` for 30% of their stall samples); a longer table than kTableCap
+// entries is read from global memory as before. Then for each tile: the rows' lookups, the wait for
+// the slot, the copies and the arrivals on its `full` barrier.
 __device__ __forceinline__ void produce(const AttentionArgs& a, const SeqStep& seq, const CtaTokens& t, int kv_head,
                                         uint8_t* smem, uint32_t full0, uint32_t empty0, int n_tiles) {
   const int p = threadIdx.x - kConsumerThreads, lane = p % 32;
@@ -66,6 +74,17 @@ __device__ __forceinline__ void produce(const AttentionArgs& a, const SeqStep& s
   const uint16_t* k_cache = static_cast<const uint16_t*>(a.k_cache);
   const uint16_t* v_cache = static_cast<const uint16_t*>(a.v_cache);
   uint64_t* present_s = reinterpret_cast<uint64_t*>(smem + kPresentOffset);
+  int32_t* table_s = reinterpret_cast<int32_t*>(smem + kTableOffset);
+  const int bs = a.plan.block_size;
+  const int blk0 = t.key_lo / bs;
+  const int n_blk = t.p_last / bs - blk0 + 1;
+  const bool staged = n_blk <= kTableCap;
+  if (staged) {
+    for (int i = p; i < n_blk; i += kProducerThreads) table_s[i] = kv_block_of(a, seq, blk0 + i);
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerThreads) : "memory");  // the producer warpgroup only
+  }
+  // Key j's pool block (-1: none), from the staged table when there is one.
+  auto block_of = [&](int j, int lb) { return staged ? table_s[lb - blk0] : kv_block_of(a, seq, lb); };
   int stage = 0;
   uint32_t phase = 0;
   for (int it = 0; it < n_tiles; ++it) {
@@ -74,15 +93,14 @@ __device__ __forceinline__ void produce(const AttentionArgs& a, const SeqStep& s
 #pragma unroll
     for (int i = 0; i < kLoadPasses; ++i) {
       const int j = key0 + load_row + i * kLoadRows;
-      const int64_t off = j <= t.p_last ? kv_row_offset(a, seq, kv_head, j) : -1;
-      rows[i] = off >= 0 ? int32_t(off / kD) : -1;
+      const int lb = j / bs;
+      const int blk = j <= t.p_last ? block_of(j, lb) : -1;
+      rows[i] = blk >= 0 ? (blk * a.num_kv_heads + kv_head) * bs + (j - lb * bs) : -1;  // < 2^31 rows a pool
     }
     // Warp 0: which of the tile's 64 keys have a cache row (lane l: keys l and l + 32).
     uint64_t present = 0;
     if (p < 32) {
-      auto has_row = [&](int j) {
-        return j <= t.p_last && kv_block_of(a, seq, j / a.plan.block_size) >= 0;
-      };
+      auto has_row = [&](int j) { return j <= t.p_last && block_of(j, j / bs) >= 0; };
       const uint32_t lo = __ballot_sync(0xffffffffu, has_row(key0 + lane));
       const uint32_t hi = __ballot_sync(0xffffffffu, has_row(key0 + 32 + lane));
       present = uint64_t(lo) | uint64_t(hi) << 32;
