@@ -216,7 +216,8 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_sdpa_sinks_d64_prefill_wgmma
     for (int i = 0; i < kAcc; ++i) wgmma_fence_operand(s[i]);
     const bool whole = key0 + kKeyTile - 1 <= wg_first && (a.window == 0 || wg_last - key0 < a.window);
     if (!tile_ok || !whole)
-      mask_scores(s, [&](int col) { return key_ok_s[slot][col]; }, key0, pos0, a.window, c);
+      mask_scores(
+          s, [&](int col) { return key_ok_s[slot][col]; }, key0, pos0, a.window, c);
     float alpha[2];
     tile_softmax(s, m_run, l_run, alpha, scale_log2);
     if constexpr (!kFirst) {

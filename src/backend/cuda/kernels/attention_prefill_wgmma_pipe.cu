@@ -191,8 +191,8 @@ __device__ __forceinline__ void consume(const AttentionArgs& a, const CtaTokens&
     const int key0 = t.key_lo + it * kKeyTile;
     const int slot = stage;
     mbar_wait(full0 + 8 * slot, phase);
-    __syncwarp();               // lanes leave the polling loop apart; wgmma needs the warp converged
-    fence_proxy_async_smem();   // the producer's copies, seen through the barrier, visible to the wgmma's reads
+    __syncwarp();              // lanes leave the polling loop apart; wgmma needs the warp converged
+    fence_proxy_async_smem();  // the producer's copies, seen through the barrier, visible to the wgmma's reads
     const uint64_t present = present_s[slot];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {  // zeros in s's own registers before the fence (wgmma_check.cu says why)
@@ -213,7 +213,8 @@ __device__ __forceinline__ void consume(const AttentionArgs& a, const CtaTokens&
     for (int i = 0; i < kAcc; ++i) wgmma_fence_operand(s[i]);
     const bool whole = key0 + kKeyTile - 1 <= wg_first && (a.window == 0 || wg_last - key0 < a.window);
     if (present != ~uint64_t(0) || !whole)
-      mask_scores(s, [&](int col) { return ((present >> col) & 1u) != 0; }, key0, pos0, a.window, c);
+      mask_scores(
+          s, [&](int col) { return ((present >> col) & 1u) != 0; }, key0, pos0, a.window, c);
     float alpha[2];
     tile_softmax(s, m_run, l_run, alpha, scale_log2);
     if constexpr (!kFirst) {
