@@ -302,12 +302,16 @@ TEST(AttentionKernels, PrefillWgmmaMatchesTheMmaSyncKernelOn8kTokens) {
 // are wholly masked for the row, which leaves its state exactly as it was), so every element must be
 // the same bits. On a window layer a CTA's first tile starts at its first token's first visible key,
 // so the tiles split the keys differently and only the online softmax's merge order differs: the
-// tolerance of the mma.sync comparison above.
+// tolerance of the mma.sync comparison above. The third case, one-key blocks, gives the CTAs a table
+// of up to 8,192 blocks, over what the producer stages in shared memory (4,096): its global lookups.
 TEST(AttentionKernels, PrefillWgmmaPipeIsTheWgmmaKernelOn8kTokens) {
   REQUIRE_GPU();
-  for (const bool slide : {false, true}) {
-    SCOPED_TRACE(slide ? "sliding" : "full causal");
-    const Problem p = make_problem(slide ? sliding({{0, 8192}}, 51) : full_causal({{0, 8192}}, 52));
+  for (const int kind : {0, 1, 2}) {
+    const bool slide = kind == 1;
+    SCOPED_TRACE(kind == 0 ? "full causal" : kind == 1 ? "sliding" : "full causal, one-key blocks");
+    Case c = slide ? sliding({{0, 8192}}, 51) : full_causal({{0, 8192}}, 52 + kind);
+    if (kind == 2) c.block_size = 1;
+    const Problem p = make_problem(c);
     const DeviceProblem dev(p);
     const std::vector<float> want = run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmma);
     const std::vector<float> got = run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmmaPipe);
@@ -332,7 +336,10 @@ TEST(AttentionKernels, PrefillWgmmaPipeIsTheWgmmaKernelOn8kTokens) {
     }
     const double rel = std::sqrt(err2 / ref2);
     std::printf("wgmma pipe vs wgmma prefill, 8k %s: rel L2 %.3g, worst row %.3g, %.4f%% elements identical\n",
-                slide ? "sliding" : "full", rel, worst_row, 100.0 * double(identical) / double(got.size()));
+                kind == 0   ? "full"
+                : kind == 1 ? "sliding"
+                            : "full, block size 1",
+                rel, worst_row, 100.0 * double(identical) / double(got.size()));
     if (slide)
       EXPECT_LT(rel, 1e-3);
     else
