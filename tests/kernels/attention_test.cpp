@@ -251,6 +251,40 @@ TEST(AttentionKernels, WgmmaTileProductsMatchTheHost) {
   check("O = P V (MN-major B)", o_got, o_ref);
 }
 
+// Two prefill kernels' outputs element by element: every element finite, relative L2 < 8e-3 over each
+// (token, head) row (a fatal failure otherwise); prints and returns the overall relative L2 and the
+// number of bit-identical elements (the tests below say why these bounds).
+struct OutputDiff {
+  double rel = 0;
+  size_t identical = 0;
+};
+void compare_outputs(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                     OutputDiff& diff) {
+  ASSERT_EQ(got.size(), want.size());
+  double err2 = 0, ref2 = 0, worst_row = 0;
+  size_t identical = 0;
+  for (size_t row = 0; row < got.size() / kD; ++row) {
+    double row_err2 = 0, row_ref2 = 0;
+    for (size_t d = 0; d < size_t(kD); ++d) {
+      const size_t i = row * kD + d;
+      ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
+      identical += got[i] == want[i];
+      const double e = double(got[i]) - want[i];
+      row_err2 += e * e;
+      row_ref2 += double(want[i]) * want[i];
+    }
+    const double rel = std::sqrt(row_err2 / std::max(row_ref2, 1e-30));
+    worst_row = std::max(worst_row, rel);
+    ASSERT_LT(rel, 8e-3) << "token " << row / kHq << ", head " << row % kHq;
+    err2 += row_err2;
+    ref2 += row_ref2;
+  }
+  diff.rel = std::sqrt(err2 / ref2);
+  diff.identical = identical;
+  std::printf("%s: rel L2 %.3g, worst row %.3g, %.4f%% elements identical\n", what.c_str(), diff.rel, worst_row,
+              100.0 * double(identical) / double(got.size()));
+}
+
 // The wgmma kernel against the mma.sync kernel's 16-token tiling on gpt-oss's 8k prompt, every output
 // element, full and window layers. Both CTAs take the same 16 tokens and visit the same 64-key tiles
 // from the CTA's first visible key, and both run the same softmax arithmetic (running max from the
@@ -270,29 +304,10 @@ TEST(AttentionKernels, PrefillWgmmaMatchesTheMmaSyncKernelOn8kTokens) {
     const DeviceProblem dev(p);
     const std::vector<float> want = run_attention(p, dev, dev.plan.view, Kernel::Prefill16);
     const std::vector<float> got = run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmma);
-    ASSERT_EQ(got.size(), want.size());
-    double err2 = 0, ref2 = 0, worst_row = 0;
-    size_t identical = 0;
-    for (size_t row = 0; row < got.size() / kD; ++row) {
-      double row_err2 = 0, row_ref2 = 0;
-      for (size_t d = 0; d < size_t(kD); ++d) {
-        const size_t i = row * kD + d;
-        ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
-        identical += got[i] == want[i];
-        const double e = double(got[i]) - want[i];
-        row_err2 += e * e;
-        row_ref2 += double(want[i]) * want[i];
-      }
-      const double rel = std::sqrt(row_err2 / std::max(row_ref2, 1e-30));
-      worst_row = std::max(worst_row, rel);
-      ASSERT_LT(rel, 8e-3) << "token " << row / kHq << ", head " << row % kHq;
-      err2 += row_err2;
-      ref2 += row_ref2;
-    }
-    const double rel = std::sqrt(err2 / ref2);
-    std::printf("wgmma vs mma.sync prefill, 8k %s: rel L2 %.3g, worst row %.3g, %.4f%% elements identical\n",
-                slide ? "sliding" : "full", rel, worst_row, 100.0 * double(identical) / double(got.size()));
-    EXPECT_LT(rel, 1e-3);
+    OutputDiff diff;
+    ASSERT_NO_FATAL_FAILURE(
+        compare_outputs(got, want, std::string("wgmma vs mma.sync prefill, 8k ") + (slide ? "sliding" : "full"), diff));
+    EXPECT_LT(diff.rel, 1e-3);
   }
 }
 
@@ -315,35 +330,17 @@ TEST(AttentionKernels, PrefillWgmmaPipeIsTheWgmmaKernelOn8kTokens) {
     const DeviceProblem dev(p);
     const std::vector<float> want = run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmma);
     const std::vector<float> got = run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmmaPipe);
-    ASSERT_EQ(got.size(), want.size());
-    double err2 = 0, ref2 = 0, worst_row = 0;
-    size_t identical = 0;
-    for (size_t row = 0; row < got.size() / kD; ++row) {
-      double row_err2 = 0, row_ref2 = 0;
-      for (size_t d = 0; d < size_t(kD); ++d) {
-        const size_t i = row * kD + d;
-        ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
-        identical += got[i] == want[i];
-        const double e = double(got[i]) - want[i];
-        row_err2 += e * e;
-        row_ref2 += double(want[i]) * want[i];
-      }
-      const double rel = std::sqrt(row_err2 / std::max(row_ref2, 1e-30));
-      worst_row = std::max(worst_row, rel);
-      ASSERT_LT(rel, 8e-3) << "token " << row / kHq << ", head " << row % kHq;
-      err2 += row_err2;
-      ref2 += row_ref2;
-    }
-    const double rel = std::sqrt(err2 / ref2);
-    std::printf("wgmma pipe vs wgmma prefill, 8k %s: rel L2 %.3g, worst row %.3g, %.4f%% elements identical\n",
-                kind == 0   ? "full"
-                : kind == 1 ? "sliding"
-                            : "full, block size 1",
-                rel, worst_row, 100.0 * double(identical) / double(got.size()));
+    OutputDiff diff;
+    ASSERT_NO_FATAL_FAILURE(
+        compare_outputs(got, want,
+                        std::string("wgmma pipe vs wgmma prefill, 8k ") + (kind == 0   ? "full"
+                                                                           : kind == 1 ? "sliding"
+                                                                                       : "full, block size 1"),
+                        diff));
     if (slide)
-      EXPECT_LT(rel, 1e-3);
+      EXPECT_LT(diff.rel, 1e-3);
     else
-      EXPECT_EQ(identical, got.size()) << "a full layer must give the 16-token kernel's bits";
+      EXPECT_EQ(diff.identical, got.size()) << "a full layer must give the 16-token kernel's bits";
   }
 }
 

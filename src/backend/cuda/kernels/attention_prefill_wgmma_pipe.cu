@@ -139,20 +139,10 @@ __device__ __forceinline__ void consume(const AttentionArgs& a, const CtaTokens&
   pdl_wait();  // q comes from the kernel before
   pdl_launch_dependents();
 
-  // Q fragments straight from global memory; rows of tokens past the chunk end are zero.
   const int wt0 = wg * kWgTokens + 2 * warp;  // the CTA token of the thread's row h = 0 (h = 1 next)
   const int head = kv_head * kGroup + g;
   uint32_t qa[kD / 16][4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const bool ok = wt0 + h < t.n_tok;
-    const uint16_t* q = a.qkv + int64_t(t.row0 + (ok ? wt0 + h : 0)) * a.qkv_row_stride + head * kD + 2 * c;
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      qa[kk][h] = ok ? ldg_u32(q + kk * 16) : 0u;
-      qa[kk][2 + h] = ok ? ldg_u32(q + kk * 16 + 8) : 0u;
-    }
-  }
+  load_q_fragments(qa, a, t, wt0, head, c);
   // The warpgroup's tokens: positions [wg_first, wg_last] (wg_last < wg_first when it has none).
   const int wg_first = t.p0 + wg * kWgTokens;
   const int wg_last = t.p0 + min((wg + 1) * kWgTokens, t.n_tok) - 1;
@@ -173,12 +163,6 @@ __device__ __forceinline__ void consume(const AttentionArgs& a, const CtaTokens&
 
   auto k_tile = [&](int slot) { return smem_base + uint32_t(slot * 2 * kTileBytes); };
   auto v_tile = [&](int slot) { return smem_base + uint32_t(slot * 2 * kTileBytes + kTileBytes); };
-  auto issue_pv = [&](int slot) {
-#pragma unroll
-    for (int kk = 0; kk < kKeyTile / 16; ++kk)
-      wgmma_m64k16_rs_tb<64>(o, pa[kk], wgmma_desc_mn128(v_tile(slot) + uint32_t(kk * 16 * kRowBytes)));
-    wgmma_commit();
-  };
   // The slot whose V the P V wgmmas of the last tile read, released once they have completed.
   auto release = [&](int slot) {
     __syncwarp();
@@ -194,17 +178,8 @@ __device__ __forceinline__ void consume(const AttentionArgs& a, const CtaTokens&
     __syncwarp();              // lanes leave the polling loop apart; wgmma needs the warp converged
     fence_proxy_async_smem();  // the producer's copies, seen through the barrier, visible to the wgmma's reads
     const uint64_t present = present_s[slot];
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) {  // zeros in s's own registers before the fence (wgmma_check.cu says why)
-      s[i] = 0.f;
-      wgmma_fence_operand(s[i]);
-    }
-    wgmma_fence();  // s zeroed, and (not kFirst) O rescaled and P packed by this thread
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wgmma_m64k16_rs<64>(s, qa[kk], wgmma_desc_k128(k_tile(slot) + uint32_t(kk * 32)));
-    wgmma_commit();
-    if constexpr (!kFirst) issue_pv(prev);
+    issue_s(s, qa, k_tile(slot));
+    if constexpr (!kFirst) issue_pv(o, pa, v_tile(prev));
     if constexpr (kFirst)
       wgmma_wait<0>();
     else
@@ -233,28 +208,13 @@ __device__ __forceinline__ void consume(const AttentionArgs& a, const CtaTokens&
     run_tile.template operator()<true>(0);
     for (int it = 1; it < n_tiles; ++it) run_tile.template operator()<false>(it);
     wgmma_fence();
-    issue_pv(prev);
+    issue_pv(o, pa, v_tile(prev));
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) wgmma_fence_operand(o[i]);
   }
 
-  // O / l as bf16 for the valid tokens (l summed over the quad: the sink counted once).
-  const int q_out_stride = a.num_q_heads * kD;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (wt0 + h >= t.n_tok) continue;
-    const float inv = 1.f / l;  // l >= 2^(sink - m) > 0
-    __nv_bfloat16* out =
-        reinterpret_cast<__nv_bfloat16*>(a.out) + int64_t(t.row0 + wt0 + h) * q_out_stride + head * kD + 2 * c;
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j)
-      *reinterpret_cast<__nv_bfloat162*>(out + j * 8) =
-          __floats2bfloat162_rn(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-  }
+  store_output(a, t, o, l_run, wt0, head, c);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) bf16_sdpa_sinks_d64_prefill_wgmma_pipe(AttentionArgs a) {
