@@ -754,12 +754,26 @@ std::pair<MoeGemmArgs, MoeGemmArgs> wgmma_gemm_args(const Experts& ex, const Moe
   return {gu, dn};
 }
 
+// The pipe kernels' developer switches a comparison runs with (MoeGemmArgs::pipe_paired_stores,
+// pipe_bulk_weights): each changes how values move, never which values, so every output must stay the
+// ring kernels' bit for bit.
+struct PipeSwitches {
+  bool paired_stores = false, bulk_weights = false;
+  void apply(MoeGemmArgs& a) const {
+    a.pipe_paired_stores = paired_stores;
+    a.pipe_bulk_weights = bulk_weights;
+  }
+  std::string label() const {
+    return std::string(paired_stores ? " (paired stores)" : "") + (bulk_weights ? " (bulk weights)" : "");
+  }
+};
+
 // The pipelined large-M kernels (moe_mxfp4_wgmma_pipe.cu) against the ring kernels
 // (moe_mxfp4_wgmma.cu) on the same routed tiles, both GEMMs, every element compared bit for bit: the
 // gate_up GEMMs' bf16 activations, then the down GEMMs' f32 outputs from the same activations. Both
 // output buffers start NaN-filled, so a row one kernel writes and the other skips fails too.
 void expect_pipe_matches_ring(const Experts& ex, const std::vector<uint16_t>& x, const Routing& r, int tokens,
-                              int tile_m, bool bias_bf16, bool paired_stores = false) {
+                              int tile_m, bool bias_bf16, PipeSwitches sw = {}) {
   const int num_experts = ex.num_experts, pairs = tokens * kTopK;
   DeviceArray<uint16_t> d_x(x);
   DeviceArray<int32_t> d_ids(r.ids);
@@ -777,7 +791,8 @@ void expect_pipe_matches_ring(const Experts& ex, const std::vector<uint16_t>& x,
   launch_mx_permute_cols(d_x.get(), tokens, kHidden, ws.x_perm, nullptr);
   auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile_m, bias_bf16);
   MoeGemmArgs gu_pipe = gu, dn_pipe = dn;
-  gu_pipe.pipe_paired_stores = dn_pipe.pipe_paired_stores = paired_stores;
+  sw.apply(gu_pipe);
+  sw.apply(dn_pipe);
   gu.act_out = ws.act, gu_pipe.act_out = act_pipe->get();
   dn.y_out = ws.y, dn_pipe.y_out = y_pipe->get();  // both down GEMMs read the ring's activations
   launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gu, tile_m, nullptr);
@@ -802,8 +817,7 @@ void expect_pipe_matches_ring(const Experts& ex, const std::vector<uint16_t>& x,
   EXPECT_EQ(unwritten, 0u) << "activation rows left unwritten";  // every pair routed: all rows written
   std::printf(
       "[metric] E=%d T=%d tile %d%s: pipe vs ring, %zu activations and %zu outputs compared, %zu / %zu differ\n",
-      num_experts, tokens, tile_m, paired_stores ? " (paired stores)" : "", act_ring.size(), y_ring.size(), bad_act,
-      bad_y);
+      num_experts, tokens, tile_m, sw.label().c_str(), act_ring.size(), y_ring.size(), bad_act, bad_y);
 }
 
 TEST(Mxfp4Moe, WgmmaPipeIsTheRingBitForBit) {
@@ -845,7 +859,7 @@ TEST(Mxfp4Moe, WgmmaPipeIsTheRingBitForBit) {
 // k16 steps in the same order whatever the tile's width, so every element must match bit for bit;
 // each run's down GEMM reads its own activations.
 void expect_narrow_pipe_matches_ring(const Experts& ex, const std::vector<uint16_t>& x, const Routing& r, int tokens,
-                                     int tile_m, int sets, bool paired_stores = false) {
+                                     int tile_m, int sets, PipeSwitches sw = {}) {
   const int num_experts = ex.num_experts, pairs = tokens * kTopK;
   DeviceArray<uint16_t> d_x(x);
   DeviceArray<int32_t> d_ids(r.ids);
@@ -865,7 +879,8 @@ void expect_narrow_pipe_matches_ring(const Experts& ex, const std::vector<uint16
     launch_mx_permute_cols(d_x.get(), tokens, kHidden, ws.x_perm, nullptr);
     auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile);
     if (pipe) {
-      gu.pipe_paired_stores = dn.pipe_paired_stores = paired_stores;
+      sw.apply(gu);
+      sw.apply(dn);
       launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gu, tile, nullptr, sets);
       launch_bf16_mxfp4w_moe_down_wgmma_pipe(dn, tile, nullptr, sets);
     } else {
@@ -901,8 +916,8 @@ void expect_narrow_pipe_matches_ring(const Experts& ex, const std::vector<uint16
   std::printf(
       "[metric] E=%d T=%d narrow tile %d, %d set(s) a warp%s: pipe vs ring at 64, %zu activations and %zu outputs "
       "compared, %zu / %zu differ\n",
-      num_experts, tokens, tile_m, sets, paired_stores ? " (paired stores)" : "", size_t(pairs) * kInter,
-      size_t(pairs) * kHidden, bad_act, bad_y);
+      num_experts, tokens, tile_m, sets, sw.label().c_str(), size_t(pairs) * kInter, size_t(pairs) * kHidden, bad_act,
+      bad_y);
 }
 
 TEST(Mxfp4Moe, WgmmaPipeNarrowTilesAreTheRingBitForBit) {
@@ -957,12 +972,10 @@ TEST(Mxfp4Moe, WgmmaPipeTwoSetsAt64RowsAreTheRingBitForBit) {
   }
 }
 
-// The pipe kernels' paired-store epilogue (MoeGemmArgs::pipe_paired_stores: lanes swap one value so
-// each stores two adjacent columns of one row) against the ring kernels, bit for bit: every tile size
-// and both narrow shapes, partial tiles, skewed routing, bf16 biases. A separate test so the other
+// A developer switch of the pipe kernels against the ring kernels, bit for bit: every tile size and
+// both narrow shapes, partial tiles, skewed routing, bf16 biases. Separate tests (below) so the other
 // tests' launch order (which tools/device scripts profile by index) stays as it is.
-TEST(Mxfp4Moe, WgmmaPipePairedStoresAreTheRingBitForBit) {
-  REQUIRE_GPU();
+void expect_pipe_switch_matches_ring(PipeSwitches sw) {
   {
     const Experts& ex = experts(32);
     const std::vector<uint16_t> x = random_bf16(size_t(1000) * kHidden, 291, 1.0f);
@@ -970,7 +983,7 @@ TEST(Mxfp4Moe, WgmmaPipePairedStoresAreTheRingBitForBit) {
     skew_slot0_onto_expert5(r, 1000);
     for (int tile_m : {64, 128}) {
       SCOPED_TRACE("E = 32, T = 1000, skewed, tile " + std::to_string(tile_m));
-      expect_pipe_matches_ring(ex, x, r, 1000, tile_m, false, true);
+      expect_pipe_matches_ring(ex, x, r, 1000, tile_m, false, sw);
     }
   }
   {
@@ -979,7 +992,7 @@ TEST(Mxfp4Moe, WgmmaPipePairedStoresAreTheRingBitForBit) {
     const Routing r = random_routing(2048, 128, 294);
     for (int tile_m : {64, 128}) {
       SCOPED_TRACE("E = 128, T = 2048, bf16 biases, tile " + std::to_string(tile_m));
-      expect_pipe_matches_ring(ex, x, r, 2048, tile_m, true, true);
+      expect_pipe_matches_ring(ex, x, r, 2048, tile_m, true, sw);
     }
   }
   for (const int tokens : {256, 300}) {
@@ -990,9 +1003,23 @@ TEST(Mxfp4Moe, WgmmaPipePairedStoresAreTheRingBitForBit) {
       for (int sets : {1, 2}) {
         SCOPED_TRACE("E = 32, T = " + std::to_string(tokens) + ", tile " + std::to_string(tile_m) + ", sets " +
                      std::to_string(sets));
-        expect_narrow_pipe_matches_ring(ex, x, r, tokens, tile_m, sets, true);
+        expect_narrow_pipe_matches_ring(ex, x, r, tokens, tile_m, sets, sw);
       }
   }
+}
+
+// The paired-store epilogue (MoeGemmArgs::pipe_paired_stores: lanes swap one value so each stores two
+// adjacent columns of one row).
+TEST(Mxfp4Moe, WgmmaPipePairedStoresAreTheRingBitForBit) {
+  REQUIRE_GPU();
+  expect_pipe_switch_matches_ring({.paired_stores = true});
+}
+
+// The weight chunks by bulk copies (MoeGemmArgs::pipe_bulk_weights: the TMA unit fills each layout
+// tile's chunk; the sets past N of the narrow shape at N = 2,880 still take zero-filled cp.async).
+TEST(Mxfp4Moe, WgmmaPipeBulkWeightsAreTheRingBitForBit) {
+  REQUIRE_GPU();
+  expect_pipe_switch_matches_ring({.bulk_weights = true});
 }
 
 // Kernel times of both regimes (and the bf16 kernel) at decode and prefill sizes, for choosing

@@ -6,8 +6,10 @@
 // CTA barrier; ncu showed the 128-row kernel issuing on 0.49 of its cycles, its three warpgroups
 // stepping in lockstep (all dequantizing, then all waiting on their MMAs) and the 64-row ones
 // stalled at that barrier. Here a producer warpgroup fills a ring of kStages stages (token tile,
-// weight chunk, scales) with cp.async, each stage guarded by two mbarriers: `full` (the producer's
-// copies have landed: cp.async.mbarrier.arrive, one arrival a producer thread) and `empty` (every
+// weight chunk, scales) with cp.async (the weight chunks optionally by bulk copies:
+// MoeGemmArgs::pipe_bulk_weights), each stage guarded by two mbarriers: `full` (the producer's
+// copies have landed: cp.async.mbarrier.arrive, one arrival a producer thread, plus the bulk copies'
+// bytes as its transaction count) and `empty` (every
 // consumer warp is done with the stage: its MMAs reading it have completed). The three consumer warpgroups
 // never meet at a barrier inside the k loop, so they drift apart and the tensor cores always have
 // some warpgroup's MMAs queued while the others dequantize.
@@ -144,8 +146,9 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, uint8_t* smem, uin
     const int64_t expert_chunk0 = int64_t(w.expert) * tiles_n * chunks;
     const int warp_tile0 = tile0 + pw * kTilesPerWarp;
     // (A warp whose tiles all lie past N keeps a valid base; its copies zero-fill.)
-    const uint8_t* w_src =
-        a.wq + (expert_chunk0 + int64_t(warp_tile0 < tiles_n ? warp_tile0 : 0) * chunks) * kMxChunkBytes + lane * 16;
+    const uint8_t* w_tile0 =
+        a.wq + (expert_chunk0 + int64_t(warp_tile0 < tiles_n ? warp_tile0 : 0) * chunks) * kMxChunkBytes;
+    const uint8_t* w_src = w_tile0 + lane * 16;
     // Scales (warp 0): lane l < 2 kRowTiles copies half l % 2 of the unit's tile l / 2's 32 bytes.
     const int s_tile = tile0 + lane / 2;
     const bool s_ok = lane < 2 * S::kRowTiles && s_tile < tiles_n;
@@ -162,12 +165,22 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, uint8_t* smem, uin
           cp_async_16(x + r * kBK + ((unit16 ^ (r % 8)) * 8), ok ? src[i] + kc * kBK : a.a, ok);
         }
       }
-      uint8_t* wdst = smem + R::kWOffset + stage * R::kWBytes + pw * kTilesPerWarp * kMxChunkBytes + lane * 16;
+      uint8_t* wtiles = smem + R::kWOffset + stage * R::kWBytes + pw * kTilesPerWarp * kMxChunkBytes;
 #pragma unroll
       for (int t = 0; t < kTilesPerWarp; ++t) {
         const bool ok = warp_tile0 + t < tiles_n;  // a unit's sets past N get zero weights
-        if (!(a.pipe_ablate & 2))
-          cp_async_16(wdst + t * kMxChunkBytes, ok ? w_src + (int64_t(t) * chunks + kc) * kMxChunkBytes : a.wq, ok);
+        if (a.pipe_ablate & 2) continue;
+        if (a.pipe_bulk_weights && ok) {  // warp-uniform: the tile's contiguous chunk, one bulk copy
+          if (lane == 0) {
+            const uint32_t bar = full0 + 8 * stage;
+            mbar_expect_tx(bar, kMxChunkBytes);
+            bulk_copy_to_smem(static_cast<uint32_t>(__cvta_generic_to_shared(wtiles + t * kMxChunkBytes)),
+                              w_tile0 + (int64_t(t) * chunks + kc) * kMxChunkBytes, kMxChunkBytes, bar);
+          }
+        } else {
+          cp_async_16(wtiles + t * kMxChunkBytes + lane * 16,
+                      ok ? w_src + (int64_t(t) * chunks + kc) * kMxChunkBytes : a.wq, ok);
+        }
       }
       if (pw == 0 && lane < 2 * S::kRowTiles && !(a.pipe_ablate & 2))
         cp_async_16(smem + R::kSOffset + stage * R::kSBytes + lane * 16,
@@ -466,10 +479,21 @@ bool pipe_paired_stores() {
   return on;
 }
 
+// OSSRT_CUDA_MOE_PIPE_BULK=1 (MoeGemmArgs::pipe_bulk_weights; written in session 28, off until
+// measured; read once).
+bool pipe_bulk_weights() {
+  static const bool on = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_BULK");
+    return v && v[0] == '1';
+  }();
+  return on;
+}
+
 void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cudaStream_t stream) {
   MoeGemmArgs a = args;
   a.pipe_ablate = pipe_ablate_bits();
-  if (pipe_paired_stores()) a.pipe_paired_stores = true;  // a test may also set it in args
+  if (pipe_paired_stores()) a.pipe_paired_stores = true;  // a test may also set these in args
+  if (pipe_bulk_weights()) a.pipe_bulk_weights = true;
   const char env = pipe_sets_switch();
   const bool two_sets = sets == 2 || (sets == 0 && (tile_m <= 48 ? env != '1' : tile_m == 64 && env == '2'));
   switch (tile_m) {

@@ -110,6 +110,10 @@ struct MoeGemmArgs {
   // g and g ^ 1 (adjacent columns of the same token rows) swap one value so that each stores two
   // adjacent columns of one row at once: half the store instructions, the same values.
   bool pipe_paired_stores = false;
+  // The MXFP4 pipe kernels' weight copies (developer switch OSSRT_CUDA_MOE_PIPE_BULK=1, read once; set
+  // by the pipe's launcher): each layout tile's 512-byte chunk by one bulk copy (the TMA unit,
+  // complete_tx on the stage's `full` barrier) instead of 32 lanes' 16-byte cp.async; the same bytes.
+  bool pipe_bulk_weights = false;
 };
 
 // The checks every MoE launcher makes (moe.cu), by the experts' format (which pointers it needs,
