@@ -750,7 +750,7 @@ std::pair<MoeGemmArgs, MoeGemmArgs> wgmma_gemm_args(const Experts& ex, const Moe
   gu.n = 2 * kInter, gu.k = kHidden, gu.swiglu_alpha = kAlpha, gu.swiglu_limit = kLimit, gu.act_out = ws.act;
   dn.a = ws.act, dn.wq = ex.q_down.q->get(), dn.wscale = ex.q_down.s->get();
   dn.bias = bias_bf16 ? static_cast<const void*>(ex.d_down_b16->get()) : ex.d_down_b->get();
-  dn.n = kHidden, dn.k = kInter, dn.y_out = ws.y;
+  dn.n = kHidden, dn.k = kInter, dn.y_out = ws.y, dn.a_rows = int64_t(tokens) * kTopK;
   return {gu, dn};
 }
 
@@ -758,13 +758,15 @@ std::pair<MoeGemmArgs, MoeGemmArgs> wgmma_gemm_args(const Experts& ex, const Moe
 // pipe_bulk_weights): each changes how values move, never which values, so every output must stay the
 // ring kernels' bit for bit.
 struct PipeSwitches {
-  bool paired_stores = false, bulk_weights = false;
+  bool paired_stores = false, bulk_weights = false, tma_tokens = false;
   void apply(MoeGemmArgs& a) const {
     a.pipe_paired_stores = paired_stores;
     a.pipe_bulk_weights = bulk_weights;
+    a.pipe_tma_tokens = tma_tokens;
   }
   std::string label() const {
-    return std::string(paired_stores ? " (paired stores)" : "") + (bulk_weights ? " (bulk weights)" : "");
+    return std::string(paired_stores ? " (paired stores)" : "") + (bulk_weights ? " (bulk weights)" : "") +
+           (tma_tokens ? " (TMA token tiles)" : "");
   }
 };
 
@@ -1020,6 +1022,14 @@ TEST(Mxfp4Moe, WgmmaPipePairedStoresAreTheRingBitForBit) {
 TEST(Mxfp4Moe, WgmmaPipeBulkWeightsAreTheRingBitForBit) {
   REQUIRE_GPU();
   expect_pipe_switch_matches_ring({.bulk_weights = true});
+}
+
+// The down GEMM's token tiles by TMA box copies (MoeGemmArgs::pipe_tma_tokens: a tensor map over the
+// grouped activations, 128-byte swizzled by the copy unit; boxes reach past a group into the next
+// expert's rows and past the last row, where they read zeros).
+TEST(Mxfp4Moe, WgmmaPipeTmaTokenTilesAreTheRingBitForBit) {
+  REQUIRE_GPU();
+  expect_pipe_switch_matches_ring({.tma_tokens = true});
 }
 
 // Kernel times of both regimes (and the bf16 kernel) at decode and prefill sizes, for choosing

@@ -97,6 +97,7 @@ void launch_bf16_bf16w_moe(const MoeArgs& a, cudaStream_t stream) {
   down.n = a.hidden;
   down.k = a.intermediate;
   down.y_out = ws.y;
+  down.a_rows = pairs;
   launch_bf16_bf16w_moe_down(down, stream);
 
   launch_moe_combine(a.weights, a.num_tokens, a.top_k, a.hidden, ws, a.out, a.out_bf16, stream);

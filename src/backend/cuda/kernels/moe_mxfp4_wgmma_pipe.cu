@@ -44,6 +44,7 @@
 #include "backend/cuda/kernels/moe_mxfp4_common.cuh"
 #include "backend/cuda/kernels/moe_passes.cuh"
 #include "backend/cuda/kernels/smem_load.cuh"
+#include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
 namespace ossrt::cuda {
@@ -119,8 +120,8 @@ __device__ __forceinline__ Unit unit_at(const MoeGemmArgs& a, int u, int row_blo
 // past N zero-filled) and their scales (warp 0), and arrives on the stage's `full` barrier when its
 // copies land.
 template <int kBM, class S>
-__device__ __forceinline__ void produce(const MoeGemmArgs& a, uint8_t* smem, uint32_t full0, uint32_t empty0, int units,
-                                        int row_blocks) {
+__device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap* tokens_map, uint8_t* smem,
+                                        uint32_t full0, uint32_t empty0, int units, int row_blocks) {
   using R = PipeRing<kBM, S>;
   constexpr int kRowsPerLane = kBM / 4 / kProducerWarps;
   constexpr int kTilesPerWarp = S::kTilesPerProducerWarp;
@@ -157,7 +158,14 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, uint8_t* smem, uin
     for (int kc = 0; kc < chunks; ++kc) {
       mbar_wait(empty0 + 8 * stage, phase ^ 1);
       uint16_t* x = reinterpret_cast<uint16_t*>(smem + stage * R::kXBytes);
-      if (!(a.pipe_ablate & 1)) {
+      if (a.pipe_tma_tokens) {  // the down GEMM: rows row0 .. row0 + kBM - 1 are one box (rows past the
+        // group are the next expert's or past the end, zero-filled: either way no output reads them)
+        if (pw == 0 && lane == 0 && !(a.pipe_ablate & 1)) {
+          const uint32_t bar = full0 + 8 * stage;
+          mbar_expect_tx(bar, R::kXBytes);
+          tma_load_2d(static_cast<uint32_t>(__cvta_generic_to_shared(x)), tokens_map, kc * kBK, w.row0, bar);
+        }
+      } else if (!(a.pipe_ablate & 1)) {
 #pragma unroll
         for (int i = 0; i < kRowsPerLane; ++i) {
           const int r = row_first + 4 * i + lane / 8;
@@ -390,7 +398,7 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
 }
 
 template <int kBM, bool kSwiglu, class S>
-__device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a) {
+__device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a, const CUtensorMap* tokens_map) {
   using R = PipeRing<kBM, S>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_dynamic_smem<1024>(smem_raw);
@@ -407,20 +415,25 @@ __device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a) {
   const int units = *a.num_tiles * row_blocks;
   if (threadIdx.x / 32 >= S::kConsumerWarps) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegisters));
-    produce<kBM, S>(a, smem, full0, empty0, units, row_blocks);
+    produce<kBM, S>(a, tokens_map, smem, full0, empty0, units, row_blocks);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegisters));
     consume<kBM, kSwiglu, S>(a, smem, full0, empty0, units, row_blocks);
   }
 }
 
+// tokens_map: the down GEMM's activations in kBM x 64 boxes when a.pipe_tma_tokens (unused otherwise);
+// a __grid_constant__ parameter, so the TMA reads it where it lies.
 template <int kBM, class S>
-__global__ void __launch_bounds__(S::kThreads, 1) bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(MoeGemmArgs a) {
-  mx_wgmma_pipe<kBM, true, S>(a);
+__global__ void __launch_bounds__(S::kThreads, 1)
+    bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const __grid_constant__ MoeGemmArgs a) {
+  mx_wgmma_pipe<kBM, true, S>(a, nullptr);
 }
 template <int kBM, class S>
-__global__ void __launch_bounds__(S::kThreads, 1) bf16_mxfp4w_moe_down_wgmma_pipe(MoeGemmArgs a) {
-  mx_wgmma_pipe<kBM, false, S>(a);
+__global__ void __launch_bounds__(S::kThreads, 1)
+    bf16_mxfp4w_moe_down_wgmma_pipe(const __grid_constant__ MoeGemmArgs a,
+                                    const __grid_constant__ CUtensorMap tokens_map) {
+  mx_wgmma_pipe<kBM, false, S>(a, &tokens_map);
 }
 
 template <int kBM, class S = WideShape>
@@ -440,10 +453,16 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
   // One CTA an SM, or fewer where the units (known only up to the host's tile bound) are fewer.
   const int64_t max_units = int64_t(a.max_tiles) * ((a.n + S::kBN - 1) / S::kBN);
   const int grid = int(std::min<int64_t>(max_units, sms));
-  if (swiglu)
-    bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a);
-  else
-    bf16_mxfp4w_moe_down_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a);
+  if (swiglu) {
+    MoeGemmArgs g = a;
+    g.pipe_tma_tokens = false;  // gathered rows: cp.async
+    bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(g);
+  } else {
+    // The map is built at each launch (host work only, a few microseconds; a CUDA graph keeps the
+    // captured parameter, valid while `a.a` stays where it is, as every captured pointer must).
+    const CUtensorMap map = a.pipe_tma_tokens ? make_tma_map_2d_bf16(a.a, a.a_rows, a.k, kBM, kBK) : CUtensorMap{};
+    bf16_mxfp4w_moe_down_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a, map);
+  }
 }
 
 // The shape by tile size, developer switch OSSRT_CUDA_MOE_PIPE_SETS (read once): unset, two 64-row sets a
@@ -479,6 +498,16 @@ bool pipe_paired_stores() {
   return on;
 }
 
+// OSSRT_CUDA_MOE_PIPE_TMA=1 (MoeGemmArgs::pipe_tma_tokens; written in session 28, off until measured;
+// read once).
+bool pipe_tma_tokens() {
+  static const bool on = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_TMA");
+    return v && v[0] == '1';
+  }();
+  return on;
+}
+
 // OSSRT_CUDA_MOE_PIPE_BULK=1 (MoeGemmArgs::pipe_bulk_weights; written in session 28, off until
 // measured; read once).
 bool pipe_bulk_weights() {
@@ -494,6 +523,8 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
   a.pipe_ablate = pipe_ablate_bits();
   if (pipe_paired_stores()) a.pipe_paired_stores = true;  // a test may also set these in args
   if (pipe_bulk_weights()) a.pipe_bulk_weights = true;
+  if (pipe_tma_tokens()) a.pipe_tma_tokens = true;
+  if (a.a_rows <= 0) a.pipe_tma_tokens = false;  // no row count: no map
   const char env = pipe_sets_switch();
   const bool two_sets = sets == 2 || (sets == 0 && (tile_m <= 48 ? env != '1' : tile_m == 64 && env == '2'));
   switch (tile_m) {

@@ -114,6 +114,12 @@ struct MoeGemmArgs {
   // by the pipe's launcher): each layout tile's 512-byte chunk by one bulk copy (the TMA unit,
   // complete_tx on the stage's `full` barrier) instead of 32 lanes' 16-byte cp.async; the same bytes.
   bool pipe_bulk_weights = false;
+  // The MXFP4 pipe's down GEMM token tiles (developer switch OSSRT_CUDA_MOE_PIPE_TMA=1, read once; set by
+  // the pipe's launcher, which then builds a tensor map over `a`'s a_rows rows): each stage's kBM x 64
+  // tile of the grouped activations by one TMA box copy instead of the producers' 16-byte cp.async.
+  // The gate_up GEMM's rows are gathered (a token a row), so it keeps cp.async.
+  bool pipe_tma_tokens = false;
+  int64_t a_rows = 0;  // rows of `a` (the down GEMM: the routed pairs), for that tensor map
 };
 
 // The checks every MoE launcher makes (moe.cu), by the experts' format (which pointers it needs,
