@@ -748,6 +748,7 @@ std::pair<MoeGemmArgs, MoeGemmArgs> wgmma_gemm_args(const Experts& ex, const Moe
   gu.a = ws.x_perm, gu.pos_to_pair = ws.pos_to_pair, gu.wq = ex.q_gate_up.q->get(), gu.wscale = ex.q_gate_up.s->get();
   gu.bias = bias_bf16 ? static_cast<const void*>(ex.d_gate_up_b16->get()) : ex.d_gate_up_b->get();
   gu.n = 2 * kInter, gu.k = kHidden, gu.swiglu_alpha = kAlpha, gu.swiglu_limit = kLimit, gu.act_out = ws.act;
+  gu.a_rows = tokens;
   dn.a = ws.act, dn.wq = ex.q_down.q->get(), dn.wscale = ex.q_down.s->get();
   dn.bias = bias_bf16 ? static_cast<const void*>(ex.d_down_b16->get()) : ex.d_down_b->get();
   dn.n = kHidden, dn.k = kInter, dn.y_out = ws.y, dn.a_rows = int64_t(tokens) * kTopK;
@@ -1024,9 +1025,9 @@ TEST(Mxfp4Moe, WgmmaPipeBulkWeightsAreTheRingBitForBit) {
   expect_pipe_switch_matches_ring({.bulk_weights = true});
 }
 
-// The down GEMM's token tiles by TMA box copies (MoeGemmArgs::pipe_tma_tokens: a tensor map over the
-// grouped activations, 128-byte swizzled by the copy unit; boxes reach past a group into the next
-// expert's rows and past the last row, where they read zeros).
+// The token tiles by TMA (MoeGemmArgs::pipe_tma_tokens, both GEMMs; 128-byte swizzled by the copy
+// unit): gate_up's gathered rows one one-row box each, the down GEMM's grouped activations one box a
+// stage (reaching past a group into the next expert's rows and past the last row, where it reads zeros).
 TEST(Mxfp4Moe, WgmmaPipeTmaTokenTilesAreTheRingBitForBit) {
   REQUIRE_GPU();
   expect_pipe_switch_matches_ring({.tma_tokens = true});

@@ -97,7 +97,6 @@ void launch_bf16_bf16w_moe(const MoeArgs& a, cudaStream_t stream) {
   down.n = a.hidden;
   down.k = a.intermediate;
   down.y_out = ws.y;
-  down.a_rows = pairs;
   launch_bf16_bf16w_moe_down(down, stream);
 
   launch_moe_combine(a.weights, a.num_tokens, a.top_k, a.hidden, ws, a.out, a.out_bf16, stream);
@@ -165,9 +164,11 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
   gate_up.swiglu_alpha = a.swiglu_alpha;
   gate_up.swiglu_limit = a.swiglu_limit;
   gate_up.act_out = ws.act;
+  gate_up.a_rows = a.num_tokens;
 
   MoeGemmArgs down = gemm;
   down.a = ws.act;
+  down.a_rows = pairs;
   down.wq = a.down_q;
   down.wscale = a.down_scales;
   down.bias = a.down_b;

@@ -143,6 +143,12 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
       const int64_t row = pos < w.row_end ? (a.pos_to_pair ? a.pos_to_pair[pos] / a.top_k : pos) : -1;
       src[i] = row >= 0 ? a.a + row * a.k + unit16 * 8 : nullptr;
     }
+    // Gathered rows by TMA (gate_up): producer thread p < kBM copies tile row p, the token of position
+    // row0 + p (-1 past the group: not copied; its stale row only feeds output columns never stored).
+    const int p = threadIdx.x - 32 * S::kConsumerWarps;
+    int tma_row = -1;
+    if (a.pipe_tma_tokens && a.pos_to_pair && p < kBM && w.row0 + p < w.row_end)
+      tma_row = a.pos_to_pair[w.row0 + p] / a.top_k;
     const int tile0 = w.block * S::kRowTiles;  // the unit's first layout tile within the expert
     const int64_t expert_chunk0 = int64_t(w.expert) * tiles_n * chunks;
     const int warp_tile0 = tile0 + pw * kTilesPerWarp;
@@ -158,7 +164,13 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
     for (int kc = 0; kc < chunks; ++kc) {
       mbar_wait(empty0 + 8 * stage, phase ^ 1);
       uint16_t* x = reinterpret_cast<uint16_t*>(smem + stage * R::kXBytes);
-      if (a.pipe_tma_tokens) {  // the down GEMM: rows row0 .. row0 + kBM - 1 are one box (rows past the
+      if (a.pipe_tma_tokens && a.pos_to_pair) {  // gate_up: a one-row box a token
+        if (tma_row >= 0 && !(a.pipe_ablate & 1)) {
+          const uint32_t bar = full0 + 8 * stage;
+          mbar_expect_tx(bar, kBK * 2);
+          tma_load_2d(static_cast<uint32_t>(__cvta_generic_to_shared(x + p * kBK)), tokens_map, kc * kBK, tma_row, bar);
+        }
+      } else if (a.pipe_tma_tokens) {  // down: rows row0 .. row0 + kBM - 1 are one box (rows past the
         // group are the next expert's or past the end, zero-filled: either way no output reads them)
         if (pw == 0 && lane == 0 && !(a.pipe_ablate & 1)) {
           const uint32_t bar = full0 + 8 * stage;
@@ -422,12 +434,14 @@ __device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a, const CUtens
   }
 }
 
-// tokens_map: the down GEMM's activations in kBM x 64 boxes when a.pipe_tma_tokens (unused otherwise);
-// a __grid_constant__ parameter, so the TMA reads it where it lies.
+// tokens_map (when a.pipe_tma_tokens; unused otherwise): gate_up's tokens in one-row boxes, the down
+// GEMM's grouped activations in kBM-row boxes, 64 columns each; a __grid_constant__ parameter, so the
+// TMA reads it where it lies.
 template <int kBM, class S>
 __global__ void __launch_bounds__(S::kThreads, 1)
-    bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const __grid_constant__ MoeGemmArgs a) {
-  mx_wgmma_pipe<kBM, true, S>(a, nullptr);
+    bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const __grid_constant__ MoeGemmArgs a,
+                                              const __grid_constant__ CUtensorMap tokens_map) {
+  mx_wgmma_pipe<kBM, true, S>(a, &tokens_map);
 }
 template <int kBM, class S>
 __global__ void __launch_bounds__(S::kThreads, 1)
@@ -453,16 +467,14 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
   // One CTA an SM, or fewer where the units (known only up to the host's tile bound) are fewer.
   const int64_t max_units = int64_t(a.max_tiles) * ((a.n + S::kBN - 1) / S::kBN);
   const int grid = int(std::min<int64_t>(max_units, sms));
-  if (swiglu) {
-    MoeGemmArgs g = a;
-    g.pipe_tma_tokens = false;  // gathered rows: cp.async
-    bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(g);
-  } else {
-    // The map is built at each launch (host work only, a few microseconds; a CUDA graph keeps the
-    // captured parameter, valid while `a.a` stays where it is, as every captured pointer must).
-    const CUtensorMap map = a.pipe_tma_tokens ? make_tma_map_2d_bf16(a.a, a.a_rows, a.k, kBM, kBK) : CUtensorMap{};
+  // The map is built at each launch (host work only, a few microseconds; a CUDA graph keeps the
+  // captured parameter, valid while `a.a` stays where it is, as every captured pointer must).
+  const CUtensorMap map =
+      a.pipe_tma_tokens ? make_tma_map_2d_bf16(a.a, a.a_rows, a.k, swiglu ? 1 : kBM, kBK) : CUtensorMap{};
+  if (swiglu)
+    bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a, map);
+  else
     bf16_mxfp4w_moe_down_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a, map);
-  }
 }
 
 // The shape by tile size, developer switch OSSRT_CUDA_MOE_PIPE_SETS (read once): unset, two 64-row sets a
@@ -498,14 +510,14 @@ bool pipe_paired_stores() {
   return on;
 }
 
-// OSSRT_CUDA_MOE_PIPE_TMA=1 (MoeGemmArgs::pipe_tma_tokens; written in session 28, off until measured;
-// read once).
-bool pipe_tma_tokens() {
-  static const bool on = [] {
+// OSSRT_CUDA_MOE_PIPE_TMA=bits (MoeGemmArgs::pipe_tma_tokens; written in session 28, off until
+// measured; read once): 1 the down GEMM's token tiles, 2 gate_up's, 3 both.
+int pipe_tma_bits() {
+  static const int bits = [] {
     const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_TMA");
-    return v && v[0] == '1';
+    return v ? std::atoi(v) : 0;
   }();
-  return on;
+  return bits;
 }
 
 // OSSRT_CUDA_MOE_PIPE_BULK=1 (MoeGemmArgs::pipe_bulk_weights; written in session 28, off until
@@ -523,7 +535,7 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
   a.pipe_ablate = pipe_ablate_bits();
   if (pipe_paired_stores()) a.pipe_paired_stores = true;  // a test may also set these in args
   if (pipe_bulk_weights()) a.pipe_bulk_weights = true;
-  if (pipe_tma_tokens()) a.pipe_tma_tokens = true;
+  if (pipe_tma_bits() & (swiglu ? 2 : 1)) a.pipe_tma_tokens = true;
   if (a.a_rows <= 0) a.pipe_tma_tokens = false;  // no row count: no map
   const char env = pipe_sets_switch();
   const bool two_sets = sets == 2 || (sets == 0 && (tile_m <= 48 ? env != '1' : tile_m == 64 && env == '2'));

@@ -114,12 +114,12 @@ struct MoeGemmArgs {
   // by the pipe's launcher): each layout tile's 512-byte chunk by one bulk copy (the TMA unit,
   // complete_tx on the stage's `full` barrier) instead of 32 lanes' 16-byte cp.async; the same bytes.
   bool pipe_bulk_weights = false;
-  // The MXFP4 pipe's down GEMM token tiles (developer switch OSSRT_CUDA_MOE_PIPE_TMA=1, read once; set by
-  // the pipe's launcher, which then builds a tensor map over `a`'s a_rows rows): each stage's kBM x 64
-  // tile of the grouped activations by one TMA box copy instead of the producers' 16-byte cp.async.
-  // The gate_up GEMM's rows are gathered (a token a row), so it keeps cp.async.
+  // The MXFP4 pipe's token tiles by TMA (developer switch OSSRT_CUDA_MOE_PIPE_TMA=bits, read once: 1
+  // the down GEMM, 2 gate_up; set by the pipe's launcher, which then builds a tensor map over `a`'s
+  // a_rows rows) instead of the producers' 16-byte cp.async: the down GEMM's kBM x 64 tile of grouped
+  // activations is one box; gate_up's rows are gathered (a token a row), so one one-row box a row.
   bool pipe_tma_tokens = false;
-  int64_t a_rows = 0;  // rows of `a` (the down GEMM: the routed pairs), for that tensor map
+  int64_t a_rows = 0;  // rows of `a` (gate_up: tokens; down: the routed pairs), for that tensor map
 };
 
 // The checks every MoE launcher makes (moe.cu), by the experts' format (which pointers it needs,
