@@ -144,11 +144,13 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
       src[i] = row >= 0 ? a.a + row * a.k + unit16 * 8 : nullptr;
     }
     // Gathered rows by TMA (gate_up): producer thread p < kBM copies tile row p, the token of position
-    // row0 + p (-1 past the group: not copied; its stale row only feeds output columns never stored).
+    // row0 + p (-1 past the group: not copied; its stale row only feeds output columns never stored);
+    // thread 0 expects the unit's valid rows' bytes for all of them.
     const int p = threadIdx.x - 32 * S::kConsumerWarps;
     int tma_row = -1;
     if (a.pipe_tma_tokens && a.pos_to_pair && p < kBM && w.row0 + p < w.row_end)
       tma_row = a.pos_to_pair[w.row0 + p] / a.top_k;
+    const uint32_t tma_rows_bytes = uint32_t(min(kBM, w.row_end - w.row0)) * kBK * 2;
     const int tile0 = w.block * S::kRowTiles;  // the unit's first layout tile within the expert
     const int64_t expert_chunk0 = int64_t(w.expert) * tiles_n * chunks;
     const int warp_tile0 = tile0 + pw * kTilesPerWarp;
@@ -165,10 +167,12 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
       mbar_wait(empty0 + 8 * stage, phase ^ 1);
       uint16_t* x = reinterpret_cast<uint16_t*>(smem + stage * R::kXBytes);
       if (a.pipe_tma_tokens && a.pos_to_pair) {  // gate_up: a one-row box a token
-        if (tma_row >= 0 && !(a.pipe_ablate & 1)) {
+        if (!(a.pipe_ablate & 1)) {
           const uint32_t bar = full0 + 8 * stage;
-          mbar_expect_tx(bar, kBK * 2);
-          tma_load_2d(static_cast<uint32_t>(__cvta_generic_to_shared(x + p * kBK)), tokens_map, kc * kBK, tma_row, bar);
+          if (p == 0) mbar_expect_tx(bar, tma_rows_bytes);  // before any of this thread's arrivals
+          if (tma_row >= 0)
+            tma_load_2d(static_cast<uint32_t>(__cvta_generic_to_shared(x + p * kBK)), tokens_map, kc * kBK, tma_row,
+                        bar);
         }
       } else if (a.pipe_tma_tokens) {  // down: rows row0 .. row0 + kBM - 1 are one box (rows past the
         // group are the next expert's or past the end, zero-filled: either way no output reads them)
@@ -422,6 +426,8 @@ __device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a, const CUtens
       mbar_init(empty0 + 8 * s, S::kConsumerWarps);   // each consumer warp, when its MMAs are done
     }
   }
+  // The barriers' initialization visible to the copy unit's complete_tx (the bulk and TMA switches) too.
+  if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();  // the barriers initialized (the only CTA barrier)
   const int row_blocks = (a.n + S::kBN - 1) / S::kBN;
   const int units = *a.num_tiles * row_blocks;
@@ -469,8 +475,9 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
   const int grid = int(std::min<int64_t>(max_units, sms));
   // The map is built at each launch (host work only, a few microseconds; a CUDA graph keeps the
   // captured parameter, valid while `a.a` stays where it is, as every captured pointer must).
+  // One-row boxes where the kernel gathers (pos_to_pair: the branch its producer takes), kBM rows else.
   const CUtensorMap map =
-      a.pipe_tma_tokens ? make_tma_map_2d_bf16(a.a, a.a_rows, a.k, swiglu ? 1 : kBM, kBK) : CUtensorMap{};
+      a.pipe_tma_tokens ? make_tma_map_2d_bf16(a.a, a.a_rows, a.k, a.pos_to_pair ? 1 : kBM, kBK) : CUtensorMap{};
   if (swiglu)
     bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a, map);
   else

@@ -24,10 +24,10 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 }  // namespace
 
 CUtensorMap make_tma_map_2d_bf16(const void* base, int64_t rows, int64_t cols, int box_rows, int box_cols) {
-  OSSRT_CU_CHECK(base != nullptr && rows > 0 && cols > 0 && (reinterpret_cast<uintptr_t>(base) % 16) == 0 &&
+  OSSRT_CU_CHECK(base != nullptr && rows > 0 && cols > 0 && (reinterpret_cast<uintptr_t>(base) % 128) == 0 &&
                      (cols * 2) % 16 == 0 && box_cols * 2 == 128 && box_rows > 0 && box_rows <= 256,
                  "make_tma_map_2d_bf16: a ", rows, " x ", cols, " bf16 matrix in boxes of ", box_rows, " x ", box_cols,
-                 " (16-byte aligned base and rows, 128-byte box rows, at most 256 of them)");
+                 " (128-byte aligned base, 16-byte aligned rows, 128-byte box rows, at most 256 of them)");
   CUtensorMap map{};
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};  // bytes from one row to the next

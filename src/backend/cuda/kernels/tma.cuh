@@ -11,7 +11,7 @@
 
 namespace ossrt::cuda {
 
-// A row-major bf16 matrix [rows, cols] (row stride cols elements, 16-byte aligned base, cols * 2 a
+// A row-major bf16 matrix [rows, cols] (row stride cols elements, 128-byte aligned base, cols * 2 a
 // multiple of 16) seen in boxes of box_rows x box_cols (box_cols * 2 == 128: one swizzle span),
 // 128-byte swizzled; rows past `rows` read as zeros. Throws (ossrt::Error) when the driver refuses.
 CUtensorMap make_tma_map_2d_bf16(const void* base, int64_t rows, int64_t cols, int box_rows, int box_cols);
