@@ -498,51 +498,33 @@ char pipe_sets_switch() {
   return v;
 }
 
-// OSSRT_CUDA_MOE_PIPE_ABLATE=bits (MoeGemmArgs::pipe_ablate; developer switch for timing, read once).
-int pipe_ablate_bits() {
-  static const int bits = [] {
-    const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_ABLATE");
+// The pipe's integer developer switches, each read once at first use (0 when unset):
+// OSSRT_CUDA_MOE_PIPE_ABLATE=bits (MoeGemmArgs::pipe_ablate, timing only); OSSRT_CUDA_MOE_PIPE_PAIRED_STORES=1
+// (pipe_paired_stores; session 26), OSSRT_CUDA_MOE_PIPE_BULK=1 (pipe_bulk_weights; session 28) and
+// OSSRT_CUDA_MOE_PIPE_TMA=bits (pipe_tma_tokens: 1 the down GEMM's token tiles, 2 gate_up's; session 28),
+// each off until measured faster.
+struct PipeSwitchesFromEnv {
+  int ablate = env_int("OSSRT_CUDA_MOE_PIPE_ABLATE");
+  bool paired_stores = env_int("OSSRT_CUDA_MOE_PIPE_PAIRED_STORES") == 1;
+  bool bulk_weights = env_int("OSSRT_CUDA_MOE_PIPE_BULK") == 1;
+  int tma_bits = env_int("OSSRT_CUDA_MOE_PIPE_TMA");
+  static int env_int(const char* name) {
+    const char* v = std::getenv(name);
     return v ? std::atoi(v) : 0;
-  }();
-  return bits;
-}
-
-// OSSRT_CUDA_MOE_PIPE_PAIRED_STORES=1 (MoeGemmArgs::pipe_paired_stores; written in session 26, not
-// yet run on a GPU, so off by default; read once).
-bool pipe_paired_stores() {
-  static const bool on = [] {
-    const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_PAIRED_STORES");
-    return v && v[0] == '1';
-  }();
-  return on;
-}
-
-// OSSRT_CUDA_MOE_PIPE_TMA=bits (MoeGemmArgs::pipe_tma_tokens; written in session 28, off until
-// measured; read once): 1 the down GEMM's token tiles, 2 gate_up's, 3 both.
-int pipe_tma_bits() {
-  static const int bits = [] {
-    const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_TMA");
-    return v ? std::atoi(v) : 0;
-  }();
-  return bits;
-}
-
-// OSSRT_CUDA_MOE_PIPE_BULK=1 (MoeGemmArgs::pipe_bulk_weights; written in session 28, off until
-// measured; read once).
-bool pipe_bulk_weights() {
-  static const bool on = [] {
-    const char* v = std::getenv("OSSRT_CUDA_MOE_PIPE_BULK");
-    return v && v[0] == '1';
-  }();
-  return on;
+  }
+};
+const PipeSwitchesFromEnv& pipe_switches_from_env() {
+  static const PipeSwitchesFromEnv switches;
+  return switches;
 }
 
 void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cudaStream_t stream) {
   MoeGemmArgs a = args;
-  a.pipe_ablate = pipe_ablate_bits();
-  if (pipe_paired_stores()) a.pipe_paired_stores = true;  // a test may also set these in args
-  if (pipe_bulk_weights()) a.pipe_bulk_weights = true;
-  if (pipe_tma_bits() & (swiglu ? 2 : 1)) a.pipe_tma_tokens = true;
+  const PipeSwitchesFromEnv& sw = pipe_switches_from_env();
+  a.pipe_ablate = sw.ablate;
+  if (sw.paired_stores) a.pipe_paired_stores = true;  // a test may also set these in args
+  if (sw.bulk_weights) a.pipe_bulk_weights = true;
+  if (sw.tma_bits & (swiglu ? 2 : 1)) a.pipe_tma_tokens = true;
   if (a.a_rows <= 0) a.pipe_tma_tokens = false;  // no row count: no map
   const char env = pipe_sets_switch();
   const bool two_sets = sets == 2 || (sets == 0 && (tile_m <= 48 ? env != '1' : tile_m == 64 && env == '2'));
