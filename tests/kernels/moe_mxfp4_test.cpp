@@ -755,20 +755,13 @@ std::pair<MoeGemmArgs, MoeGemmArgs> wgmma_gemm_args(const Experts& ex, const Moe
   return {gu, dn};
 }
 
-// The pipe kernels' developer switches a comparison runs with (MoeGemmArgs::pipe_paired_stores,
-// pipe_bulk_weights): each changes how values move, never which values, so every output must stay the
-// ring kernels' bit for bit.
+// The pipe kernels' developer switches a comparison runs with (MoeGemmArgs::pipe_tma_tokens, forced on
+// for both GEMMs; the launcher's default adds the down GEMM's anyway): they change how values move,
+// never which values, so every output must stay the ring kernels' bit for bit.
 struct PipeSwitches {
-  bool paired_stores = false, bulk_weights = false, tma_tokens = false;
-  void apply(MoeGemmArgs& a) const {
-    a.pipe_paired_stores = paired_stores;
-    a.pipe_bulk_weights = bulk_weights;
-    a.pipe_tma_tokens = tma_tokens;
-  }
-  std::string label() const {
-    return std::string(paired_stores ? " (paired stores)" : "") + (bulk_weights ? " (bulk weights)" : "") +
-           (tma_tokens ? " (TMA token tiles)" : "");
-  }
+  bool tma_tokens = false;
+  void apply(MoeGemmArgs& a) const { a.pipe_tma_tokens = tma_tokens; }
+  std::string label() const { return tma_tokens ? " (TMA token tiles)" : ""; }
 };
 
 // The pipelined large-M kernels (moe_mxfp4_wgmma_pipe.cu) against the ring kernels
@@ -1009,20 +1002,6 @@ void expect_pipe_switch_matches_ring(PipeSwitches sw) {
         expect_narrow_pipe_matches_ring(ex, x, r, tokens, tile_m, sets, sw);
       }
   }
-}
-
-// The paired-store epilogue (MoeGemmArgs::pipe_paired_stores: lanes swap one value so each stores two
-// adjacent columns of one row).
-TEST(Mxfp4Moe, WgmmaPipePairedStoresAreTheRingBitForBit) {
-  REQUIRE_GPU();
-  expect_pipe_switch_matches_ring({.paired_stores = true});
-}
-
-// The weight chunks by bulk copies (MoeGemmArgs::pipe_bulk_weights: the TMA unit fills each layout
-// tile's chunk; the sets past N of the narrow shape at N = 2,880 still take zero-filled cp.async).
-TEST(Mxfp4Moe, WgmmaPipeBulkWeightsAreTheRingBitForBit) {
-  REQUIRE_GPU();
-  expect_pipe_switch_matches_ring({.bulk_weights = true});
 }
 
 // The token tiles by TMA (MoeGemmArgs::pipe_tma_tokens, both GEMMs; 128-byte swizzled by the copy

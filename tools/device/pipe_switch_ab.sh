@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# A developer switch of the MXFP4 pipe kernels, off against on in one call (first written for
-# OSSRT_CUDA_MOE_PIPE_PAIRED_STORES=1, docs/kernels.md "The wide pipe at 8k, ablated"): the pipe's
+# A developer switch of the MXFP4 pipe kernels, off against on in one call (docs/kernels.md "The wide
+# pipe at 8k, ablated", "Copies by the TMA unit"): the pipe's
 # bit-identity tests (TESTS), one launch of each case's kernels under ncu both ways (the wide test's
 # E = 32 T = 8,192 at 128 rows and E = 128 T = 2,048 at 64; the narrow test's 48-row two-sets gate_up),
 # then 256-sequence decode steps and 1k / 8k prefill both ways, interleaved.
 # Device call from the repo root, pack unpacked into .carry/cuda.
-# Usage: SWITCH="OSSRT_CUDA_MOE_PIPE_PAIRED_STORES=1" [TESTS='*Paired*:*WgmmaPipeIsTheRing*:*Narrow*']
+# Usage: SWITCH="OSSRT_CUDA_MOE_PIPE_TMA=3" [TESTS='*TmaToken*:*WgmmaPipeIsTheRing*:*Narrow*']
 #        [AB_BATCHES="256": decode batch sizes; 384 and 512 take 64-row tiles (OSSRT_CUDA_MOE_PIPE_SETS=2)]
 #        [E2E=0: tests and ncu only] tools/device/pipe_switch_ab.sh
 set -uo pipefail
@@ -15,7 +15,7 @@ NCU=$(command -v ncu || find /usr/local/cuda*/bin /opt -name ncu -type f 2>/dev/
 SWITCH=${SWITCH:?SWITCH=VAR=value}
 nvidia-smi --query-gpu=name --format=csv,noheader
 echo "== tests, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
-timeout 200 "$PACK/bin/moe_mxfp4_test" --gtest_filter="${TESTS:-*Paired*:*WgmmaPipeIsTheRing*:*Narrow*:*ThirtyTwo*:*Graph*}" 2>&1 |
+timeout 200 "$PACK/bin/moe_mxfp4_test" --gtest_filter="${TESTS:-*TmaToken*:*WgmmaPipeIsTheRing*:*Narrow*:*ThirtyTwo*:*Graph*}" 2>&1 |
   grep -E "^\[ +(OK|FAILED|PASSED) |Failure|[1-9][0-9]* / [0-9]+ differ|[0-9]+ / [1-9][0-9]* differ" | head -30
 echo "== one launch each under ncu (duration; caches flushed): off, $SWITCH"
 for c in "*WgmmaPipeIsTheRingBitForBit*:gate_up_swiglu_wgmma_pipe:5" "*WgmmaPipeIsTheRingBitForBit*:down_wgmma_pipe:5" \

@@ -4,7 +4,7 @@
 # tools/device/pipe_switch_ab.sh with E2E=0 (its tests, then one launch of each case under ncu both
 # ways), then the whole GPU suite in what is left of DEADLINE_S (default 560).
 # Device call from the repo root, pack unpacked into .carry/cuda.
-# Usage: [SWITCHES="OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken* OSSRT_CUDA_MOE_PIPE_BULK=1:*Bulk*"] [ATTN=0]
+# Usage: [SWITCHES="OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken* ..."] [ATTN=0]
 #        tools/device/pipe_switches_check.sh
 set -uo pipefail
 START=$(date +%s)
@@ -18,7 +18,7 @@ if [ "${ATTN:-1}" = 1 ]; then
     grep -E "^\[ +(OK|FAILED|PASSED) |Failure|identical|Expected|Which is" | head -20
   NCU=0 timeout 100 tools/device/attn_prefill_probe.sh
 fi
-for sw in ${SWITCHES:-OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken* OSSRT_CUDA_MOE_PIPE_BULK=1:*Bulk*}; do
+for sw in ${SWITCHES:-OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken*}; do
   [ "$(left)" -gt 150 ] || { echo "== no time left for $sw"; break; }
   SWITCH=${sw%%:*} E2E=0 TESTS=${sw#*:} timeout 110 tools/device/pipe_switch_ab.sh
 done

@@ -430,10 +430,13 @@ void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& a, cudaStre
   // DISABLED_PrefillTiming) 1,983 against 2,349 us (the 32-token mma.sync tiling) for a full layer's
   // 8k-token prompt, 157 against 200 us (16-token) for a window layer's, and bit for bit the same
   // output (PrefillWgmmaMatchesTheMmaSyncKernelOn8kTokens).
-  // Its producer/consumer form (PrefillTiling::WgmmaPipe24) is not the default: its first form was
-  // slower (H100, 2026-12-05: 2,518 against 1,986 us on the 8k full layer, TTFT 8k 143 against 139 ms)
-  // and the second (the block table staged in shared memory) has not run on a GPU yet.
-  if (tiling == PrefillTiling::Auto && a.kv_elem == KvCacheElem::Bf16 && variant == 0) tiling = PrefillTiling::Wgmma64;
+  // On full layers with more than a few tokens a sequence, its producer/consumer form
+  // (PrefillTiling::WgmmaPipe24, the block table staged in shared memory; bit for bit the same output
+  // there): H100, 2026-12-06, 8k full layer 1,610 against 2,020 us, 4k 430 against 525, 1k 39.9
+  // against 40.9. Window layers keep the 16-token CTAs (the pipe: 191 against 161 us at 8k) and so do
+  // short chunks.
+  if (tiling == PrefillTiling::Auto && a.kv_elem == KvCacheElem::Bf16 && variant == 0)
+    tiling = a.window == 0 && a.plan.max_seq_tokens >= 64 ? PrefillTiling::WgmmaPipe24 : PrefillTiling::Wgmma64;
   if (tiling == PrefillTiling::Wgmma64 || tiling == PrefillTiling::WgmmaPipe24) {
     if (a.kv_elem == KvCacheElem::Bf16) {
       OSSRT_CU_CHECK(variant == 0, "attention prefill: the wgmma tilings have softmax variant 0 only, got ", variant);

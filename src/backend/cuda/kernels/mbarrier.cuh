@@ -1,6 +1,6 @@
 #pragma once
 // Shared-memory mbarriers for the warp-specialized pipelines (a producer warpgroup fills a ring of
-// stages with cp.async (and bulk copies), consumers wait on each stage's `full` barrier and release it on its `empty`
+// stages with cp.async (and TMA copies), consumers wait on each stage's `full` barrier and release it on its `empty`
 // one): moe_mxfp4_wgmma_pipe.cu, moe_fp8_wgmma_pipe.cu.
 #include <cstdint>
 
@@ -25,18 +25,10 @@ __device__ __forceinline__ void mbar_arrive_when_copied(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Adds `bytes` to the transaction count the current phase of `bar` waits for (no arrival): the
-// bytes of bulk copies this thread issues next with complete_tx on `bar`. Issued before the copies
+// bytes of bulk (TMA) copies this thread issues next with complete_tx on `bar`. Issued before the copies
 // and before this thread's own arrival, so the phase cannot complete without them.
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory by the
-// SM's bulk-copy (TMA) unit rather than by 16-byte cp.async instructions through the load/store
-// pipe; on landing they count against `bar`'s transaction count (mbar_expect_tx).
-__device__ __forceinline__ void bulk_copy_to_smem(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
 }
 // Blocks until the phase of `bar` with parity `parity` has completed (a fresh barrier counts its
 // phase "before" the first, parity 1, as completed).

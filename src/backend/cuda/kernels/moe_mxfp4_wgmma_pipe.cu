@@ -6,9 +6,9 @@
 // CTA barrier; ncu showed the 128-row kernel issuing on 0.49 of its cycles, its three warpgroups
 // stepping in lockstep (all dequantizing, then all waiting on their MMAs) and the 64-row ones
 // stalled at that barrier. Here a producer warpgroup fills a ring of kStages stages (token tile,
-// weight chunk, scales) with cp.async (the weight chunks optionally by bulk copies:
-// MoeGemmArgs::pipe_bulk_weights), each stage guarded by two mbarriers: `full` (the producer's
-// copies have landed: cp.async.mbarrier.arrive, one arrival a producer thread, plus the bulk copies'
+// weight chunk, scales) with cp.async (the down GEMM's token tile by one TMA box copy:
+// MoeGemmArgs::pipe_tma_tokens), each stage guarded by two mbarriers: `full` (the producer's
+// copies have landed: cp.async.mbarrier.arrive, one arrival a producer thread, plus the TMA copies'
 // bytes as its transaction count) and `empty` (every
 // consumer warp is done with the stage: its MMAs reading it have completed). The three consumer warpgroups
 // never meet at a barrier inside the k loop, so they drift apart and the tensor cores always have
@@ -194,17 +194,8 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
       for (int t = 0; t < kTilesPerWarp; ++t) {
         const bool ok = warp_tile0 + t < tiles_n;  // a unit's sets past N get zero weights
         if (a.pipe_ablate & 2) continue;
-        if (a.pipe_bulk_weights && ok) {  // warp-uniform: the tile's contiguous chunk, one bulk copy
-          if (lane == 0) {
-            const uint32_t bar = full0 + 8 * stage;
-            mbar_expect_tx(bar, kMxChunkBytes);
-            bulk_copy_to_smem(static_cast<uint32_t>(__cvta_generic_to_shared(wtiles + t * kMxChunkBytes)),
-                              w_tile0 + (int64_t(t) * chunks + kc) * kMxChunkBytes, kMxChunkBytes, bar);
-          }
-        } else {
-          cp_async_16(wtiles + t * kMxChunkBytes + lane * 16,
-                      ok ? w_src + (int64_t(t) * chunks + kc) * kMxChunkBytes : a.wq, ok);
-        }
+        cp_async_16(wtiles + t * kMxChunkBytes + lane * 16,
+                    ok ? w_src + (int64_t(t) * chunks + kc) * kMxChunkBytes : a.wq, ok);
       }
       if (pw == 0 && lane < 2 * S::kRowTiles && !(a.pipe_ablate & 2))
         cp_async_16(smem + R::kSOffset + stage * R::kSBytes + lane * 16,
@@ -215,77 +206,6 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
   }
   // Nothing may be left in flight when the thread exits.
   asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
-
-// The bias elements a consumer lane's epilogue reads for unit w (MoeGemmArgs::pipe_paired_stores):
-// requested into L1 when the unit starts, so the epilogue's loads do not wait on L2 after the last
-// MMA. No registers are held across the k loop (prefetch.global.L1 returns nothing); the ring's copies
-// bypass L1 (cp.async.cg), so the lines stay.
-__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
-template <bool kSwiglu, class S>
-__device__ __forceinline__ void prefetch_unit_bias(const MoeGemmArgs& a, const Unit& w, int warp, int g) {
-  const int64_t bias0 = int64_t(w.expert) * a.n;
-  const int elem = a.bias_bf16 ? 2 : 4;
-  constexpr int kSets = S::kSetsPerWarp;
-#pragma unroll
-  for (int j = 0; j < kSets; ++j) {
-    const int rt = w.block * S::kRowTiles + warp + S::kConsumerWarps * j;
-    if (rt * kMxRowTile >= a.n) continue;
-    const int64_t i = kSwiglu ? bias0 + 2 * (8 * rt + g) : bias0 + kMxRowTile * rt + g;  // + 1 / + 8: same line
-    prefetch_l1(static_cast<const char*>(a.bias) + i * elem);
-  }
-}
-
-// The epilogue of one 64-row set with paired stores (MoeGemmArgs::pipe_paired_stores): the values are
-// the unpaired epilogue's, bit for bit (the same sums, SwiGLU and roundings); only the stores differ.
-// Lane 4 g + c holds slot g (and g + 8) of token rows 8 i + 2 c + e, e = 0, 1; lane ^ 4 holds slot
-// g ^ 1 of the same rows, the adjacent column (gate_up: mx_wgmma_perm_col maps units 2 m and 2 m + 1 to
-// adjacent columns; down: n = 16 rt + g). The even lane stores row e = 0 of both columns, the odd one
-// row e = 1: one 32-bit (bf16 pair) or 64-bit (f32 pair) store instead of two.
-template <int kBM, bool kSwiglu>
-__device__ __forceinline__ void store_unit_paired(const MoeGemmArgs& a, const Unit& w, const float (&acc)[kBM / 2],
-                                                  int rt, int g, int c) {
-  const bool odd = g & 1;
-  const int64_t bias0 = int64_t(w.expert) * a.n;
-  if constexpr (kSwiglu) {
-    const int unit = 8 * rt + g;  // gate in slot g, up in slot g + 8
-    const float bg = mx_load_bias(a.bias, a.bias_bf16, bias0 + 2 * unit);
-    const float bu = mx_load_bias(a.bias, a.bias_bf16, bias0 + 2 * unit + 1);
-    const int64_t act_units = a.n / 2;
-    const int64_t col = unit / kBK * kBK + mx_wgmma_perm_col(unit % kBK);
-    const int64_t col_pair = odd ? col - 1 : col;  // even: this lane's column and the next
-    uint16_t* act = a.act_out;
-#pragma unroll
-    for (int i = 0; i < kBM / 8; ++i) {
-      const uint16_t v0 = __bfloat16_as_ushort(
-          __float2bfloat16_rn(mx_swiglu(acc[4 * i] + bg, acc[4 * i + 2] + bu, a.swiglu_alpha, a.swiglu_limit)));
-      const uint16_t v1 = __bfloat16_as_ushort(
-          __float2bfloat16_rn(mx_swiglu(acc[4 * i + 1] + bg, acc[4 * i + 3] + bu, a.swiglu_alpha, a.swiglu_limit)));
-      const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);  // the row the partner stores
-      const uint32_t pair = odd ? (got | uint32_t(v1) << 16) : (uint32_t(v0) | got << 16);
-      const int pos = w.row0 + 8 * i + 2 * c + (odd ? 1 : 0);
-      if (pos < w.row_end) *reinterpret_cast<uint32_t*>(act + int64_t(pos) * act_units + col_pair) = pair;
-    }
-  } else {
-    const int n_lo = kMxRowTile * rt + g, n_hi = n_lo + 8;
-    const float b_lo = mx_load_bias(a.bias, a.bias_bf16, bias0 + n_lo);
-    const float b_hi = mx_load_bias(a.bias, a.bias_bf16, bias0 + n_hi);
-    const int n_pair = odd ? n_lo - 1 : n_lo;  // even: columns n_lo, n_lo + 1 (and the same + 8)
-#pragma unroll
-    for (int i = 0; i < kBM / 8; ++i) {
-      const float lo0 = acc[4 * i] + b_lo, lo1 = acc[4 * i + 1] + b_lo;
-      const float hi0 = acc[4 * i + 2] + b_hi, hi1 = acc[4 * i + 3] + b_hi;
-      const float got_lo = __shfl_xor_sync(0xffffffffu, odd ? lo0 : lo1, 4);
-      const float got_hi = __shfl_xor_sync(0xffffffffu, odd ? hi0 : hi1, 4);
-      const float2 pl = odd ? make_float2(got_lo, lo1) : make_float2(lo0, got_lo);
-      const float2 ph = odd ? make_float2(got_hi, hi1) : make_float2(hi0, got_hi);
-      const int pos = w.row0 + 8 * i + 2 * c + (odd ? 1 : 0);
-      if (pos < w.row_end) {
-        *reinterpret_cast<float2*>(a.y_out + int64_t(pos) * a.n + n_pair) = pl;
-        *reinterpret_cast<float2*>(a.y_out + int64_t(pos) * a.n + n_pair + 8) = ph;
-      }
-    }
-  }
 }
 
 // A consumer warp (warpgroup warp / 4; it owns layout tiles warp + 4 kWG j of the
@@ -306,7 +226,6 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
   uint32_t phase = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const Unit w = unit_at(a, u, row_blocks);
-    if (a.pipe_paired_stores) prefetch_unit_bias<kSwiglu, S>(a, w, warp, g);
     constexpr int kAcc = kBM / 2;
     float acc[kSets][kAcc];
 #pragma unroll
@@ -374,10 +293,6 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
     for (int j = 0; j < kSets; ++j) {
       const int rt = w.block * S::kRowTiles + warp + S::kConsumerWarps * j;  // the tile within the expert
       if (rt * kMxRowTile >= a.n || (a.pipe_ablate & 8)) continue;
-      if (a.pipe_paired_stores) {
-        store_unit_paired<kBM, kSwiglu>(a, w, acc[j], rt, g, c);
-        continue;
-      }
       if constexpr (kSwiglu) {
         const int unit = 8 * rt + g;  // gate in slot g, up in slot g + 8
         const float bg = mx_load_bias(a.bias, a.bias_bf16, bias0 + 2 * unit);
@@ -426,7 +341,7 @@ __device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a, const CUtens
       mbar_init(empty0 + 8 * s, S::kConsumerWarps);   // each consumer warp, when its MMAs are done
     }
   }
-  // The barriers' initialization visible to the copy unit's complete_tx (the bulk and TMA switches) too.
+  // The barriers' initialization visible to the copy unit's complete_tx (TMA token tiles) too.
   if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();  // the barriers initialized (the only CTA barrier)
   const int row_blocks = (a.n + S::kBN - 1) / S::kBN;
@@ -498,19 +413,17 @@ char pipe_sets_switch() {
   return v;
 }
 
-// The pipe's integer developer switches, each read once at first use (0 when unset):
-// OSSRT_CUDA_MOE_PIPE_ABLATE=bits (MoeGemmArgs::pipe_ablate, timing only); OSSRT_CUDA_MOE_PIPE_PAIRED_STORES=1
-// (pipe_paired_stores; session 26), OSSRT_CUDA_MOE_PIPE_BULK=1 (pipe_bulk_weights; session 28) and
-// OSSRT_CUDA_MOE_PIPE_TMA=bits (pipe_tma_tokens: 1 the down GEMM's token tiles, 2 gate_up's; session 28),
-// each off until measured faster.
+// The pipe's developer switches, each read once at first use: OSSRT_CUDA_MOE_PIPE_ABLATE=bits
+// (MoeGemmArgs::pipe_ablate, timing only) and OSSRT_CUDA_MOE_PIPE_TMA=bits (pipe_tma_tokens: 1 the
+// down GEMM's token tiles, the default; 2 gate_up's, measured slower; 0 none). H100, session 28,
+// bacf68a, ncu (one launch, caches flushed), cp.async / TMA: down 8k 1.22 / 1.03 ms, at the decode
+// step's 48-row tiles 102.7 / 101.6 us; gate_up by one-row boxes 2.50 / 4.23 ms at 8k.
 struct PipeSwitchesFromEnv {
-  int ablate = env_int("OSSRT_CUDA_MOE_PIPE_ABLATE");
-  bool paired_stores = env_int("OSSRT_CUDA_MOE_PIPE_PAIRED_STORES") == 1;
-  bool bulk_weights = env_int("OSSRT_CUDA_MOE_PIPE_BULK") == 1;
-  int tma_bits = env_int("OSSRT_CUDA_MOE_PIPE_TMA");
-  static int env_int(const char* name) {
+  int ablate = env_int("OSSRT_CUDA_MOE_PIPE_ABLATE", 0);
+  int tma_bits = env_int("OSSRT_CUDA_MOE_PIPE_TMA", 1);
+  static int env_int(const char* name, int unset) {
     const char* v = std::getenv(name);
-    return v ? std::atoi(v) : 0;
+    return v && *v ? std::atoi(v) : unset;
   }
 };
 const PipeSwitchesFromEnv& pipe_switches_from_env() {
@@ -522,10 +435,8 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
   MoeGemmArgs a = args;
   const PipeSwitchesFromEnv& sw = pipe_switches_from_env();
   a.pipe_ablate = sw.ablate;
-  if (sw.paired_stores) a.pipe_paired_stores = true;  // a test may also set these in args
-  if (sw.bulk_weights) a.pipe_bulk_weights = true;
-  if (sw.tma_bits & (swiglu ? 2 : 1)) a.pipe_tma_tokens = true;
-  if (a.a_rows <= 0) a.pipe_tma_tokens = false;  // no row count: no map
+  if (sw.tma_bits & (swiglu ? 2 : 1)) a.pipe_tma_tokens = true;  // a test may also set it in args
+  if (a.a_rows <= 0) a.pipe_tma_tokens = false;                  // no row count: no map
   const char env = pipe_sets_switch();
   const bool two_sets = sets == 2 || (sets == 0 && (tile_m <= 48 ? env != '1' : tile_m == 64 && env == '2'));
   switch (tile_m) {

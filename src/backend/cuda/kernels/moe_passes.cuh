@@ -105,15 +105,6 @@ struct MoeGemmArgs {
   // outputs are garbage): 1 no token-tile copies, 2 no weight or scale copies, 4 no dequantization
   // (the raw words as A), 8 no epilogue stores. Set by the pipe's launcher; 0 otherwise.
   int pipe_ablate = 0;
-  // The MXFP4 pipe kernels' epilogue (developer switch OSSRT_CUDA_MOE_PIPE_PAIRED_STORES=1, read once;
-  // set by the pipe's launcher): each unit's biases prefetched into L1 when the unit starts, and lanes
-  // g and g ^ 1 (adjacent columns of the same token rows) swap one value so that each stores two
-  // adjacent columns of one row at once: half the store instructions, the same values.
-  bool pipe_paired_stores = false;
-  // The MXFP4 pipe kernels' weight copies (developer switch OSSRT_CUDA_MOE_PIPE_BULK=1, read once; set
-  // by the pipe's launcher): each layout tile's 512-byte chunk by one bulk copy (the TMA unit,
-  // complete_tx on the stage's `full` barrier) instead of 32 lanes' 16-byte cp.async; the same bytes.
-  bool pipe_bulk_weights = false;
   // The MXFP4 pipe's token tiles by TMA (developer switch OSSRT_CUDA_MOE_PIPE_TMA=bits, read once: 1
   // the down GEMM, 2 gate_up; set by the pipe's launcher, which then builds a tensor map over `a`'s
   // a_rows rows) instead of the producers' 16-byte cp.async: the down GEMM's kBM x 64 tile of grouped
