@@ -436,7 +436,8 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
   const PipeSwitchesFromEnv& sw = pipe_switches_from_env();
   a.pipe_ablate = sw.ablate;
   if (sw.tma_bits & (swiglu ? 2 : 1)) a.pipe_tma_tokens = true;  // a test may also set it in args
-  if (a.a_rows <= 0) a.pipe_tma_tokens = false;                  // no row count: no map
+  // No row count, or a base the tensor map cannot take (128-byte aligned): the cp.async copies.
+  if (a.a_rows <= 0 || reinterpret_cast<uintptr_t>(a.a) % 128 != 0) a.pipe_tma_tokens = false;
   const char env = pipe_sets_switch();
   const bool two_sets = sets == 2 || (sets == 0 && (tile_m <= 48 ? env != '1' : tile_m == 64 && env == '2'));
   switch (tile_m) {
