@@ -1,7 +1,7 @@
 #pragma once
 // Shared-memory mbarriers for the warp-specialized pipelines (a producer warpgroup fills a ring of
-// stages with cp.async (and TMA copies), consumers wait on each stage's `full` barrier and release it on its `empty`
-// one): moe_mxfp4_wgmma_pipe.cu, moe_fp8_wgmma_pipe.cu.
+// stages with cp.async and TMA copies, consumers wait on each stage's `full` barrier and release it
+// on its `empty` one): moe_mxfp4_wgmma_pipe.cu, moe_fp8_wgmma_pipe.cu, attention_prefill_wgmma_pipe.cu.
 #include <cstdint>
 
 namespace ossrt::cuda {
@@ -25,8 +25,8 @@ __device__ __forceinline__ void mbar_arrive_when_copied(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Adds `bytes` to the transaction count the current phase of `bar` waits for (no arrival): the
-// bytes of bulk (TMA) copies this thread issues next with complete_tx on `bar`. Issued before the copies
-// and before this thread's own arrival, so the phase cannot complete without them.
+// bytes of the TMA copies this thread issues next with complete_tx on `bar`. Issued before the
+// copies and before this thread's own arrival, so the phase cannot complete without them.
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
