@@ -17,8 +17,9 @@ namespace ossrt::cuda {
 CUtensorMap make_tma_map_2d_bf16(const void* base, int64_t rows, int64_t cols, int box_rows, int box_cols);
 
 #ifdef __CUDACC__
-// The box at (column c0, row r0) of `map` into shared memory at `dst` (1024-byte aligned), counted
-// against `bar`'s transaction bytes (mbar_expect_tx the box's bytes first).
+// The box at (column c0, row r0) of `map` into shared memory at `dst` (128-byte aligned; the swizzle
+// follows dst's address bits, so a box of whole 8-row groups wants 1024), counted against `bar`'s
+// transaction bytes (mbar_expect_tx the box's bytes first).
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int r0, uint32_t bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
