@@ -758,10 +758,21 @@ std::pair<MoeGemmArgs, MoeGemmArgs> wgmma_gemm_args(const Experts& ex, const Moe
 // The pipe kernels' developer switches a comparison runs with (MoeGemmArgs::pipe_tma_tokens, forced on
 // for both GEMMs; the launcher's default adds the down GEMM's anyway): they change how values move,
 // never which values, so every output must stay the ring kernels' bit for bit.
+// grouped_x: gate_up reads its tokens gathered into route order first (launch_mx_gather_permute_cols,
+// OSSRT_CUDA_MOE_GROUPED_X in moe.cu) instead of through pos_to_pair.
 struct PipeSwitches {
-  bool tma_tokens = false;
+  bool tma_tokens = false, grouped_x = false;
   void apply(MoeGemmArgs& a) const { a.pipe_tma_tokens = tma_tokens; }
-  std::string label() const { return tma_tokens ? " (TMA token tiles)" : ""; }
+  // gate_up's input: the grouped rows written into `rows` ([pairs, hidden] bf16) when grouped_x.
+  void apply_gate_up(MoeGemmArgs& gu, const uint16_t* x, const MoeWorkspace& ws, int pairs, uint16_t* rows) const {
+    apply(gu);
+    if (!grouped_x) return;
+    launch_mx_gather_permute_cols(x, ws.pos_to_pair, kTopK, pairs, kHidden, rows, nullptr);
+    gu.a = rows, gu.pos_to_pair = nullptr, gu.a_rows = pairs;
+  }
+  std::string label() const {
+    return std::string(tma_tokens ? " (TMA token tiles)" : "") + (grouped_x ? " (grouped x)" : "");
+  }
 };
 
 // The pipelined large-M kernels (moe_mxfp4_wgmma_pipe.cu) against the ring kernels
@@ -787,7 +798,8 @@ void expect_pipe_matches_ring(const Experts& ex, const std::vector<uint16_t>& x,
   launch_mx_permute_cols(d_x.get(), tokens, kHidden, ws.x_perm, nullptr);
   auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile_m, bias_bf16);
   MoeGemmArgs gu_pipe = gu, dn_pipe = dn;
-  sw.apply(gu_pipe);
+  auto grouped_rows = DeviceArray<uint16_t>::empty(size_t(pairs) * kHidden);
+  sw.apply_gate_up(gu_pipe, d_x.get(), ws, pairs, grouped_rows->get());
   sw.apply(dn_pipe);
   gu.act_out = ws.act, gu_pipe.act_out = act_pipe->get();
   dn.y_out = ws.y, dn_pipe.y_out = y_pipe->get();  // both down GEMMs read the ring's activations
@@ -875,7 +887,7 @@ void expect_narrow_pipe_matches_ring(const Experts& ex, const std::vector<uint16
     launch_mx_permute_cols(d_x.get(), tokens, kHidden, ws.x_perm, nullptr);
     auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile);
     if (pipe) {
-      sw.apply(gu);
+      sw.apply_gate_up(gu, d_x.get(), ws, pairs, reinterpret_cast<uint16_t*>(ws.y));  // as moe.cu: y's space
       sw.apply(dn);
       launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gu, tile, nullptr, sets);
       launch_bf16_mxfp4w_moe_down_wgmma_pipe(dn, tile, nullptr, sets);
@@ -1010,6 +1022,14 @@ void expect_pipe_switch_matches_ring(PipeSwitches sw) {
 TEST(Mxfp4Moe, WgmmaPipeTmaTokenTilesAreTheRingBitForBit) {
   REQUIRE_GPU();
   expect_pipe_switch_matches_ring({.tma_tokens = true});
+}
+
+// gate_up over its tokens gathered into route order (one TMA box a stage, as the down GEMM's; by
+// cp.async too) against the ring kernels reading x through pos_to_pair.
+TEST(Mxfp4Moe, WgmmaPipeGroupedTokensAreTheRingBitForBit) {
+  REQUIRE_GPU();
+  expect_pipe_switch_matches_ring({.tma_tokens = true, .grouped_x = true});
+  expect_pipe_switch_matches_ring({.tma_tokens = false, .grouped_x = true});
 }
 
 // Kernel times of both regimes (and the bf16 kernel) at decode and prefill sizes, for choosing

@@ -2,6 +2,7 @@
 // combine. Everything after validation is asynchronous and reads the routing only on the device,
 // so the sequence is capturable in a CUDA graph (grids are sized from host-known bounds).
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/moe.cuh"
@@ -12,6 +13,16 @@ namespace ossrt::cuda {
 namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// OSSRT_CUDA_MOE_GROUPED_X=1 (launch_mx_gather_permute_cols; developer switch, off until measured,
+// read once).
+bool grouped_x_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_GROUPED_X");
+    return v && v[0] == '1';
+  }();
+  return on;
+}
 
 }  // namespace
 
@@ -187,12 +198,22 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
     launch_bf16_mxfp4w_moe_gate_up_swiglu_decode(gate_up, direct ? 1 : n_tiles, stream);
     launch_bf16_mxfp4w_moe_down_decode(down, direct ? 1 : n_tiles, stream);
   } else if (wgmma) {
-    launch_mx_permute_cols(a.x, a.num_tokens, a.hidden, ws.x_perm, stream);
-    gate_up.a = ws.x_perm;
     if (mxfp4_wgmma_pipe_enabled()) {  // the pipelined kernels, bit-identical to the ring ones and faster
+      if (grouped_x_enabled()) {       // gate_up's tokens as contiguous rows in route order, in ws.y's space
+        uint16_t* grouped = reinterpret_cast<uint16_t*>(ws.y);
+        launch_mx_gather_permute_cols(a.x, ws.pos_to_pair, a.top_k, pairs, a.hidden, grouped, stream);
+        gate_up.a = grouped;
+        gate_up.pos_to_pair = nullptr;
+        gate_up.a_rows = pairs;
+      } else {
+        launch_mx_permute_cols(a.x, a.num_tokens, a.hidden, ws.x_perm, stream);
+        gate_up.a = ws.x_perm;
+      }
       launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gate_up, tile_m, stream);
       launch_bf16_mxfp4w_moe_down_wgmma_pipe(down, tile_m, stream);
     } else {
+      launch_mx_permute_cols(a.x, a.num_tokens, a.hidden, ws.x_perm, stream);
+      gate_up.a = ws.x_perm;
       launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(gate_up, tile_m, stream);
       launch_bf16_mxfp4w_moe_down_wgmma(down, tile_m, stream);
     }

@@ -222,6 +222,25 @@ __global__ void mx_permute_cols(const uint16_t* __restrict__ x, int64_t pieces, 
   }
 }
 
+// out[pos][64 kc + mx_wgmma_perm_col(q)] = x[pos_to_pair[pos] / top_k][64 kc + q]: the permutation of
+// mx_permute_cols, written in grouped (route) order, so a route tile's token rows are contiguous.
+__global__ void mx_gather_permute_cols(const uint16_t* __restrict__ x, const int32_t* __restrict__ pos_to_pair,
+                                       int top_k, int64_t pieces, int k, uint16_t* __restrict__ out) {
+  const int64_t row_pieces = k / 8;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pieces; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t pos = i / row_pieces;
+    const int64_t col = (i - pos * row_pieces) * 8;
+    const int64_t chunk0 = col / kBK * kBK;
+    const int q0 = int(col - chunk0);
+    const uint4 v = *reinterpret_cast<const uint4*>(x + int64_t(pos_to_pair[pos] / top_k) * k + col);
+    uint32_t* o = reinterpret_cast<uint32_t*>(out + pos * k + chunk0);
+    o[mx_wgmma_perm_col(q0) / 2] = v.x;
+    o[mx_wgmma_perm_col(q0 + 2) / 2] = v.y;
+    o[mx_wgmma_perm_col(q0 + 4) / 2] = v.z;
+    o[mx_wgmma_perm_col(q0 + 6) / 2] = v.w;
+  }
+}
+
 void check_wgmma_args(const MoeGemmArgs& a, int tile_m, const char* name) {
   OSSRT_CU_CHECK(mxfp4_wgmma_fits(a.n, a.k), name, ": N ", a.n, " must be a positive multiple of ", kBN, " and K ", a.k,
                  " of ", kBK);
@@ -310,6 +329,16 @@ void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, c
   const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, 4096);
   mx_permute_cols<<<int(blocks), 256, 0, stream>>>(x, pieces, k, out);
   OSSRT_CHECK_LAUNCH("mx_permute_cols");
+}
+
+void launch_mx_gather_permute_cols(const uint16_t* x, const int32_t* pos_to_pair, int top_k, int pairs, int k,
+                                   uint16_t* out, cudaStream_t stream) {
+  OSSRT_CU_CHECK(k > 0 && k % kBK == 0, "mx_gather_permute_cols: K ", k, " must be a positive multiple of ", kBK);
+  const int64_t pieces = int64_t(pairs) * k / 8;
+  if (pieces == 0) return;
+  const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, 4096);
+  mx_gather_permute_cols<<<int(blocks), 256, 0, stream>>>(x, pos_to_pair, top_k, pieces, k, out);
+  OSSRT_CHECK_LAUNCH("mx_gather_permute_cols");
 }
 
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& a, int tile_m, cudaStream_t stream) {

@@ -141,6 +141,12 @@ void launch_bf16_mxfp4w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
 bool mxfp4_wgmma_fits(int n, int k);  // N a multiple of 192, K of 64
 bool mxfp4_wgmma_enabled();           // developer switch OSSRT_CUDA_MOE_WGMMA=0 (A/B timing), read once
 void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, cudaStream_t stream);
+// The same permutation with the rows gathered into route order: out[pos] = permuted x[pos_to_pair[pos] /
+// top_k] for pos < pairs, so the pipe's gate_up reads a route tile's tokens as contiguous rows (one TMA
+// box a stage, as the down GEMM's) with pos_to_pair null. Developer switch OSSRT_CUDA_MOE_GROUPED_X=1
+// (moe.cu; the rows go to the workspace's y, which only the down GEMM writes, after gate_up has read them).
+void launch_mx_gather_permute_cols(const uint16_t* x, const int32_t* pos_to_pair, int top_k, int pairs, int k,
+                                   uint16_t* out, cudaStream_t stream);
 // The route tile: 128 rows from 128 rows an expert on average, else 64; with the pipe kernels 32 up
 // to 22 rows an expert and 48 up to 36 (decode batches of 20b: 256 sequences are 32 rows an expert),
 // unless the developer switch OSSRT_CUDA_MOE_NARROW_TILES=0 (A/B timing, read once).
