@@ -760,9 +760,10 @@ std::pair<MoeGemmArgs, MoeGemmArgs> wgmma_gemm_args(const Experts& ex, const Moe
 // never which values, so every output must stay the ring kernels' bit for bit.
 // grouped_x: gate_up reads its tokens gathered into route order first (launch_mx_gather_permute_cols,
 // OSSRT_CUDA_MOE_GROUPED_X in moe.cu) instead of through pos_to_pair.
+// tma_weights: the weight chunks and scales by TMA boxes (MoeGemmArgs::pipe_tma_weights).
 struct PipeSwitches {
-  bool tma_tokens = false, grouped_x = false;
-  void apply(MoeGemmArgs& a) const { a.pipe_tma_tokens = tma_tokens; }
+  bool tma_tokens = false, grouped_x = false, tma_weights = false;
+  void apply(MoeGemmArgs& a) const { a.pipe_tma_tokens = tma_tokens, a.pipe_tma_weights = tma_weights; }
   // gate_up's input: the grouped rows written into `rows` ([pairs, hidden] bf16) when grouped_x.
   void apply_gate_up(MoeGemmArgs& gu, const uint16_t* x, const MoeWorkspace& ws, int pairs, uint16_t* rows) const {
     apply(gu);
@@ -771,7 +772,8 @@ struct PipeSwitches {
     gu.a = rows, gu.pos_to_pair = nullptr, gu.a_rows = pairs;
   }
   std::string label() const {
-    return std::string(tma_tokens ? " (TMA token tiles)" : "") + (grouped_x ? " (grouped x)" : "");
+    return std::string(tma_tokens ? " (TMA token tiles)" : "") + (grouped_x ? " (grouped x)" : "") +
+           (tma_weights ? " (TMA weights)" : "");
   }
 };
 
@@ -1030,6 +1032,15 @@ TEST(Mxfp4Moe, WgmmaPipeGroupedTokensAreTheRingBitForBit) {
   REQUIRE_GPU();
   expect_pipe_switch_matches_ring({.tma_tokens = true, .grouped_x = true});
   expect_pipe_switch_matches_ring({.tma_tokens = false, .grouped_x = true});
+}
+
+// The weight chunks and scales as one TMA box each a stage (the last unit's sets past N then read the
+// next expert's tiles, or zeros past the last expert: outputs never stored), alone and with every
+// token copy by TMA too.
+TEST(Mxfp4Moe, WgmmaPipeTmaWeightsAreTheRingBitForBit) {
+  REQUIRE_GPU();
+  expect_pipe_switch_matches_ring({.tma_weights = true});
+  expect_pipe_switch_matches_ring({.tma_tokens = true, .grouped_x = true, .tma_weights = true});
 }
 
 // Kernel times of both regimes (and the bf16 kernel) at decode and prefill sizes, for choosing

@@ -120,7 +120,8 @@ __device__ __forceinline__ Unit unit_at(const MoeGemmArgs& a, int u, int row_blo
 // past N zero-filled) and their scales (warp 0), and arrives on the stage's `full` barrier when its
 // copies land.
 template <int kBM, class S>
-__device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap* tokens_map, uint8_t* smem,
+__device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap* tokens_map,
+                                        const CUtensorMap* weights_map, const CUtensorMap* scales_map, uint8_t* smem,
                                         uint32_t full0, uint32_t empty0, int units, int row_blocks) {
   using R = PipeRing<kBM, S>;
   constexpr int kRowsPerLane = kBM / 4 / kProducerWarps;
@@ -189,17 +190,30 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
           cp_async_16(x + r * kBK + ((unit16 ^ (r % 8)) * 8), ok ? src[i] + kc * kBK : a.a, ok);
         }
       }
-      uint8_t* wtiles = smem + R::kWOffset + stage * R::kWBytes + pw * kTilesPerWarp * kMxChunkBytes;
+      if (a.pipe_tma_weights) {  // the unit's tiles at chunk kc: one box of weights, one of scales
+        // (tiles past N are the next expert's, or zeros past the last: outputs never stored either way)
+        if (pw == 0 && lane == 0 && !(a.pipe_ablate & 2)) {
+          const uint32_t bar = full0 + 8 * stage;
+          const int tile_row = w.expert * tiles_n + tile0;
+          mbar_expect_tx(bar, R::kWBytes + R::kSBytes);
+          tma_load_2d(static_cast<uint32_t>(__cvta_generic_to_shared(smem + R::kWOffset + stage * R::kWBytes)),
+                      weights_map, kc * (kMxChunkBytes / 2), tile_row, bar);
+          tma_load_2d(static_cast<uint32_t>(__cvta_generic_to_shared(smem + R::kSOffset + stage * R::kSBytes)),
+                      scales_map, kc * (kMxChunkScaleBytes / 2), tile_row, bar);
+        }
+      } else {
+        uint8_t* wtiles = smem + R::kWOffset + stage * R::kWBytes + pw * kTilesPerWarp * kMxChunkBytes;
 #pragma unroll
-      for (int t = 0; t < kTilesPerWarp; ++t) {
-        const bool ok = warp_tile0 + t < tiles_n;  // a unit's sets past N get zero weights
-        if (a.pipe_ablate & 2) continue;
-        cp_async_16(wtiles + t * kMxChunkBytes + lane * 16,
-                    ok ? w_src + (int64_t(t) * chunks + kc) * kMxChunkBytes : a.wq, ok);
+        for (int t = 0; t < kTilesPerWarp; ++t) {
+          const bool ok = warp_tile0 + t < tiles_n;  // a unit's sets past N get zero weights
+          if (a.pipe_ablate & 2) continue;
+          cp_async_16(wtiles + t * kMxChunkBytes + lane * 16,
+                      ok ? w_src + (int64_t(t) * chunks + kc) * kMxChunkBytes : a.wq, ok);
+        }
+        if (pw == 0 && lane < 2 * S::kRowTiles && !(a.pipe_ablate & 2))
+          cp_async_16(smem + R::kSOffset + stage * R::kSBytes + lane * 16,
+                      s_ok ? s_src + int64_t(kc) * kMxChunkScaleBytes : a.wscale, s_ok);
       }
-      if (pw == 0 && lane < 2 * S::kRowTiles && !(a.pipe_ablate & 2))
-        cp_async_16(smem + R::kSOffset + stage * R::kSBytes + lane * 16,
-                    s_ok ? s_src + int64_t(kc) * kMxChunkScaleBytes : a.wscale, s_ok);
       mbar_arrive_when_copied(full0 + 8 * stage);
       if (++stage == R::kStages) stage = 0, phase ^= 1;
     }
@@ -328,8 +342,16 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
   }
 }
 
+// The tensor maps the producer copies by (each built only where its switch is on; unused otherwise).
+struct PipeMaps {
+  CUtensorMap tokens;   // pipe_tma_tokens: gate_up's tokens in one-row boxes (gathered through pos_to_pair)
+                        // or kBM-row boxes (rows in route order), the down GEMM's activations in kBM-row boxes
+  CUtensorMap weights;  // pipe_tma_weights: [experts x tiles, chunks x 512 bytes], kRowTiles x 512-byte boxes
+  CUtensorMap scales;   // pipe_tma_weights: [experts x tiles, chunks x 32 bytes], kRowTiles x 32-byte boxes
+};
+
 template <int kBM, bool kSwiglu, class S>
-__device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a, const CUtensorMap* tokens_map) {
+__device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a, const PipeMaps* maps) {
   using R = PipeRing<kBM, S>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_dynamic_smem<1024>(smem_raw);
@@ -341,34 +363,31 @@ __device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a, const CUtens
       mbar_init(empty0 + 8 * s, S::kConsumerWarps);   // each consumer warp, when its MMAs are done
     }
   }
-  // The barriers' initialization visible to the copy unit's complete_tx (TMA token tiles) too.
+  // The barriers' initialization visible to the copy unit's complete_tx (the TMA copies) too.
   if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();  // the barriers initialized (the only CTA barrier)
   const int row_blocks = (a.n + S::kBN - 1) / S::kBN;
   const int units = *a.num_tiles * row_blocks;
   if (threadIdx.x / 32 >= S::kConsumerWarps) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegisters));
-    produce<kBM, S>(a, tokens_map, smem, full0, empty0, units, row_blocks);
+    produce<kBM, S>(a, &maps->tokens, &maps->weights, &maps->scales, smem, full0, empty0, units, row_blocks);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegisters));
     consume<kBM, kSwiglu, S>(a, smem, full0, empty0, units, row_blocks);
   }
 }
 
-// tokens_map (when a.pipe_tma_tokens; unused otherwise): gate_up's tokens in one-row boxes, the down
-// GEMM's grouped activations in kBM-row boxes, 64 columns each; a __grid_constant__ parameter, so the
-// TMA reads it where it lies.
+// maps: a __grid_constant__ parameter, so the TMA reads the maps where they lie.
 template <int kBM, class S>
 __global__ void __launch_bounds__(S::kThreads, 1)
     bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const __grid_constant__ MoeGemmArgs a,
-                                              const __grid_constant__ CUtensorMap tokens_map) {
-  mx_wgmma_pipe<kBM, true, S>(a, &tokens_map);
+                                              const __grid_constant__ PipeMaps maps) {
+  mx_wgmma_pipe<kBM, true, S>(a, &maps);
 }
 template <int kBM, class S>
 __global__ void __launch_bounds__(S::kThreads, 1)
-    bf16_mxfp4w_moe_down_wgmma_pipe(const __grid_constant__ MoeGemmArgs a,
-                                    const __grid_constant__ CUtensorMap tokens_map) {
-  mx_wgmma_pipe<kBM, false, S>(a, &tokens_map);
+    bf16_mxfp4w_moe_down_wgmma_pipe(const __grid_constant__ MoeGemmArgs a, const __grid_constant__ PipeMaps maps) {
+  mx_wgmma_pipe<kBM, false, S>(a, &maps);
 }
 
 template <int kBM, class S = WideShape>
@@ -388,15 +407,22 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
   // One CTA an SM, or fewer where the units (known only up to the host's tile bound) are fewer.
   const int64_t max_units = int64_t(a.max_tiles) * ((a.n + S::kBN - 1) / S::kBN);
   const int grid = int(std::min<int64_t>(max_units, sms));
-  // The map is built at each launch (host work only, a few microseconds; a CUDA graph keeps the
-  // captured parameter, valid while `a.a` stays where it is, as every captured pointer must).
-  // One-row boxes where the kernel gathers (pos_to_pair: the branch its producer takes), kBM rows else.
-  const CUtensorMap map =
-      a.pipe_tma_tokens ? make_tma_map_2d_bf16(a.a, a.a_rows, a.k, a.pos_to_pair ? 1 : kBM, kBK) : CUtensorMap{};
+  // The maps are built at each launch (host work only, a few microseconds; a CUDA graph keeps the
+  // captured parameter, valid while the tensors stay where they are, as every captured pointer must).
+  // Token rows: one-row boxes where the kernel gathers (pos_to_pair: the branch its producer takes),
+  // kBM rows else. Weights: the experts' layout tiles as rows of chunks x 512 bytes (scales 32).
+  PipeMaps maps{};
+  if (a.pipe_tma_tokens) maps.tokens = make_tma_map_2d_bf16(a.a, a.a_rows, a.k, a.pos_to_pair ? 1 : kBM, kBK);
+  if (a.pipe_tma_weights) {
+    const int64_t tile_rows = int64_t(a.num_experts) * (a.n / kMxRowTile), chunks = a.k / kBK;
+    maps.weights = make_tma_map_2d_u16(a.wq, tile_rows, chunks * kMxChunkBytes / 2, S::kRowTiles, kMxChunkBytes / 2);
+    maps.scales =
+        make_tma_map_2d_u16(a.wscale, tile_rows, chunks * kMxChunkScaleBytes / 2, S::kRowTiles, kMxChunkScaleBytes / 2);
+  }
   if (swiglu)
-    bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a, map);
+    bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a, maps);
   else
-    bf16_mxfp4w_moe_down_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a, map);
+    bf16_mxfp4w_moe_down_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a, maps);
 }
 
 // The shape by tile size, developer switch OSSRT_CUDA_MOE_PIPE_SETS (read once): unset, two 64-row sets a
@@ -415,7 +441,8 @@ char pipe_sets_switch() {
 
 // The pipe's developer switches, each read once at first use: OSSRT_CUDA_MOE_PIPE_ABLATE=bits
 // (MoeGemmArgs::pipe_ablate, timing only) and OSSRT_CUDA_MOE_PIPE_TMA=bits (pipe_tma_tokens: 1 the
-// down GEMM's token tiles, the default; 2 gate_up's, measured slower; 0 none). H100, session 28,
+// down GEMM's token tiles, the default; 2 gate_up's, measured slower as one-row boxes; 4 both GEMMs'
+// weights and scales, pipe_tma_weights, not yet measured; 0 none). H100, session 28,
 // bacf68a, ncu (one launch, caches flushed), cp.async / TMA: down 8k 1.22 / 1.03 ms, at the decode
 // step's 48-row tiles 102.7 / 101.6 us; gate_up by one-row boxes 2.50 / 4.23 ms at 8k.
 struct PipeSwitchesFromEnv {
@@ -435,9 +462,12 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
   MoeGemmArgs a = args;
   const PipeSwitchesFromEnv& sw = pipe_switches_from_env();
   a.pipe_ablate = sw.ablate;
-  if (sw.tma_bits & (swiglu ? 2 : 1)) a.pipe_tma_tokens = true;  // a test may also set it in args
+  if (sw.tma_bits & (swiglu ? 2 : 1)) a.pipe_tma_tokens = true;  // a test may also set these in args
+  if (sw.tma_bits & 4) a.pipe_tma_weights = true;
   // No row count, or a base the tensor map cannot take (128-byte aligned): the cp.async copies.
   if (a.a_rows <= 0 || reinterpret_cast<uintptr_t>(a.a) % 128 != 0) a.pipe_tma_tokens = false;
+  if (a.num_experts <= 0 || reinterpret_cast<uintptr_t>(a.wq) % 16 != 0 || reinterpret_cast<uintptr_t>(a.wscale) % 16)
+    a.pipe_tma_weights = false;
   const char env = pipe_sets_switch();
   const bool two_sets = sets == 2 || (sets == 0 && (tile_m <= 48 ? env != '1' : tile_m == 64 && env == '2'));
   switch (tile_m) {

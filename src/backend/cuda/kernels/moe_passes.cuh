@@ -108,9 +108,14 @@ struct MoeGemmArgs {
   // The MXFP4 pipe's token tiles by TMA (developer switch OSSRT_CUDA_MOE_PIPE_TMA=bits, read once: 1
   // the down GEMM, 2 gate_up; set by the pipe's launcher, which then builds a tensor map over `a`'s
   // a_rows rows) instead of the producers' 16-byte cp.async: the down GEMM's kBM x 64 tile of grouped
-  // activations is one box; gate_up's rows are gathered (a token a row), so one one-row box a row.
+  // activations is one box; gate_up's rows are gathered (a token a row), so one one-row box a row
+  // (or one box, when its tokens were gathered into route order first: pos_to_pair null).
   bool pipe_tma_tokens = false;
   int64_t a_rows = 0;  // rows of `a` (gate_up: tokens; down: the routed pairs), for that tensor map
+  // The MXFP4 pipe's weight chunks and scales by TMA too (OSSRT_CUDA_MOE_PIPE_TMA bit 4; needs
+  // num_experts): a unit's layout tiles at one chunk are rows of [experts x tiles, chunks x 512 bytes],
+  // so a stage's weights are one box and its scales another, instead of 3 + 1 cp.async a producer thread.
+  bool pipe_tma_weights = false;
 };
 
 // The checks every MoE launcher makes (moe.cu), by the experts' format (which pointers it needs,

@@ -15,6 +15,11 @@ namespace ossrt::cuda {
 // multiple of 16) seen in boxes of box_rows x box_cols (box_cols * 2 == 128: one swizzle span),
 // 128-byte swizzled; rows past `rows` read as zeros. Throws (ossrt::Error) when the driver refuses.
 CUtensorMap make_tma_map_2d_bf16(const void* base, int64_t rows, int64_t cols, int box_rows, int box_cols);
+// The same over plain bytes copied as they lie (no swizzle): a row-major [rows, cols] matrix of 16-bit
+// units (16-byte aligned base, cols * 2 a multiple of 16) in boxes of box_rows x box_cols (box_cols * 2
+// a multiple of 16, box_cols <= 256), landing row after row; rows past `rows` read as zeros. For
+// packed data whose layout the kernel already reads (e.g. MXFP4 weight chunks and their scales).
+CUtensorMap make_tma_map_2d_u16(const void* base, int64_t rows, int64_t cols, int box_rows, int box_cols);
 
 #ifdef __CUDACC__
 // The box at (column c0, row r0) of `map` into shared memory at `dst` (128-byte aligned; the swizzle
