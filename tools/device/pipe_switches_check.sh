@@ -2,9 +2,11 @@
 # One device call for the pipes' developer switches (docs/kernels.md): the prefill attention pipe's
 # 8k bit-identity test and the prefill timing, then for each SWITCHES entry (VAR=value:gtest filter)
 # tools/device/pipe_switch_ab.sh with E2E=0 (its tests, then one launch of each case under ncu both
-# ways), then the whole GPU suite in what is left of DEADLINE_S (default 560).
+# ways), then with PREFILL_AB (prefill_ab.sh's variants, label=VAR=value[,VAR=value], run in the order
+# given) the TTFT of each variant (INPUT_LENS, default 8192), then the whole GPU suite in what is left
+# of DEADLINE_S (default 560).
 # Device call from the repo root, pack unpacked into .carry/cuda.
-# Usage: [SWITCHES="OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken* ..."] [ATTN=0]
+# Usage: [SWITCHES="OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken* ..."] [ATTN=0] [PREFILL_AB="off= on=VAR=1 ..."]
 #        tools/device/pipe_switches_check.sh
 set -uo pipefail
 START=$(date +%s)
@@ -22,6 +24,11 @@ for sw in ${SWITCHES:-OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken*}; do
   [ "$(left)" -gt 150 ] || { echo "== no time left for $sw"; break; }
   SWITCH=${sw%%:*} E2E=0 TESTS=${sw#*:} timeout 110 tools/device/pipe_switch_ab.sh
 done
+if [ -n "${PREFILL_AB:-}" ]; then
+  # shellcheck disable=SC2086  # the variants are words
+  INPUT_LENS=${INPUT_LENS:-8192} DEADLINE_S=$(($(left) - ${SUITE_S:-200})) tools/device/prefill_ab.sh $PREFILL_AB 2>&1 |
+    grep -E "^== |^-- |^(mxfp4|fp8|bf16)"
+fi
 t=$(($(left) - 10))
 if [ "$t" -gt 60 ]; then
   echo "== the GPU suite ($t s)"
