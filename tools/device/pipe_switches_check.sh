@@ -6,7 +6,7 @@
 # given) the TTFT of each variant (INPUT_LENS, default 8192), then the whole GPU suite in what is left
 # of DEADLINE_S (default 560).
 # Device call from the repo root, pack unpacked into .carry/cuda.
-# Usage: [SWITCHES="OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken* ..."] [ATTN=0] [PREFILL_AB="off= on=VAR=1 ..."]
+# Usage: [SWITCHES="OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken* ..."] [AB_S=110: each entry's limit] [ATTN=0] [PREFILL_AB="off= on=VAR=1 ..."]
 #        tools/device/pipe_switches_check.sh
 set -uo pipefail
 START=$(date +%s)
@@ -22,7 +22,7 @@ if [ "${ATTN:-1}" = 1 ]; then
 fi
 for sw in ${SWITCHES:-OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken*}; do
   [ "$(left)" -gt 150 ] || { echo "== no time left for $sw"; break; }
-  SWITCH=${sw%%:*} E2E=0 TESTS=${sw#*:} timeout 110 tools/device/pipe_switch_ab.sh
+  SWITCH=${sw%%:*} E2E=0 TESTS=${sw#*:} timeout "${AB_S:-110}" tools/device/pipe_switch_ab.sh
 done
 if [ -n "${PREFILL_AB:-}" ]; then
   # shellcheck disable=SC2086  # the variants are words
