@@ -755,9 +755,10 @@ std::pair<MoeGemmArgs, MoeGemmArgs> wgmma_gemm_args(const Experts& ex, const Moe
   return {gu, dn};
 }
 
-// The pipe kernels' developer switches a comparison runs with (MoeGemmArgs::pipe_tma_tokens, forced on
-// for both GEMMs; the launcher's default adds the down GEMM's anyway): they change how values move,
-// never which values, so every output must stay the ring kernels' bit for bit.
+// The pipe kernels' copy switches a comparison runs with (MoeGemmArgs::pipe_tma_tokens for both GEMMs,
+// where a map can serve them; the launchers take them as given, moe.cu sets them from
+// OSSRT_CUDA_MOE_PIPE_TMA; none: cp.async everywhere): they change how values move, never which
+// values, so every output must stay the ring kernels' bit for bit.
 // grouped_x: gate_up reads its tokens gathered into route order first (launch_mx_gather_permute_cols,
 // OSSRT_CUDA_MOE_GROUPED_X in moe.cu) instead of through pos_to_pair.
 // tma_weights: the weight chunks and scales by TMA boxes (MoeGemmArgs::pipe_tma_weights).
@@ -1019,8 +1020,9 @@ void expect_pipe_switch_matches_ring(PipeSwitches sw) {
 }
 
 // The token tiles by TMA (MoeGemmArgs::pipe_tma_tokens, both GEMMs; 128-byte swizzled by the copy
-// unit): gate_up's gathered rows one one-row box each, the down GEMM's grouped activations one box a
-// stage (reaching past a group into the next expert's rows and past the last row, where it reads zeros).
+// unit): the down GEMM's grouped activations one box a stage (reaching past a group into the next
+// expert's rows and past the last row, where it reads zeros); gate_up's rows, gathered through
+// pos_to_pair, stay cp.async (the launcher's rule).
 TEST(Mxfp4Moe, WgmmaPipeTmaTokenTilesAreTheRingBitForBit) {
   REQUIRE_GPU();
   expect_pipe_switch_matches_ring({.tma_tokens = true});

@@ -144,14 +144,6 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
       const int64_t row = pos < w.row_end ? (a.pos_to_pair ? a.pos_to_pair[pos] / a.top_k : pos) : -1;
       src[i] = row >= 0 ? a.a + row * a.k + unit16 * 8 : nullptr;
     }
-    // Gathered rows by TMA (gate_up): producer thread p < kBM copies tile row p, the token of position
-    // row0 + p (-1 past the group: not copied; its stale row only feeds output columns never stored);
-    // thread 0 expects the unit's valid rows' bytes for all of them.
-    const int p = threadIdx.x - 32 * S::kConsumerWarps;
-    int tma_row = -1;
-    if (a.pipe_tma_tokens && a.pos_to_pair && p < kBM && w.row0 + p < w.row_end)
-      tma_row = a.pos_to_pair[w.row0 + p] / a.top_k;
-    const uint32_t tma_rows_bytes = uint32_t(min(kBM, w.row_end - w.row0)) * kBK * 2;
     const int tile0 = w.block * S::kRowTiles;  // the unit's first layout tile within the expert
     const int64_t expert_chunk0 = int64_t(w.expert) * tiles_n * chunks;
     const int warp_tile0 = tile0 + pw * kTilesPerWarp;
@@ -167,16 +159,9 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
     for (int kc = 0; kc < chunks; ++kc) {
       mbar_wait(empty0 + 8 * stage, phase ^ 1);
       uint16_t* x = reinterpret_cast<uint16_t*>(smem + stage * R::kXBytes);
-      if (a.pipe_tma_tokens && a.pos_to_pair) {  // gate_up: a one-row box a token
-        if (!(a.pipe_ablate & 1)) {
-          const uint32_t bar = full0 + 8 * stage;
-          if (p == 0) mbar_expect_tx(bar, tma_rows_bytes);  // before any of this thread's arrivals
-          if (tma_row >= 0)
-            tma_load_2d(static_cast<uint32_t>(__cvta_generic_to_shared(x + p * kBK)), tokens_map, kc * kBK, tma_row,
-                        bar);
-        }
-      } else if (a.pipe_tma_tokens) {  // down: rows row0 .. row0 + kBM - 1 are one box (rows past the
-        // group are the next expert's or past the end, zero-filled: either way no output reads them)
+      if (a.pipe_tma_tokens) {  // rows in route order (never gathered here: the launcher's rule), so
+        // rows row0 .. row0 + kBM - 1 are one box (rows past the group are the next expert's or past the
+        // end, zero-filled: either way no output reads them)
         if (pw == 0 && lane == 0 && !(a.pipe_ablate & 1)) {
           const uint32_t bar = full0 + 8 * stage;
           mbar_expect_tx(bar, R::kXBytes);
@@ -344,8 +329,7 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
 
 // The tensor maps the producer copies by (each built only where its switch is on; unused otherwise).
 struct PipeMaps {
-  CUtensorMap tokens;   // pipe_tma_tokens: gate_up's tokens in one-row boxes (gathered through pos_to_pair)
-                        // or kBM-row boxes (rows in route order), the down GEMM's activations in kBM-row boxes
+  CUtensorMap tokens;   // pipe_tma_tokens: A's rows (route order) in kBM-row boxes
   CUtensorMap weights;  // pipe_tma_weights: [experts x tiles, chunks x 512 bytes], kRowTiles x 512-byte boxes
   CUtensorMap scales;   // pipe_tma_weights: [experts x tiles, chunks x 32 bytes], kRowTiles x 32-byte boxes
 };
@@ -409,10 +393,10 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
   const int grid = int(std::min<int64_t>(max_units, sms));
   // The maps are built at each launch (host work only, a few microseconds; a CUDA graph keeps the
   // captured parameter, valid while the tensors stay where they are, as every captured pointer must).
-  // Token rows: one-row boxes where the kernel gathers (pos_to_pair: the branch its producer takes),
-  // kBM rows else. Weights: the experts' layout tiles as rows of chunks x 512 bytes (scales 32).
+  // Token rows in kBM-row boxes; weights: the experts' layout tiles as rows of chunks x 512 bytes
+  // (scales 32).
   PipeMaps maps{};
-  if (a.pipe_tma_tokens) maps.tokens = make_tma_map_2d_bf16(a.a, a.a_rows, a.k, a.pos_to_pair ? 1 : kBM, kBK);
+  if (a.pipe_tma_tokens) maps.tokens = make_tma_map_2d_bf16(a.a, a.a_rows, a.k, kBM, kBK);
   if (a.pipe_tma_weights) {
     const int64_t tile_rows = int64_t(a.num_experts) * (a.n / kMxRowTile), chunks = a.k / kBK;
     maps.weights = make_tma_map_2d_u16(a.wq, tile_rows, chunks * kMxChunkBytes / 2, S::kRowTiles, kMxChunkBytes / 2);
@@ -440,32 +424,23 @@ char pipe_sets_switch() {
 }
 
 // The pipe's developer switches, each read once at first use: OSSRT_CUDA_MOE_PIPE_ABLATE=bits
-// (MoeGemmArgs::pipe_ablate, timing only) and OSSRT_CUDA_MOE_PIPE_TMA=bits (pipe_tma_tokens: 1 the
-// down GEMM's token tiles, the default; 2 gate_up's, measured slower as one-row boxes; 4 both GEMMs'
-// weights and scales, pipe_tma_weights, not yet measured; 0 none). H100, session 28,
-// bacf68a, ncu (one launch, caches flushed), cp.async / TMA: down 8k 1.22 / 1.03 ms, at the decode
-// step's 48-row tiles 102.7 / 101.6 us; gate_up by one-row boxes 2.50 / 4.23 ms at 8k.
-struct PipeSwitchesFromEnv {
-  int ablate = env_int("OSSRT_CUDA_MOE_PIPE_ABLATE", 0);
-  int tma_bits = env_int("OSSRT_CUDA_MOE_PIPE_TMA", 1);
-  static int env_int(const char* name, int unset) {
-    const char* v = std::getenv(name);
-    return v && *v ? std::atoi(v) : unset;
-  }
-};
-const PipeSwitchesFromEnv& pipe_switches_from_env() {
-  static const PipeSwitchesFromEnv switches;
-  return switches;
+// (MoeGemmArgs::pipe_ablate, timing only) and OSSRT_CUDA_MOE_PIPE_TMA=bits (mxfp4_pipe_tma_bits).
+int env_int(const char* name, int unset) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : unset;
+}
+int pipe_ablate_bits() {
+  static const int bits = env_int("OSSRT_CUDA_MOE_PIPE_ABLATE", 0);
+  return bits;
 }
 
 void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cudaStream_t stream) {
   MoeGemmArgs a = args;
-  const PipeSwitchesFromEnv& sw = pipe_switches_from_env();
-  a.pipe_ablate = sw.ablate;
-  if (sw.tma_bits & (swiglu ? 2 : 1)) a.pipe_tma_tokens = true;  // a test may also set these in args
-  if (sw.tma_bits & 4) a.pipe_tma_weights = true;
-  // No row count, or a base the tensor map cannot take (128-byte aligned): the cp.async copies.
-  if (a.a_rows <= 0 || reinterpret_cast<uintptr_t>(a.a) % 128 != 0) a.pipe_tma_tokens = false;
+  a.pipe_ablate = pipe_ablate_bits();
+  // Rows gathered through pos_to_pair (a box would need a row a token: one-row boxes measured 2.50 ->
+  // 4.23 ms at 8k, H100, session 28), no row count, or a base the tensor map cannot take (128-byte
+  // aligned): the cp.async copies.
+  if (a.pos_to_pair || a.a_rows <= 0 || reinterpret_cast<uintptr_t>(a.a) % 128 != 0) a.pipe_tma_tokens = false;
   if (a.num_experts <= 0 || reinterpret_cast<uintptr_t>(a.wq) % 16 != 0 || reinterpret_cast<uintptr_t>(a.wscale) % 16)
     a.pipe_tma_weights = false;
   const char env = pipe_sets_switch();
@@ -506,6 +481,15 @@ bool mxfp4_wgmma_pipe_enabled() {
 }
 
 bool mxfp4_wgmma_pipe_tile_ok(int tile_m) { return tile_m == 32 || tile_m == 48 || tile_m == 64 || tile_m == 128; }
+
+// Measured (docs/kernels.md, "Copies by the TMA unit"; ncu, one launch, caches flushed): bit 1 alone,
+// down 8k 1.22 -> 1.03 ms (H100, bacf68a); bit 4 on top (H100, 008391d) gate_up 8k 2.23 -> 2.07 ms,
+// down 942 -> 867 us, the decode step's 48-row tiles 173 -> 160 and 89.5 -> 77.8 us. Bit 2 serves
+// gate_up where moe.cu gathers its tokens into route order first (the default).
+int mxfp4_pipe_tma_bits() {
+  static const int bits = env_int("OSSRT_CUDA_MOE_PIPE_TMA", 7);
+  return bits;
+}
 
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const MoeGemmArgs& a, int tile_m, cudaStream_t stream, int sets) {
   check_pipe_args(a, tile_m, sets, "bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe");

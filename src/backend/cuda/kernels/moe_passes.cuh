@@ -107,9 +107,9 @@ struct MoeGemmArgs {
   int pipe_ablate = 0;
   // The MXFP4 pipe's token tiles by TMA (developer switch OSSRT_CUDA_MOE_PIPE_TMA=bits, read once: 1
   // the down GEMM, 2 gate_up; set by the pipe's launcher, which then builds a tensor map over `a`'s
-  // a_rows rows) instead of the producers' 16-byte cp.async: the down GEMM's kBM x 64 tile of grouped
-  // activations is one box; gate_up's rows are gathered (a token a row), so one one-row box a row
-  // (or one box, when its tokens were gathered into route order first: pos_to_pair null).
+  // a_rows rows) instead of the producers' 16-byte cp.async: a kBM x 64 tile of rows in route order
+  // (the down GEMM's activations; gate_up's tokens gathered first) is one box. Rows gathered through
+  // pos_to_pair keep cp.async (the launcher clears it).
   bool pipe_tma_tokens = false;
   int64_t a_rows = 0;  // rows of `a` (gate_up: tokens; down: the routed pairs), for that tensor map
   // The MXFP4 pipe's weight chunks and scales by TMA too (OSSRT_CUDA_MOE_PIPE_TMA bit 4; needs
@@ -148,8 +148,9 @@ bool mxfp4_wgmma_enabled();           // developer switch OSSRT_CUDA_MOE_WGMMA=0
 void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, cudaStream_t stream);
 // The same permutation with the rows gathered into route order: out[pos] = permuted x[pos_to_pair[pos] /
 // top_k] for pos < pairs, so the pipe's gate_up reads a route tile's tokens as contiguous rows (one TMA
-// box a stage, as the down GEMM's) with pos_to_pair null. Developer switch OSSRT_CUDA_MOE_GROUPED_X=1
-// (moe.cu; the rows go to the workspace's y, which only the down GEMM writes, after gate_up has read them).
+// box a stage, as the down GEMM's) with pos_to_pair null. The default (moe.cu; developer switch
+// OSSRT_CUDA_MOE_GROUPED_X=0); the rows go to the workspace's y, which only the down GEMM writes, after
+// gate_up has read them.
 void launch_mx_gather_permute_cols(const uint16_t* x, const int32_t* pos_to_pair, int top_k, int pairs, int k,
                                    uint16_t* out, cudaStream_t stream);
 // The route tile: 128 rows from 128 rows an expert on average, else 64; with the pipe kernels 32 up
@@ -166,6 +167,11 @@ void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, int tile_m, cuda
 // warpgroups of two sets (32-, 48- and 64-row tiles).
 bool mxfp4_wgmma_pipe_enabled();  // the default; developer switch OSSRT_CUDA_MOE_WGMMA_PIPE=0 (A/B), read once
 bool mxfp4_wgmma_pipe_tile_ok(int tile_m);  // the pipe kernels' route tiles: 32, 48, 64 or 128 rows
+// Which of the pipe's copies moe.cu asks the TMA unit for (MoeGemmArgs::pipe_tma_tokens and
+// pipe_tma_weights; the launchers take the arguments as given, but for what a map cannot serve):
+// developer switch OSSRT_CUDA_MOE_PIPE_TMA=bits, read once, default 7: 1 the down GEMM's token tiles,
+// 2 gate_up's, 4 both GEMMs' weights and scales; 0 cp.async everywhere.
+int mxfp4_pipe_tma_bits();
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(const MoeGemmArgs& args, int tile_m, cudaStream_t stream,
                                                       int sets = 0);
 void launch_bf16_mxfp4w_moe_down_wgmma_pipe(const MoeGemmArgs& args, int tile_m, cudaStream_t stream, int sets = 0);
