@@ -260,9 +260,8 @@ inline cuda::AttentionArgs make_args(const Problem& p, const DeviceProblem& dev,
 // Prefill: the launcher's tiling (attention_test's check_case runs both mma.sync tilings and both
 // softmax variants, and the wgmma kernel, for it instead); Prefill16 / Prefill32 force one mma.sync
 // tiling, PrefillWgmma the wgmma kernel (PrefillTiling::Wgmma64; variant 0 only), PrefillWgmmaPipe its
-// producer/consumer form (PrefillTiling::WgmmaPipe24), PrefillWgmmaPipeTma that form with whole blocks
-// copied by the TMA unit (PrefillTiling::WgmmaPipe24Tma); Auto: the dispatcher.
-enum class Kernel { Prefill, Prefill16, Prefill32, PrefillWgmma, PrefillWgmmaPipe, PrefillWgmmaPipeTma, Decode, Auto };
+// producer/consumer form (PrefillTiling::WgmmaPipe24); Auto: the dispatcher.
+enum class Kernel { Prefill, Prefill16, Prefill32, PrefillWgmma, PrefillWgmmaPipe, Decode, Auto };
 
 // Runs one kernel on the problem; returns the output [T, Hq*64] as float. num_splits 0 = the
 // launcher's recommendation.
@@ -308,10 +307,6 @@ inline std::vector<float> run_attention(const Problem& p, const DeviceProblem& d
       break;
     case Kernel::PrefillWgmmaPipe:
       cuda::launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, cuda::PrefillTiling::WgmmaPipe24, prefill_variant);
-      break;
-    case Kernel::PrefillWgmmaPipeTma:
-      cuda::launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, cuda::PrefillTiling::WgmmaPipe24Tma,
-                                                       prefill_variant);
       break;
     case Kernel::Decode: cuda::launch_bf16_sdpa_sinks_d64_decode(a, nullptr); break;
     case Kernel::Auto: cuda::launch_bf16_sdpa_sinks_d64(a, nullptr); break;

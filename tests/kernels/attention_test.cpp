@@ -135,12 +135,8 @@ void check_case(const Case& c, Kernel kernel, const std::vector<int>& rows = {})
     SCOPED_TRACE("wgmma prefill (16-token CTAs, two warpgroups)");
     expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmma), rows, &refs);
   }
-  {
-    SCOPED_TRACE("wgmma prefill pipe (24-token CTAs, a producer warpgroup)");
-    expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmmaPipe), rows, &refs);
-  }
-  SCOPED_TRACE("wgmma prefill pipe, whole blocks by the TMA unit");
-  expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmmaPipeTma), rows, &refs);
+  SCOPED_TRACE("wgmma prefill pipe (24-token CTAs, a producer warpgroup)");
+  expect_matches_reference(p, run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmmaPipe), rows, &refs);
 }
 
 TEST(AttentionKernels, SingleTokenSequence) {
@@ -323,9 +319,6 @@ TEST(AttentionKernels, PrefillWgmmaMatchesTheMmaSyncKernelOn8kTokens) {
 // so the tiles split the keys differently and only the online softmax's merge order differs: the
 // tolerance of the mma.sync comparison above. The third case, one-key blocks, gives the CTAs a table
 // of up to 8,192 blocks, over what the producer stages in shared memory (4,096): its global lookups.
-// The pipe with whole blocks by the TMA unit (PrefillTiling::WgmmaPipe24Tma) must give the cp.async
-// pipe's bits in every case (on the window layer and with one-key blocks it falls back to cp.async
-// where a CTA's keys do not start on a block, or the block size is not 16).
 TEST(AttentionKernels, PrefillWgmmaPipeIsTheWgmmaKernelOn8kTokens) {
   REQUIRE_GPU();
   for (const int kind : {0, 1, 2}) {
@@ -348,10 +341,6 @@ TEST(AttentionKernels, PrefillWgmmaPipeIsTheWgmmaKernelOn8kTokens) {
       EXPECT_LT(diff.rel, 1e-3);
     else
       EXPECT_EQ(diff.identical, got.size()) << "a full layer must give the 16-token kernel's bits";
-    const std::vector<float> tma = run_attention(p, dev, dev.plan.view, Kernel::PrefillWgmmaPipeTma);
-    size_t same = 0;
-    for (size_t i = 0; i < tma.size(); ++i) same += std::memcmp(&tma[i], &got[i], sizeof(float)) == 0 ? 1 : 0;
-    EXPECT_EQ(same, tma.size()) << "whole blocks by the TMA unit must give the cp.async pipe's bits";
   }
 }
 
@@ -407,12 +396,11 @@ TEST(AttentionKernels, DISABLED_PrefillTiming) {
       double visible = 0;  // (query, key) pairs per head
       for (int pos = 0; pos < n; ++pos) visible += slide ? std::min(pos + 1, kGptOssWindow) : pos + 1;
       const double flops = 4.0 * kD * kHq * visible;
-      for (int combo = 0; combo <= 2 * kPrefillVariants + 2; ++combo) {  // the last three: the wgmma kernels
-        const PrefillTiling tiling = combo == 2 * kPrefillVariants + 2   ? PrefillTiling::WgmmaPipe24Tma
-                                     : combo == 2 * kPrefillVariants + 1 ? PrefillTiling::WgmmaPipe24
-                                     : combo == 2 * kPrefillVariants     ? PrefillTiling::Wgmma64
-                                     : combo < kPrefillVariants          ? PrefillTiling::Tokens16
-                                                                         : PrefillTiling::Tokens32;
+      for (int combo = 0; combo <= 2 * kPrefillVariants + 1; ++combo) {  // the last two: the wgmma kernels
+        const PrefillTiling tiling = combo == 2 * kPrefillVariants + 1 ? PrefillTiling::WgmmaPipe24
+                                     : combo == 2 * kPrefillVariants   ? PrefillTiling::Wgmma64
+                                     : combo < kPrefillVariants        ? PrefillTiling::Tokens16
+                                                                       : PrefillTiling::Tokens32;
         const int variant = combo >= 2 * kPrefillVariants ? 0 : combo % kPrefillVariants;
         for (int i = 0; i < 3; ++i) launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, tiling, variant);
         cudaEvent_t start, stop;
@@ -429,11 +417,10 @@ TEST(AttentionKernels, DISABLED_PrefillTiming) {
         cudaEventDestroy(stop);
         const double us = 1e3 * ms / kIters;
         std::printf("prefill_timing %s n=%d %s variant %d: %.1f us, %.1f TFLOP/s\n", slide ? "sliding" : "full", n,
-                    tiling == PrefillTiling::WgmmaPipe24Tma ? "wgmma_pipe_tma"
-                    : tiling == PrefillTiling::WgmmaPipe24  ? "wgmma_pipe"
-                    : tiling == PrefillTiling::Wgmma64      ? "wgmma"
-                    : tiling == PrefillTiling::Tokens16     ? "tok16"
-                                                            : "tok32",
+                    tiling == PrefillTiling::WgmmaPipe24 ? "wgmma_pipe"
+                    : tiling == PrefillTiling::Wgmma64   ? "wgmma"
+                    : tiling == PrefillTiling::Tokens16  ? "tok16"
+                                                         : "tok32",
                     variant, us, flops / (us * 1e-6) / 1e12);
       }
     }

@@ -417,21 +417,8 @@ void launch_tiled(const AttentionArgs& a, cudaStream_t stream) {
 void validate_attention_args(const AttentionArgs& a);  // attention_decode.cu
 // attention_prefill_wgmma.cu: launches the wgmma kernel on validated arguments (a bf16 cache, tokens).
 void launch_bf16_sdpa_sinks_d64_prefill_wgmma(const AttentionArgs& a, cudaStream_t stream);
-// attention_prefill_wgmma_pipe.cu: the same for the producer/consumer kernel (tma: its whole blocks by
-// the TMA unit, PrefillTiling::WgmmaPipe24Tma).
-void launch_bf16_sdpa_sinks_d64_prefill_wgmma_pipe(const AttentionArgs& a, cudaStream_t stream, bool tma);
-
-namespace {
-// Developer switch OSSRT_ATTN_PIPE_TMA=1 (A/B timing, read once; off until measured): Auto's pipe
-// tiling with its whole blocks by the TMA unit (PrefillTiling::WgmmaPipe24Tma).
-bool pipe_tma_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("OSSRT_ATTN_PIPE_TMA");
-    return v && v[0] == '1';
-  }();
-  return on;
-}
-}  // namespace
+// attention_prefill_wgmma_pipe.cu: the same for the producer/consumer kernel.
+void launch_bf16_sdpa_sinks_d64_prefill_wgmma_pipe(const AttentionArgs& a, cudaStream_t stream);
 
 void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& a, cudaStream_t stream, PrefillTiling tiling,
                                                 int variant) {
@@ -449,15 +436,12 @@ void launch_bf16_sdpa_sinks_d64_prefill_variant(const AttentionArgs& a, cudaStre
   // against 40.9. Window layers keep the 16-token CTAs (the pipe: 191 against 161 us at 8k) and so do
   // short chunks.
   if (tiling == PrefillTiling::Auto && a.kv_elem == KvCacheElem::Bf16 && variant == 0)
-    tiling = a.window != 0 || a.plan.max_seq_tokens < 64 ? PrefillTiling::Wgmma64
-             : pipe_tma_enabled()                        ? PrefillTiling::WgmmaPipe24Tma
-                                                         : PrefillTiling::WgmmaPipe24;
-  const bool pipe = tiling == PrefillTiling::WgmmaPipe24 || tiling == PrefillTiling::WgmmaPipe24Tma;
-  if (tiling == PrefillTiling::Wgmma64 || pipe) {
+    tiling = a.window == 0 && a.plan.max_seq_tokens >= 64 ? PrefillTiling::WgmmaPipe24 : PrefillTiling::Wgmma64;
+  if (tiling == PrefillTiling::Wgmma64 || tiling == PrefillTiling::WgmmaPipe24) {
     if (a.kv_elem == KvCacheElem::Bf16) {
       OSSRT_CU_CHECK(variant == 0, "attention prefill: the wgmma tilings have softmax variant 0 only, got ", variant);
-      if (pipe)
-        launch_bf16_sdpa_sinks_d64_prefill_wgmma_pipe(a, stream, tiling == PrefillTiling::WgmmaPipe24Tma);
+      if (tiling == PrefillTiling::WgmmaPipe24)
+        launch_bf16_sdpa_sinks_d64_prefill_wgmma_pipe(a, stream);
       else
         launch_bf16_sdpa_sinks_d64_prefill_wgmma(a, stream);
       return;

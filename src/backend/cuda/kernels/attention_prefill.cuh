@@ -20,11 +20,6 @@ enum class PrefillTiling {
   // warpgroup through an mbarrier ring (bf16_sdpa_sinks_d64_prefill_wgmma_pipe; 1 CTA per SM). The
   // same arithmetic as Wgmma64: on full layers the same bits. bf16 cache and variant 0 only, as Wgmma64.
   WgmmaPipe24,
-  // WgmmaPipe24 with each tile's whole 16-key blocks copied by the TMA unit (one box of K and one of V
-  // a block, from producer thread 0) where the block size is 16 and the CTA's keys start on a block
-  // (full layers); partial and absent blocks, and other block sizes, by the threads' cp.async. The
-  // same values land in the same places: the same bits as WgmmaPipe24.
-  WgmmaPipe24Tma,
 };
 
 // Same as launch_bf16_sdpa_sinks_d64_prefill (validates, then launches on `stream`) with the tiling forced.

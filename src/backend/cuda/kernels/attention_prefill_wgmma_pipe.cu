@@ -29,7 +29,6 @@
 #include "backend/cuda/kernels/attention_prefill_wgmma_common.cuh"
 #include "backend/cuda/kernels/mbarrier.cuh"
 #include "backend/cuda/kernels/smem_load.cuh"
-#include "backend/cuda/kernels/tma.cuh"
 #include "backend/cuda/kernels/wgmma.cuh"
 
 namespace ossrt::cuda {
@@ -60,14 +59,6 @@ constexpr int kChunks = kRowBytes / 16;
 constexpr int kLoadRows = kProducerThreads / kChunks;  // 16 rows a pass
 constexpr int kLoadPasses = kKeyTile / kLoadRows;      // 4
 static_assert(kKeyTile % kLoadRows == 0 && kLoadRows % 8 == 0, "a thread's chunk keeps its swizzled unit");
-static_assert(kRowBytes == 128, "a TMA box row is one 128-byte swizzle span");
-
-// The K and V pools as TMA maps (PrefillTiling::WgmmaPipe24Tma): [num_blocks x Hkv x 16 rows, 64]
-// bf16, boxes of one 16-key block of one KV head (its 2 KB are contiguous in the pool), 128-byte
-// swizzled as the tiles are; unused (zero) in the cp.async form.
-struct KvMaps {
-  CUtensorMap k, v;
-};
 
 // The producer warpgroup. First the block ids of the CTA's keys (its sequence's table from the first
 // visible key's block to the last token's, validated: -1 for none) into shared memory, so that no
@@ -75,13 +66,8 @@ struct KvMaps {
 // the consumers waiting on `full` for 30% of their stall samples); a longer table than kTableCap
 // entries is read from global memory as before. Then for each tile: the rows' lookups, the wait for
 // the slot, the copies and the arrivals on its `full` barrier.
-// With `tma` (a block size of kLoadRows, and the CTA's keys starting on a block: full layers), pass i
-// of a tile is one cache block, and producer thread 0 copies each block whose 16 keys are all present
-// and visible to the CTA's last token as one TMA box of K and one of V (the same rows the cp.async would
-// read); the passes of partial or absent blocks keep the threads' zero-filling cp.async.
 __device__ __forceinline__ void produce(const AttentionArgs& a, const SeqStep& seq, const CtaTokens& t, int kv_head,
-                                        uint8_t* smem, uint32_t full0, uint32_t empty0, int n_tiles, const KvMaps* maps,
-                                        bool tma) {
+                                        uint8_t* smem, uint32_t full0, uint32_t empty0, int n_tiles) {
   const int p = threadIdx.x - kConsumerThreads, lane = p % 32;
   const int load_row = p / kChunks, load_unit = p % kChunks;
   const int load_dst = load_row * kRowBytes + ((load_unit ^ (load_row % 8)) * 16);  // row % 8 is pass-invariant
@@ -99,21 +85,17 @@ __device__ __forceinline__ void produce(const AttentionArgs& a, const SeqStep& s
   }
   // Key j's pool block (-1: none), from the staged table when there is one.
   auto block_of = [&](int j, int lb) { return staged ? table_s[lb - blk0] : kv_block_of(a, seq, lb); };
-  tma = tma && bs == kLoadRows && t.key_lo % kLoadRows == 0;
   int stage = 0;
   uint32_t phase = 0;
   for (int it = 0; it < n_tiles; ++it) {
     const int key0 = t.key_lo + it * kKeyTile;
     int32_t rows[kLoadPasses];  // cache row (element offset / 64), -1: none (zero-filled, masked)
-    bool by_tma[kLoadPasses];   // pass i is a whole block the TMA unit copies (the same for every thread)
 #pragma unroll
     for (int i = 0; i < kLoadPasses; ++i) {
       const int j = key0 + load_row + i * kLoadRows;
       const int lb = j / bs;
       const int blk = j <= t.p_last ? block_of(j, lb) : -1;
       rows[i] = blk >= 0 ? (blk * a.num_kv_heads + kv_head) * bs + (j - lb * bs) : -1;  // < 2^31 rows a pool
-      // (With tma, this thread's row j lies in the pass's block: its lookup is the block's.)
-      by_tma[i] = tma && key0 + (i + 1) * kLoadRows - 1 <= t.p_last && rows[i] >= 0;
     }
     // Warp 0: which of the tile's 64 keys have a cache row (lane l: keys l and l + 32).
     uint64_t present = 0;
@@ -126,23 +108,8 @@ __device__ __forceinline__ void produce(const AttentionArgs& a, const SeqStep& s
     if (it == 0) pdl_wait();  // this step's cache rows come from the kernel before
     mbar_wait(empty0 + 8 * stage, phase ^ 1);
     uint8_t* dst = smem + stage * 2 * kTileBytes + load_dst;
-    if (p == 0 && tma) {  // thread 0's rows are the blocks' first: rows[i] is block i's box row
-      uint32_t bytes = 0;
-#pragma unroll
-      for (int i = 0; i < kLoadPasses; ++i) bytes += by_tma[i] ? 2 * kLoadRows * kRowBytes : 0;
-      const uint32_t bar = full0 + 8 * stage;
-      if (bytes != 0) mbar_expect_tx(bar, bytes);  // before this thread's arrivals below
-      const uint32_t tile = static_cast<uint32_t>(__cvta_generic_to_shared(smem + stage * 2 * kTileBytes));
-#pragma unroll
-      for (int i = 0; i < kLoadPasses; ++i) {
-        if (!by_tma[i]) continue;
-        tma_load_2d(tile + i * kLoadRows * kRowBytes, &maps->k, 0, rows[i], bar);
-        tma_load_2d(tile + kTileBytes + i * kLoadRows * kRowBytes, &maps->v, 0, rows[i], bar);
-      }
-    }
 #pragma unroll
     for (int i = 0; i < kLoadPasses; ++i) {
-      if (by_tma[i]) continue;
       const bool ok = rows[i] >= 0;
       const int64_t at = int64_t(ok ? rows[i] : 0) * kD + load_unit * 8;
       cp_async_16(dst + i * kLoadRows * kRowBytes, k_cache + at, ok);
@@ -250,9 +217,7 @@ __device__ __forceinline__ void consume(const AttentionArgs& a, const CtaTokens&
   store_output(a, t, o, l_run, wt0, head, c);
 }
 
-// maps: a __grid_constant__ parameter, so the TMA reads the maps where they lie (used when tma).
-__global__ void __launch_bounds__(kThreads, 1)
-    bf16_sdpa_sinks_d64_prefill_wgmma_pipe(AttentionArgs a, const __grid_constant__ KvMaps maps, bool tma) {
+__global__ void __launch_bounds__(kThreads, 1) bf16_sdpa_sinks_d64_prefill_wgmma_pipe(AttentionArgs a) {
   const int kv_head = blockIdx.x;
   CtaTokens t;
   // The sequence's plan entry in shared memory: the producer's lookups read it (56 registers).
@@ -273,13 +238,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(full0 + 8 * s, kProducerThreads + 1);  // each producer thread's copies, and the present bits
       mbar_init(empty0 + 8 * s, kConsumerWarps);       // each consumer warp, when its P V has read the V tile
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA's complete_tx
   }
   __syncthreads();  // the barriers and seq_s (the only CTA barrier)
   const int n_tiles = (t.p_last - t.key_lo) / kKeyTile + 1;
   if (threadIdx.x >= kConsumerThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
-    produce(a, seq_s, t, kv_head, smem, full0, empty0, n_tiles, &maps, tma);
+    produce(a, seq_s, t, kv_head, smem, full0, empty0, n_tiles);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
     consume(a, t, kv_head, smem, full0, empty0, n_tiles);
@@ -290,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // Called by launch_bf16_sdpa_sinks_d64_prefill_variant (attention_prefill.cu) after it validated the
 // arguments, for a bf16 cache and a plan with tokens.
-void launch_bf16_sdpa_sinks_d64_prefill_wgmma_pipe(const AttentionArgs& a, cudaStream_t stream, bool tma) {
+void launch_bf16_sdpa_sinks_d64_prefill_wgmma_pipe(const AttentionArgs& a, cudaStream_t stream) {
   const int tiles = (a.plan.max_seq_tokens + kTokens - 1) / kTokens;
   OSSRT_CU_CHECK(tiles <= 65535 && a.plan.num_seqs <= 65535, "attention prefill (wgmma pipe): ", a.plan.max_seq_tokens,
                  " tokens in one sequence or ", a.plan.num_seqs, " sequences exceed the grid");
@@ -300,19 +264,8 @@ void launch_bf16_sdpa_sinks_d64_prefill_wgmma_pipe(const AttentionArgs& a, cudaS
                                 kSmemBytes);
   }));
   const dim3 grid(a.num_kv_heads, tiles, a.plan.num_seqs);
-  // The maps are built at each launch (host work only; a CUDA graph keeps the captured parameter,
-  // valid while the pools stay where they are). Only blocks of kLoadRows keys, from 128-byte aligned
-  // pools, are boxes; else the cp.async form.
-  const int64_t pool_rows = int64_t(a.num_blocks) * a.num_kv_heads * a.plan.block_size;
-  tma = tma && a.plan.block_size == kLoadRows && pool_rows > 0 && pool_rows < (int64_t(1) << 31) &&
-        reinterpret_cast<uintptr_t>(a.k_cache) % 128 == 0 && reinterpret_cast<uintptr_t>(a.v_cache) % 128 == 0;
-  KvMaps maps{};
-  if (tma) {
-    maps.k = make_tma_map_2d_bf16(a.k_cache, pool_rows, kD, kLoadRows, kD);
-    maps.v = make_tma_map_2d_bf16(a.v_cache, pool_rows, kD, kLoadRows, kD);
-  }
-  OSSRT_CUDA_CALL(launch_pdl_smem(bf16_sdpa_sinks_d64_prefill_wgmma_pipe, grid, dim3(kThreads), size_t(kSmemBytes),
-                                  stream, a, maps, tma));
+  OSSRT_CUDA_CALL(
+      launch_pdl_smem(bf16_sdpa_sinks_d64_prefill_wgmma_pipe, grid, dim3(kThreads), size_t(kSmemBytes), stream, a));
 }
 
 }  // namespace ossrt::cuda
