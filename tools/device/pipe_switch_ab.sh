@@ -5,7 +5,7 @@
 # E = 32 T = 8,192 at 128 rows and E = 128 T = 2,048 at 64; the narrow test's 48-row two-sets gate_up),
 # then 256-sequence decode steps and 1k / 8k prefill both ways, interleaved.
 # Device call from the repo root, pack unpacked into .carry/cuda.
-# Usage: SWITCH="OSSRT_CUDA_MOE_PIPE_TMA=3" [TESTS='*TmaToken*:*WgmmaPipeIsTheRing*:*Narrow*']
+# Usage: SWITCH="OSSRT_CUDA_MOE_PIPE_TMA=0" [TESTS='*TmaToken*:*WgmmaPipeIsTheRing*:*Narrow*']
 #        [AB_BATCHES="256": decode batch sizes; 384 and 512 take 64-row tiles (OSSRT_CUDA_MOE_PIPE_SETS=2)]
 #        [E2E=0: tests and ncu only] tools/device/pipe_switch_ab.sh
 set -uo pipefail

@@ -6,7 +6,7 @@
 # given) the TTFT of each variant (INPUT_LENS, default 8192), then the whole GPU suite in what is left
 # of DEADLINE_S (default 560).
 # Device call from the repo root, pack unpacked into .carry/cuda.
-# Usage: [SWITCHES="OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken* ..."] [AB_S=110: each entry's limit] [ATTN=0] [PREFILL_AB="off= on=VAR=1 ..."]
+# Usage: [SWITCHES="OSSRT_CUDA_MOE_PIPE_TMA=0:*TmaWeights* ..."] [AB_S=110: each entry's limit] [ATTN=0] [PREFILL_AB="off= on=VAR=1 ..."]
 #        tools/device/pipe_switches_check.sh
 set -uo pipefail
 START=$(date +%s)
@@ -20,7 +20,7 @@ if [ "${ATTN:-1}" = 1 ]; then
     grep -E "^\[ +(OK|FAILED|PASSED) |Failure|identical|Expected|Which is" | head -20
   NCU=0 timeout 100 tools/device/attn_prefill_probe.sh
 fi
-for sw in ${SWITCHES:-OSSRT_CUDA_MOE_PIPE_TMA=3:*TmaToken*}; do
+for sw in ${SWITCHES:-OSSRT_CUDA_MOE_PIPE_TMA=0:*TmaToken*:*TmaWeights*:*GroupedTokens*}; do
   [ "$(left)" -gt 150 ] || { echo "== no time left for $sw"; break; }
   SWITCH=${sw%%:*} E2E=0 TESTS=${sw#*:} timeout "${AB_S:-110}" tools/device/pipe_switch_ab.sh
 done
