@@ -302,6 +302,9 @@ std::vector<float> run_moe(const Experts& ex, Path path, const std::vector<uint1
   DeviceArray<uint16_t> d_out_bf16(nan_bf16);
   const size_t ws_bytes = moe_workspace_bytes(tokens, kTopK, ex.num_experts, kHidden, kInter);
   auto workspace = DeviceArray<char>::empty(ws_bytes);
+  // Poisoned, so a pass that reads workspace its predecessors never wrote (e.g. the pos_to_pair
+  // entries of pairs dropped for an out-of-range id) reads garbage, not a lucky zero.
+  cuda_ok(cudaMemset(workspace->get(), 0x7f, ws_bytes), "poison the workspace");
 
   MoeArgs a;
   a.num_tokens = tokens;
@@ -766,10 +769,11 @@ struct PipeSwitches {
   bool tma_tokens = false, grouped_x = false, tma_weights = false;
   void apply(MoeGemmArgs& a) const { a.pipe_tma_tokens = tma_tokens, a.pipe_tma_weights = tma_weights; }
   // gate_up's input: the grouped rows written into `rows` ([pairs, hidden] bf16) when grouped_x.
-  void apply_gate_up(MoeGemmArgs& gu, const uint16_t* x, const MoeWorkspace& ws, int pairs, uint16_t* rows) const {
+  void apply_gate_up(MoeGemmArgs& gu, const uint16_t* x, const MoeWorkspace& ws, int num_experts, int pairs,
+                     uint16_t* rows) const {
     apply(gu);
     if (!grouped_x) return;
-    launch_mx_gather_permute_cols(x, ws.pos_to_pair, kTopK, pairs, kHidden, rows, nullptr);
+    launch_mx_gather_permute_cols(x, ws.pos_to_pair, ws.offsets + num_experts, kTopK, pairs, kHidden, rows, nullptr);
     gu.a = rows, gu.pos_to_pair = nullptr, gu.a_rows = pairs;
   }
   std::string label() const {
@@ -802,7 +806,7 @@ void expect_pipe_matches_ring(const Experts& ex, const std::vector<uint16_t>& x,
   auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile_m, bias_bf16);
   MoeGemmArgs gu_pipe = gu, dn_pipe = dn;
   auto grouped_rows = DeviceArray<uint16_t>::empty(size_t(pairs) * kHidden);
-  sw.apply_gate_up(gu_pipe, d_x.get(), ws, pairs, grouped_rows->get());
+  sw.apply_gate_up(gu_pipe, d_x.get(), ws, ex.num_experts, pairs, grouped_rows->get());
   sw.apply(dn_pipe);
   gu.act_out = ws.act, gu_pipe.act_out = act_pipe->get();
   dn.y_out = ws.y, dn_pipe.y_out = y_pipe->get();  // both down GEMMs read the ring's activations
@@ -890,7 +894,7 @@ void expect_narrow_pipe_matches_ring(const Experts& ex, const std::vector<uint16
     launch_mx_permute_cols(d_x.get(), tokens, kHidden, ws.x_perm, nullptr);
     auto [gu, dn] = wgmma_gemm_args(ex, ws, tokens, tile);
     if (pipe) {
-      sw.apply_gate_up(gu, d_x.get(), ws, pairs, reinterpret_cast<uint16_t*>(ws.y));  // as moe.cu: y's space
+      sw.apply_gate_up(gu, d_x.get(), ws, ex.num_experts, pairs, reinterpret_cast<uint16_t*>(ws.y));  // y's space
       sw.apply(dn);
       launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma_pipe(gu, tile, nullptr, sets);
       launch_bf16_mxfp4w_moe_down_wgmma_pipe(dn, tile, nullptr, sets);

@@ -204,7 +204,8 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
     if (mxfp4_wgmma_pipe_enabled()) {  // the pipelined kernels, bit-identical to the ring ones and faster
       if (grouped_x_enabled()) {       // gate_up's tokens as contiguous rows in route order, in ws.y's space
         uint16_t* grouped = reinterpret_cast<uint16_t*>(ws.y);
-        launch_mx_gather_permute_cols(a.x, ws.pos_to_pair, a.top_k, pairs, a.hidden, grouped, stream);
+        launch_mx_gather_permute_cols(a.x, ws.pos_to_pair, ws.offsets + a.num_experts, a.top_k, pairs, a.hidden,
+                                      grouped, stream);
         gate_up.a = grouped;
         gate_up.pos_to_pair = nullptr;
         gate_up.a_rows = pairs;

@@ -224,15 +224,20 @@ __global__ void mx_permute_cols(const uint16_t* __restrict__ x, int64_t pieces, 
 
 // out[pos][64 kc + mx_wgmma_perm_col(q)] = x[pos_to_pair[pos] / top_k][64 kc + q]: the permutation of
 // mx_permute_cols, written in grouped (route) order, so a route tile's token rows are contiguous.
+// Positions from *routed on (the pairs whose expert id was out of range, which the route drops and
+// whose pos_to_pair entries it never writes) get zeros.
 __global__ void mx_gather_permute_cols(const uint16_t* __restrict__ x, const int32_t* __restrict__ pos_to_pair,
-                                       int top_k, int64_t pieces, int k, uint16_t* __restrict__ out) {
+                                       const int32_t* __restrict__ routed, int top_k, int64_t pieces, int k,
+                                       uint16_t* __restrict__ out) {
   const int64_t row_pieces = k / 8;
+  const int64_t rows = *routed;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pieces; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t pos = i / row_pieces;
     const int64_t col = (i - pos * row_pieces) * 8;
     const int64_t chunk0 = col / kBK * kBK;
     const int q0 = int(col - chunk0);
-    const uint4 v = *reinterpret_cast<const uint4*>(x + int64_t(pos_to_pair[pos] / top_k) * k + col);
+    const uint4 v = pos < rows ? *reinterpret_cast<const uint4*>(x + int64_t(pos_to_pair[pos] / top_k) * k + col)
+                               : make_uint4(0, 0, 0, 0);
     uint32_t* o = reinterpret_cast<uint32_t*>(out + pos * k + chunk0);
     o[mx_wgmma_perm_col(q0) / 2] = v.x;
     o[mx_wgmma_perm_col(q0 + 2) / 2] = v.y;
@@ -331,13 +336,13 @@ void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, c
   OSSRT_CHECK_LAUNCH("mx_permute_cols");
 }
 
-void launch_mx_gather_permute_cols(const uint16_t* x, const int32_t* pos_to_pair, int top_k, int pairs, int k,
-                                   uint16_t* out, cudaStream_t stream) {
+void launch_mx_gather_permute_cols(const uint16_t* x, const int32_t* pos_to_pair, const int32_t* routed, int top_k,
+                                   int pairs, int k, uint16_t* out, cudaStream_t stream) {
   OSSRT_CU_CHECK(k > 0 && k % kBK == 0, "mx_gather_permute_cols: K ", k, " must be a positive multiple of ", kBK);
   const int64_t pieces = int64_t(pairs) * k / 8;
   if (pieces == 0) return;
   const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, 4096);
-  mx_gather_permute_cols<<<int(blocks), 256, 0, stream>>>(x, pos_to_pair, top_k, pieces, k, out);
+  mx_gather_permute_cols<<<int(blocks), 256, 0, stream>>>(x, pos_to_pair, routed, top_k, pieces, k, out);
   OSSRT_CHECK_LAUNCH("mx_gather_permute_cols");
 }
 

@@ -151,8 +151,10 @@ void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, c
 // box a stage, as the down GEMM's) with pos_to_pair null. The default (moe.cu; developer switch
 // OSSRT_CUDA_MOE_GROUPED_X=0); the rows go to the workspace's y, which only the down GEMM writes, after
 // gate_up has read them.
-void launch_mx_gather_permute_cols(const uint16_t* x, const int32_t* pos_to_pair, int top_k, int pairs, int k,
-                                   uint16_t* out, cudaStream_t stream);
+// routed: the device count of routed pairs (the route's offsets[E]); rows from there on (dropped pairs,
+// whose pos_to_pair the route leaves unwritten) are zeros.
+void launch_mx_gather_permute_cols(const uint16_t* x, const int32_t* pos_to_pair, const int32_t* routed, int top_k,
+                                   int pairs, int k, uint16_t* out, cudaStream_t stream);
 // The route tile: 128 rows from 128 rows an expert on average, else 64; with the pipe kernels 32 up
 // to 22 rows an expert and 48 up to 36 (decode batches of 20b: 256 sequences are 32 rows an expert),
 // unless the developer switch OSSRT_CUDA_MOE_NARROW_TILES=0 (A/B timing, read once).
