@@ -6,10 +6,11 @@
 // CTA barrier; ncu showed the 128-row kernel issuing on 0.49 of its cycles, its three warpgroups
 // stepping in lockstep (all dequantizing, then all waiting on their MMAs) and the 64-row ones
 // stalled at that barrier. Here a producer warpgroup fills a ring of kStages stages (token tile,
-// weight chunk, scales) with cp.async (the down GEMM's token tile by one TMA box copy:
-// MoeGemmArgs::pipe_tma_tokens), each stage guarded by two mbarriers: `full` (the producer's
-// copies have landed: cp.async.mbarrier.arrive, one arrival a producer thread, plus the TMA copies'
-// bytes as its transaction count) and `empty` (every
+// weight chunk, scales), by default each part as one TMA box (MoeGemmArgs::pipe_tma_tokens and
+// pipe_tma_weights, set by moe.cu; gate_up's tokens gathered into route order first), else with
+// 16-byte cp.async, each stage guarded by two mbarriers: `full` (the producer's copies have
+// landed: cp.async.mbarrier.arrive, one arrival a producer thread, plus the TMA copies' bytes as its
+// transaction count) and `empty` (every
 // consumer warp is done with the stage: its MMAs reading it have completed). The three consumer warpgroups
 // never meet at a barrier inside the k loop, so they drift apart and the tensor cores always have
 // some warpgroup's MMAs queued while the others dequantize.
@@ -115,10 +116,11 @@ __device__ __forceinline__ Unit unit_at(const MoeGemmArgs& a, int u, int row_blo
 }
 
 // The producer warpgroup: for each unit and chunk, waits for the stage to be free, then copies the
-// token tile (producer warp pw: rows pw kBM / 4 + 4 i + lane / 8, lane: their 16-byte unit lane % 8,
-// so 8 lanes read one row's 128 bytes), the unit's weight chunks (kTilesPerProducerWarp a warp; tiles
-// past N zero-filled) and their scales (warp 0), and arrives on the stage's `full` barrier when its
-// copies land.
+// token tile (by TMA: one box from thread 0; else producer warp pw: rows pw kBM / 4 + 4 i + lane / 8,
+// lane: their 16-byte unit lane % 8, so 8 lanes read one row's 128 bytes), the unit's weight chunks and
+// their scales (by TMA: one box each from thread 0; else kTilesPerProducerWarp tiles a warp, tiles past
+// N zero-filled, and the scales by warp 0), and arrives on the stage's `full` barrier when its copies
+// land.
 template <int kBM, class S>
 __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap* tokens_map,
                                         const CUtensorMap* weights_map, const CUtensorMap* scales_map, uint8_t* smem,
