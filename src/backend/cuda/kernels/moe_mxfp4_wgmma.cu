@@ -207,18 +207,21 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<kBM, kDeep>::kMinCtas) bf1
   mx_wgmma_tile<kBM, kDeep, false>(a);
 }
 
+// Columns q0 .. q0 + 7 of a 64-column chunk (4 pairs in v) to their permuted places in `chunk`.
+__device__ __forceinline__ void mx_store_permuted8(uint16_t* chunk, int q0, uint4 v) {
+  uint32_t* o = reinterpret_cast<uint32_t*>(chunk);
+  o[mx_wgmma_perm_col(q0) / 2] = v.x;
+  o[mx_wgmma_perm_col(q0 + 2) / 2] = v.y;
+  o[mx_wgmma_perm_col(q0 + 4) / 2] = v.z;
+  o[mx_wgmma_perm_col(q0 + 6) / 2] = v.w;
+}
+
 // out[r][64 kc + mx_wgmma_perm_col(q)] = x[r][64 kc + q]: a thread moves 8 columns (4 pairs).
 __global__ void mx_permute_cols(const uint16_t* __restrict__ x, int64_t pieces, int k, uint16_t* __restrict__ out) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pieces; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t at = i * 8;
     const int64_t chunk0 = at / kBK * kBK;
-    const int q0 = int(at - chunk0);
-    const uint4 v = *reinterpret_cast<const uint4*>(x + at);
-    uint32_t* o = reinterpret_cast<uint32_t*>(out + chunk0);
-    o[mx_wgmma_perm_col(q0) / 2] = v.x;
-    o[mx_wgmma_perm_col(q0 + 2) / 2] = v.y;
-    o[mx_wgmma_perm_col(q0 + 4) / 2] = v.z;
-    o[mx_wgmma_perm_col(q0 + 6) / 2] = v.w;
+    mx_store_permuted8(out + chunk0, int(at - chunk0), *reinterpret_cast<const uint4*>(x + at));
   }
 }
 
@@ -235,14 +238,9 @@ __global__ void mx_gather_permute_cols(const uint16_t* __restrict__ x, const int
     const int64_t pos = i / row_pieces;
     const int64_t col = (i - pos * row_pieces) * 8;
     const int64_t chunk0 = col / kBK * kBK;
-    const int q0 = int(col - chunk0);
     const uint4 v = pos < rows ? *reinterpret_cast<const uint4*>(x + int64_t(pos_to_pair[pos] / top_k) * k + col)
                                : make_uint4(0, 0, 0, 0);
-    uint32_t* o = reinterpret_cast<uint32_t*>(out + pos * k + chunk0);
-    o[mx_wgmma_perm_col(q0) / 2] = v.x;
-    o[mx_wgmma_perm_col(q0 + 2) / 2] = v.y;
-    o[mx_wgmma_perm_col(q0 + 4) / 2] = v.z;
-    o[mx_wgmma_perm_col(q0 + 6) / 2] = v.w;
+    mx_store_permuted8(out + pos * k + chunk0, int(col - chunk0), v);
   }
 }
 
@@ -327,22 +325,28 @@ bool mxfp4_wgmma_enabled() {
   return on;
 }
 
+namespace {
+// The permutation passes' grid: 8 columns a thread, 256 threads a block, at most 4,096 blocks (grid-
+// stride loops). 0 when there is nothing to move.
+int64_t permute_blocks(int rows, int k, const char* name) {
+  OSSRT_CU_CHECK(k > 0 && k % kBK == 0, name, ": K ", k, " must be a positive multiple of ", kBK);
+  return std::min<int64_t>((int64_t(rows) * k / 8 + 255) / 256, 4096);
+}
+}  // namespace
+
 void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, cudaStream_t stream) {
-  OSSRT_CU_CHECK(k > 0 && k % kBK == 0, "mx_permute_cols: K ", k, " must be a positive multiple of ", kBK);
-  const int64_t pieces = int64_t(rows) * k / 8;
-  if (pieces == 0) return;
-  const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, 4096);
-  mx_permute_cols<<<int(blocks), 256, 0, stream>>>(x, pieces, k, out);
+  const int64_t blocks = permute_blocks(rows, k, "mx_permute_cols");
+  if (blocks == 0) return;
+  mx_permute_cols<<<int(blocks), 256, 0, stream>>>(x, int64_t(rows) * k / 8, k, out);
   OSSRT_CHECK_LAUNCH("mx_permute_cols");
 }
 
 void launch_mx_gather_permute_cols(const uint16_t* x, const int32_t* pos_to_pair, const int32_t* routed, int top_k,
                                    int pairs, int k, uint16_t* out, cudaStream_t stream) {
-  OSSRT_CU_CHECK(k > 0 && k % kBK == 0, "mx_gather_permute_cols: K ", k, " must be a positive multiple of ", kBK);
-  const int64_t pieces = int64_t(pairs) * k / 8;
-  if (pieces == 0) return;
-  const int64_t blocks = std::min<int64_t>((pieces + 255) / 256, 4096);
-  mx_gather_permute_cols<<<int(blocks), 256, 0, stream>>>(x, pos_to_pair, routed, top_k, pieces, k, out);
+  const int64_t blocks = permute_blocks(pairs, k, "mx_gather_permute_cols");
+  if (blocks == 0) return;
+  mx_gather_permute_cols<<<int(blocks), 256, 0, stream>>>(x, pos_to_pair, routed, top_k, int64_t(pairs) * k / 8, k,
+                                                          out);
   OSSRT_CHECK_LAUNCH("mx_gather_permute_cols");
 }
 
