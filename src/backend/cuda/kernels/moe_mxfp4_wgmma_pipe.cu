@@ -101,6 +101,13 @@ struct PipeRing {
 static_assert(PipeRing<32, WideShape>::kStages == 16 && PipeRing<48, WideShape>::kStages == 16 &&
               PipeRing<64, WideShape>::kStages == 8 && PipeRing<128, WideShape>::kStages == 8);
 
+// The tensor maps the producer copies by (each built only where its switch is on; unused otherwise).
+struct PipeMaps {
+  CUtensorMap tokens;   // pipe_tma_tokens: A's rows (route order) in kBM-row boxes
+  CUtensorMap weights;  // pipe_tma_weights: [experts x tiles, chunks x 512 bytes], kRowTiles x 512-byte boxes
+  CUtensorMap scales;   // pipe_tma_weights: [experts x tiles, chunks x 32 bytes], kRowTiles x 32-byte boxes
+};
+
 // A work unit: route tile `tile`'s rows times the weight rows of block `block`.
 struct Unit {
   int expert, row0, row_end, block;
@@ -207,6 +214,40 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
   }
   // Nothing may be left in flight when the thread exits.
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// The producer when every copy is a TMA box (pipe_tma_tokens and pipe_tma_weights): one thread, so
+// the other producer warps neither copy nor poll the `empty` barriers beside the consumers' issue
+// slots. Per stage: wait for the slot, expect the three boxes' bytes, issue them, arrive (the `full`
+// barriers count this one arrival then).
+template <int kBM, class S>
+__device__ __forceinline__ void produce_by_tma(const MoeGemmArgs& a, const PipeMaps* maps, uint8_t* smem,
+                                               uint32_t full0, uint32_t empty0, int units, int row_blocks) {
+  using R = PipeRing<kBM, S>;
+  const int chunks = a.k / kBK;
+  const int tiles_n = a.n / kMxRowTile;
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t bytes =
+      (a.pipe_ablate & 1 ? 0u : uint32_t(R::kXBytes)) + (a.pipe_ablate & 2 ? 0u : R::kWBytes + R::kSBytes);
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const Unit w = unit_at(a, u, row_blocks);
+    const int tile_row = w.expert * tiles_n + w.block * S::kRowTiles;
+    for (int kc = 0; kc < chunks; ++kc) {
+      mbar_wait(empty0 + 8 * stage, phase ^ 1);
+      const uint32_t bar = full0 + 8 * stage;
+      if (bytes != 0) mbar_expect_tx(bar, bytes);
+      if (!(a.pipe_ablate & 1)) tma_load_2d(base + stage * R::kXBytes, &maps->tokens, kc * kBK, w.row0, bar);
+      if (!(a.pipe_ablate & 2)) {
+        tma_load_2d(base + R::kWOffset + stage * R::kWBytes, &maps->weights, kc * (kMxChunkBytes / 2), tile_row, bar);
+        tma_load_2d(base + R::kSOffset + stage * R::kSBytes, &maps->scales, kc * (kMxChunkScaleBytes / 2), tile_row,
+                    bar);
+      }
+      mbar_arrive(bar);
+      if (++stage == R::kStages) stage = 0, phase ^= 1;
+    }
+  }
 }
 
 // A consumer warp (warpgroup warp / 4; it owns layout tiles warp + 4 kWG j of the
@@ -329,13 +370,6 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
   }
 }
 
-// The tensor maps the producer copies by (each built only where its switch is on; unused otherwise).
-struct PipeMaps {
-  CUtensorMap tokens;   // pipe_tma_tokens: A's rows (route order) in kBM-row boxes
-  CUtensorMap weights;  // pipe_tma_weights: [experts x tiles, chunks x 512 bytes], kRowTiles x 512-byte boxes
-  CUtensorMap scales;   // pipe_tma_weights: [experts x tiles, chunks x 32 bytes], kRowTiles x 32-byte boxes
-};
-
 template <int kBM, bool kSwiglu, class S>
 __device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a, const PipeMaps* maps) {
   using R = PipeRing<kBM, S>;
@@ -343,10 +377,11 @@ __device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a, const PipeMa
   uint8_t* smem = align_dynamic_smem<1024>(smem_raw);
   const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem + R::kBarOffset));
   const uint32_t empty0 = full0 + 8 * R::kStages;
+  const bool tma_only = a.pipe_tma_tokens && a.pipe_tma_weights;  // one producer thread (produce_by_tma)
   if (threadIdx.x == 0) {
     for (int s = 0; s < R::kStages; ++s) {
-      mbar_init(full0 + 8 * s, 32 * kProducerWarps);  // each producer thread, when its copies land
-      mbar_init(empty0 + 8 * s, S::kConsumerWarps);   // each consumer warp, when its MMAs are done
+      mbar_init(full0 + 8 * s, tma_only ? 1 : 32 * kProducerWarps);  // each producer thread, when its copies land
+      mbar_init(empty0 + 8 * s, S::kConsumerWarps);                  // each consumer warp, when its MMAs are done
     }
   }
   // The barriers' initialization visible to the copy unit's complete_tx (the TMA copies) too.
@@ -356,7 +391,10 @@ __device__ __forceinline__ void mx_wgmma_pipe(const MoeGemmArgs& a, const PipeMa
   const int units = *a.num_tiles * row_blocks;
   if (threadIdx.x / 32 >= S::kConsumerWarps) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegisters));
-    produce<kBM, S>(a, &maps->tokens, &maps->weights, &maps->scales, smem, full0, empty0, units, row_blocks);
+    if (!tma_only)
+      produce<kBM, S>(a, &maps->tokens, &maps->weights, &maps->scales, smem, full0, empty0, units, row_blocks);
+    else if (threadIdx.x == 32 * S::kConsumerWarps)
+      produce_by_tma<kBM, S>(a, maps, smem, full0, empty0, units, row_blocks);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegisters));
     consume<kBM, kSwiglu, S>(a, smem, full0, empty0, units, row_blocks);
