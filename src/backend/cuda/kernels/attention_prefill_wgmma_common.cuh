@@ -92,15 +92,25 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[kKeyTile / 16][4], const f
 // S = Q K^T over the K tile at shared address k_tile, as one wgmma group. The zeros go into s's own
 // registers before the fence (wgmma_check.cu says why); the fence also orders this thread's rescale of
 // O and packing of P before the P V wgmmas the caller issues next.
+// kOverwrite: the first k step overwrites S (scale-d = 0) instead of adding to zeros written first
+// (32 moves a tile fewer; the 16-token kernel, built for 128 registers at two CTAs an SM, spills more
+// that way under ptxas 13.0, so it keeps the zeros).
+template <bool kOverwrite = false>
 __device__ __forceinline__ void issue_s(float (&s)[kAcc], const uint32_t (&qa)[kD / 16][4], uint32_t k_tile) {
+  if constexpr (!kOverwrite) {
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) {
-    s[i] = 0.f;
-    wgmma_fence_operand(s[i]);
+    for (int i = 0; i < kAcc; ++i) {
+      s[i] = 0.f;
+      wgmma_fence_operand(s[i]);
+    }
   }
   wgmma_fence();
+  if constexpr (kOverwrite)
+    wgmma_m64n64k16_rs_overwrite(s, qa[0], wgmma_desc_k128(k_tile));
+  else
+    wgmma_m64k16_rs<64>(s, qa[0], wgmma_desc_k128(k_tile));
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) wgmma_m64k16_rs<64>(s, qa[kk], wgmma_desc_k128(k_tile + uint32_t(kk * 32)));
+  for (int kk = 1; kk < kD / 16; ++kk) wgmma_m64k16_rs<64>(s, qa[kk], wgmma_desc_k128(k_tile + uint32_t(kk * 32)));
   wgmma_commit();
 }
 

@@ -178,7 +178,7 @@ __device__ __forceinline__ void consume(const AttentionArgs& a, const CtaTokens&
     __syncwarp();              // lanes leave the polling loop apart; wgmma needs the warp converged
     fence_proxy_async_smem();  // the producer's copies, seen through the barrier, visible to the wgmma's reads
     const uint64_t present = present_s[slot];
-    issue_s(s, qa, k_tile(slot));
+    issue_s<true>(s, qa, k_tile(slot));
     if constexpr (!kFirst) issue_pv(o, pa, v_tile(prev));
     if constexpr (kFirst)
       wgmma_wait<0>();
