@@ -13,7 +13,8 @@
 #        [PREFILL=8192: instead of decode steps, one prompt of that many tokens alone, its forwards
 #        traced as steps (bench cost --no-decode; "batch p8192")] tools/device/kernel_trace.sh
 # VARIANTS: environments (ENVS each, '|' between them) traced one after another, e.g. A/B developer
-# switches; "-" is the default environment. Output: $OUT/ktrace_<model>_<quant>.log (the tables),
+# switches; "-" is the default environment; OSSRT_AB_BIN=name in one runs that binary of the pack.
+# Output: $OUT/ktrace_<model>_<quant>.log (the tables),
 # $OUT/ktrace_<model>_<quant>_b<batch>[_v<i>].csv.gz (raw, one per variant i >= 1).
 set -uo pipefail
 MODEL=${MODEL:-gpt-oss-20b}
@@ -38,6 +39,10 @@ for vi in "${!variants[@]}"; do
   v=${variants[$vi]}
   [ "$v" = "-" ] && v=""
   read -ra extra_env <<< "$v"
+  # OSSRT_AB_BIN=name in a variant runs $PACK/bin/name instead of ossrt (a second build packed with
+  # cuda_pack.sh's EXTRA_BINARIES: A/B of kernels that have no switch, as decode_ab.sh).
+  bin=ossrt
+  for e in "${extra_env[@]}"; do case $e in OSSRT_AB_BIN=*) bin=${e#OSSRT_AB_BIN=} ;; esac; done
   suffix=""
   [ "$vi" -gt 0 ] && suffix="_v$vi"
   echo "== variant $vi: ${v:-(default)}"
@@ -56,13 +61,13 @@ for B in ${PREFILL:+p$PREFILL} ${PREFILL:-$BATCHES}; do
     steps=20
   fi
   echo "== batch $B: without the tracer"
-  env "${extra_env[@]}" timeout "$(left)" "$PACK/bin/ossrt" "${COMMON[@]}" --result-dir "/tmp/kt_plain_b$B" 2>&1 |
+  env "${extra_env[@]}" timeout "$(left)" "$PACK/bin/$bin" "${COMMON[@]}" --result-dir "/tmp/kt_plain_b$B" 2>&1 |
     "${result_line[@]}" | tail -1
   [ "${TRACE:-1}" = 0 ] && continue  # step times only
   echo "== batch $B: traced"
   csv=/tmp/ktrace_${TAG}_b$B$suffix.csv
   env "${extra_env[@]}" CUDA_INJECTION64_PATH="$PACK/lib/libossrt_ktrace.so" OSSRT_KTRACE_OUT="$csv" \
-    timeout "$(left)" "$PACK/bin/ossrt" "${COMMON[@]}" --result-dir "/tmp/kt_traced_b$B" 2>&1 | "${result_line[@]}" | tail -1
+    timeout "$(left)" "$PACK/bin/$bin" "${COMMON[@]}" --result-dir "/tmp/kt_traced_b$B" 2>&1 | "${result_line[@]}" | tail -1
   python3 "$ROOT/tools/device/ktrace_summary.py" "$csv" --steps "$steps"
   gzip -c "$csv" > "$FINAL/ktrace_${TAG}_b$B$suffix.csv.gz"
 done
