@@ -74,41 +74,33 @@ __device__ __forceinline__ void fp8_quantize_groups(const uint16_t* x, int m, in
   }
 }
 
-// The (row, 128-column group) tasks of all rows as one range: CTA b takes tasks b * kRowsTasksPerCta ..,
-// warp w of it tasks w, w + kWarps, ... of that slice (neighbouring warps on neighbouring groups of a
-// row), kRowsTasks of them with all their loads in flight at once. One CTA a row (24 groups of 8
-// warps: three tasks a warp) ran an 8k prefill's rows at ~1 TB/s (67 us for 72 MB on the H200).
-constexpr int kRowsTasks = 8;
-constexpr int kRowsTasksPerCta = kWarps * kRowsTasks;
-
 __global__ void __launch_bounds__(kThreads) bf16_fp8_quantize_rows(Fp8QuantizeArgs a) {
+  const int tok = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int kb_pad = a.k_pad / kFp8Block;
-  const int64_t tasks = int64_t(a.m) * kb_pad;
-  const int64_t first = int64_t(blockIdx.x) * kRowsTasksPerCta + warp;
-  int toks[kRowsTasks], g[kRowsTasks];
+  for (int g0 = warp; g0 < kb_pad; g0 += kWarps * kQuantTasks) {
+    int toks[kQuantTasks], g[kQuantTasks];
 #pragma unroll
-  for (int i = 0; i < kRowsTasks; ++i) {
-    const int64_t task = first + int64_t(i) * kWarps;
-    toks[i] = task < tasks ? int(task / kb_pad) : a.m;  // a row at m loads nothing
-    g[i] = int(task % kb_pad);
-  }
-  uint8_t code[kRowsTasks][4];
-  float s[kRowsTasks];
-  fp8_quantize_groups<kRowsTasks>(a.x, a.m, a.k, toks, g, code, s);
+    for (int i = 0; i < kQuantTasks; ++i) {
+      g[i] = g0 + i * kWarps;
+      toks[i] = g[i] < kb_pad ? tok : a.m;
+    }
+    uint8_t code[kQuantTasks][4];
+    float s[kQuantTasks];
+    fp8_quantize_groups<kQuantTasks>(a.x, a.m, a.k, toks, g, code, s);
 #pragma unroll
-  for (int i = 0; i < kRowsTasks; ++i) {
-    const int tok = toks[i];
-    if (tok >= a.m) break;
-    const uint32_t word =
-        uint32_t(code[i][0]) | uint32_t(code[i][1]) << 8 | uint32_t(code[i][2]) << 16 | uint32_t(code[i][3]) << 24;
-    *reinterpret_cast<uint32_t*>(a.codes + int64_t(tok) * a.k_pad + g[i] * kFp8Block + 4 * lane) = word;
-    if (lane == 0) {
-      if (a.token_major) {
-        const int first_row = tok / a.chunk_rows * a.chunk_rows, rows = min(a.chunk_rows, a.m - first_row);
-        a.scales[int64_t(first_row) * kb_pad + int64_t(g[i]) * rows + (tok - first_row)] = s[i];
-      } else {
-        a.scales[int64_t(tok) * kb_pad + g[i]] = s[i];
+    for (int i = 0; i < kQuantTasks; ++i) {
+      if (g[i] >= kb_pad) break;
+      const uint32_t word =
+          uint32_t(code[i][0]) | uint32_t(code[i][1]) << 8 | uint32_t(code[i][2]) << 16 | uint32_t(code[i][3]) << 24;
+      *reinterpret_cast<uint32_t*>(a.codes + int64_t(tok) * a.k_pad + g[i] * kFp8Block + 4 * lane) = word;
+      if (lane == 0) {
+        if (a.token_major) {
+          const int first = tok / a.chunk_rows * a.chunk_rows, rows = min(a.chunk_rows, a.m - first);
+          a.scales[int64_t(first) * kb_pad + int64_t(g[i]) * rows + (tok - first)] = s[i];
+        } else {
+          a.scales[int64_t(tok) * kb_pad + g[i]] = s[i];
+        }
       }
     }
   }
@@ -916,8 +908,7 @@ void launch_bf16_fp8_quantize_rows(const Fp8QuantizeArgs& a, cudaStream_t stream
                  a.k, " k_pad ", a.k_pad);
   OSSRT_CU_CHECK(!a.token_major || a.chunk_rows >= 1, "fp8 quantize: chunk_rows ", a.chunk_rows);
   if (a.m == 0) return;
-  const int64_t tasks = int64_t(a.m) * (a.k_pad / kFp8Block);
-  bf16_fp8_quantize_rows<<<unsigned((tasks + kRowsTasksPerCta - 1) / kRowsTasksPerCta), kThreads, 0, stream>>>(a);
+  bf16_fp8_quantize_rows<<<a.m, kThreads, 0, stream>>>(a);
   OSSRT_CHECK_LAUNCH("bf16_fp8_quantize_rows");
 }
 
