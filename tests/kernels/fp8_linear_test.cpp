@@ -682,10 +682,11 @@ TEST(CudaFp8, DecodeLinearBandwidthPrinted) {
     bool bias, f32_out;
     int copies;
   };
-  // The activation quantizer alone (what every GEMV CTA does before its sums), back to back.
+  // The activation quantizer alone (what every GEMV CTA does before its sums; 8,192 rows: an 8k
+  // prefill's, before cuBLASLt's matmul), back to back.
   {
     auto& cuda_backend = dynamic_cast<CudaBackend&>(*gpu);
-    for (int m : {1, 64}) {
+    for (int m : {1, 64, 8192}) {
       std::mt19937_64 rng(3);
       Tensor x = test::put_act(*gpu, {m, 2880}, random_floats(rng, size_t(m) * 2880, 1.0f));
       uint8_t* codes = nullptr;
