@@ -19,8 +19,8 @@ namespace {
 // traffic). A thread writes the rotated k it computed itself: no barrier between rotation and cache
 // write. kElem: the cache's element type (an fp8 cache stores the codes of the fp32 rotation and of
 // v, rope_cache.cuh).
-constexpr int kPairsPerItem = 8;                          // rotation pairs (or v elements) a thread
-constexpr int kItemsPerHead = kRopeHalf / kPairsPerItem;  // 4 rotation items a q or k head
+constexpr int kPairsPerItem = 8;                              // rotation pairs (or v elements) a thread
+constexpr int kItemsPerHead = kRopeHalf / kPairsPerItem;      // 4 rotation items a q or k head
 constexpr int kVItemsPerHead = kRopeHeadDim / kPairsPerItem;  // 8 v items a KV head
 constexpr int kMaxThreads = 1024;
 
@@ -40,8 +40,7 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
   }
 }
 __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
-  return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]),
-                    pack_bf16x2(f[6], f[7]));
+  return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
 }
 
 // The e4m3 codes of 8 values at one scale, the first in the low byte.
@@ -205,9 +204,8 @@ void launch_bf16_gemv_qkv_rope_kv_write(const QkvRopeArgs& a, cudaStream_t strea
 cudaError_t launch_bf16_rope_kv_cache_write(const RopeCacheWriteArgs& args, cudaStream_t stream) {
   if (args.num_tokens <= 0) return cudaSuccess;
   const int items = rope_items(args.num_q_heads, args.num_kv_heads);
-  OSSRT_CU_CHECK(args.num_q_heads >= 1 && args.num_kv_heads >= 1 && items <= kMaxThreads, "rope: ",
-                 args.num_q_heads, " q heads and ", args.num_kv_heads, " KV heads exceed one CTA's ", kMaxThreads,
-                 " threads");
+  OSSRT_CU_CHECK(args.num_q_heads >= 1 && args.num_kv_heads >= 1 && items <= kMaxThreads, "rope: ", args.num_q_heads,
+                 " q heads and ", args.num_kv_heads, " KV heads exceed one CTA's ", kMaxThreads, " threads");
   const dim3 threads((std::max(items, kRopeHalf) + 31) / 32 * 32);
   if (args.kv_elem == KvCacheElem::Fp8E4m3)
     return launch_pdl(bf16_rope_kv_cache_write<KvCacheElem::Fp8E4m3>, dim3(args.num_tokens), threads, stream, args);
