@@ -24,8 +24,8 @@ constexpr int kItemsPerHead = kRopeHalf / kPairsPerItem;      // 4 rotation item
 constexpr int kVItemsPerHead = kRopeHeadDim / kPairsPerItem;  // 8 v items a KV head
 constexpr int kMaxThreads = 1024;
 
-// Threads a token: its rotation items then its v items, rounded up to whole warps (the launcher
-// checks the head counts fit one CTA).
+// Work items a token: its rotation items, then its v items (the launcher rounds them up to whole warps
+// and checks they fit one CTA).
 __host__ __device__ constexpr int rope_items(int hq, int hkv) {
   return (hq + hkv) * kItemsPerHead + hkv * kVItemsPerHead;
 }
