@@ -6,6 +6,7 @@
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/fp8_linear.cuh"
+#include "backend/cuda/kernels/fp8_quant.cuh"
 #include "backend/cuda/kernels/rope_common.cuh"
 
 namespace ossrt::cuda {
@@ -23,55 +24,6 @@ constexpr size_t kMaxSmemBytes = size_t(200) << 10;
 // theirs, so a product is 2^-8 times the true one; the block sum is scaled back by 2^8.
 constexpr float kActivationBias = 0x1p112f;
 constexpr float kProductUnbias = 0x1p8f;
-
-// How far (in fp32 ulps) a product v * rcp(scale) may lie from an e4m3 rounding midpoint and still
-// take the IEEE division (fp8_codes_at): the product is within 2.5 ulps of the exact quotient
-// (rcp.approx is within 1 ulp of 1 / scale, i.e. a relative 2^-23, then one rounding), so within 3
-// of the correctly rounded one; 8 leaves a margin.
-constexpr uint32_t kMidpointUlps = 8;
-
-// The codes of one lane's 4 values of a group at the group's scale: e4m3(RN_f32(v / scale)) rounded
-// to nearest even and saturating to +-448 (__NV_SATFINITE; NaN stays NaN), all 0 for a zero group.
-// The IEEE division (__fdiv_rn: a reciprocal, five FMAs, a check and a branch, and a slow-path call
-// for some operands) was half of the quantizer's instructions (ncu, docs/kernels.md), so the quotient
-// is v times the scale's approximate reciprocal wherever that cannot change the code: the two can
-// differ only if an e4m3 rounding boundary lies between them. In e4m3's normal range (2^-6 and up)
-// every such midpoint has the low 20 bits of an fp32 significand equal to 0x80000 (the three kept
-// bits, then a one); below 2^-6 (e4m3 subnormals, spaced 2^-9) they do not. So a product within
-// kMidpointUlps of that pattern, or nonzero and below 2^-6, takes the IEEE division, and so does a
-// whole group whose scale is outside 2^-100 .. 2^100 (its reciprocal subnormal, huge or zero).
-// Same codes as the division everywhere (CudaFp8.ActivationQuantizerIsCoreFp8BitForBit*, among them
-// every finite bf16 value at several scales).
-__device__ __forceinline__ void fp8_codes_at(const float (&v)[4], float scale, uint8_t (&code)[4]) {
-  if (scale == 0.0f) {  // a zero group: the scale is the warp's reduction, so the branch is uniform
-#pragma unroll
-    for (int j = 0; j < 4; ++j) code[j] = 0;
-    return;
-  }
-  float q[4];
-  if (scale >= 0x1p-100f && scale <= 0x1p100f) {
-    float r;
-    asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(scale));
-    bool near[4], any = false;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      q[j] = __fmul_rn(v[j], r);
-      const uint32_t mag = __float_as_uint(q[j]) & 0x7fffffffu;
-      near[j] = (mag != 0u && mag < 0x3c800000u) || ((mag + kMidpointUlps - 0x80000u) & 0xfffffu) <= 2 * kMidpointUlps;
-      any |= near[j];
-    }
-    if (any) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (near[j]) q[j] = __fdiv_rn(v[j], scale);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) q[j] = __fdiv_rn(v[j], scale);
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) code[j] = uint8_t(__nv_cvt_float_to_fp8(q[j], __NV_SATFINITE, __NV_E4M3));
-}
 
 // Channels 4l .. 4l + 3 of group g of token row `tok` (zeros past k or past m).
 __device__ __forceinline__ void load_group_lane(const uint16_t* x, int m, int k, int tok, int g, float (&v)[4]) {
@@ -101,15 +53,14 @@ __device__ __forceinline__ void fp8_quantize_groups(const uint16_t* x, int m, in
 #pragma unroll
   for (int i = 0; i < kQuantTasks; ++i) load_group_lane(x, m, k, tok[i], g[i], v[i]);
 #pragma unroll
-  for (int i = 0; i < kQuantTasks; ++i)
-    amax[i] = fmaxf(fmaxf(fabsf(v[i][0]), fabsf(v[i][1])), fmaxf(fabsf(v[i][2]), fabsf(v[i][3])));
+  for (int i = 0; i < kQuantTasks; ++i) amax[i] = fp8_lane_amax(v[i]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
     for (int i = 0; i < kQuantTasks; ++i) amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], o));
 #pragma unroll
   for (int i = 0; i < kQuantTasks; ++i) {
-    scale[i] = __fdiv_rn(amax[i], 448.0f);
+    scale[i] = fp8_scale_of_amax(amax[i]);
     fp8_codes_at(v[i], scale[i], code[i]);
   }
 }
@@ -131,17 +82,7 @@ __global__ void __launch_bounds__(kThreads) bf16_fp8_quantize_rows(Fp8QuantizeAr
 #pragma unroll
     for (int i = 0; i < kQuantTasks; ++i) {
       if (g[i] >= kb_pad) break;
-      const uint32_t word =
-          uint32_t(code[i][0]) | uint32_t(code[i][1]) << 8 | uint32_t(code[i][2]) << 16 | uint32_t(code[i][3]) << 24;
-      *reinterpret_cast<uint32_t*>(a.codes + int64_t(tok) * a.k_pad + g[i] * kFp8Block + 4 * lane) = word;
-      if (lane == 0) {
-        if (a.token_major) {
-          const int first = tok / a.chunk_rows * a.chunk_rows, rows = min(a.chunk_rows, a.m - first);
-          a.scales[int64_t(first) * kb_pad + int64_t(g[i]) * rows + (tok - first)] = s[i];
-        } else {
-          a.scales[int64_t(tok) * kb_pad + g[i]] = s[i];
-        }
-      }
+      fp8_store_group(a.codes, a.scales, a.m, a.k_pad, a.token_major, a.chunk_rows, tok, g[i], lane, code[i], s[i]);
     }
   }
 }
