@@ -11,24 +11,12 @@
 
 namespace ossrt::cuda {
 
-// How far (in fp32 ulps) a product v * rcp(scale) may lie from an e4m3 rounding midpoint and still
-// take the IEEE division (fp8_codes_at): the product is within 2.5 ulps of the exact quotient
-// (rcp.approx is within 1 ulp of 1 / scale, i.e. a relative 2^-23, then one rounding), so within 3
-// of the correctly rounded one; 8 leaves a margin.
-constexpr uint32_t kMidpointUlps = 8;
-
 // The codes of one lane's 4 values of a group at the group's scale: e4m3(RN_f32(v / scale)) rounded
 // to nearest even and saturating to +-448 (__NV_SATFINITE; NaN stays NaN), all 0 for a zero group.
-// The IEEE division (__fdiv_rn: a reciprocal, five FMAs, a check and a branch, and a slow-path call
-// for some operands) was half of the quantizer's instructions (ncu, docs/kernels.md), so the quotient
-// is v times the scale's approximate reciprocal wherever that cannot change the code: the two can
-// differ only if an e4m3 rounding boundary lies between them. In e4m3's normal range (2^-6 and up)
-// every such midpoint has the low 20 bits of an fp32 significand equal to 0x80000 (the three kept
-// bits, then a one); below 2^-6 (e4m3 subnormals, spaced 2^-9) they do not. So a product within
-// kMidpointUlps of that pattern, or nonzero and below 2^-6, takes the IEEE division, and so does a
-// whole group whose scale is outside 2^-100 .. 2^100 (its reciprocal subnormal, huge or zero).
-// Same codes as the division everywhere (CudaFp8.ActivationQuantizerIsCoreFp8BitForBit*, among them
-// every finite bf16 value at several scales).
+// The IEEE division is about half of the quantizer's instructions (ncu, docs/kernels.md), but the
+// quotient from the scale's approximate reciprocal, with the division kept only near an e4m3
+// rounding midpoint (same codes everywhere), made the quantizer slower, 71.4 against 65.6 us at
+// 8,192 x 2,880 (H100, session 31, docs/kernels.md), and the norm that writes codes no faster.
 __device__ __forceinline__ void fp8_codes_at(const float (&v)[4], float scale, uint8_t (&code)[4]) {
   if (scale == 0.0f) {  // a zero group: the scale is the warp's reduction, so the branch is uniform
 #pragma unroll
@@ -36,26 +24,8 @@ __device__ __forceinline__ void fp8_codes_at(const float (&v)[4], float scale, u
     return;
   }
   float q[4];
-  if (scale >= 0x1p-100f && scale <= 0x1p100f) {
-    float r;
-    asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(scale));
-    bool near[4], any = false;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      q[j] = __fmul_rn(v[j], r);
-      const uint32_t mag = __float_as_uint(q[j]) & 0x7fffffffu;
-      near[j] = (mag != 0u && mag < 0x3c800000u) || ((mag + kMidpointUlps - 0x80000u) & 0xfffffu) <= 2 * kMidpointUlps;
-      any |= near[j];
-    }
-    if (any) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (near[j]) q[j] = __fdiv_rn(v[j], scale);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) q[j] = __fdiv_rn(v[j], scale);
-  }
+  for (int j = 0; j < 4; ++j) q[j] = __fdiv_rn(v[j], scale);
 #pragma unroll
   for (int j = 0; j < 4; ++j) code[j] = uint8_t(__nv_cvt_float_to_fp8(q[j], __NV_SATFINITE, __NV_E4M3));
 }
