@@ -122,6 +122,60 @@ TEST(CudaFp8, ActivationQuantizerIsCoreFp8BitForBit) {
   }
 }
 
+// Every finite bf16 value v (both signs) quantized in groups whose largest magnitude is one of several
+// amax values, against core/fp8.h: the quotient v / scale lands near every kind of e4m3 rounding
+// midpoint and in e4m3's subnormal range, which random activations reach only rarely (the quantizer
+// forms most quotients as v times the scale's approximate reciprocal and must still give the IEEE
+// division's codes, fp8_linear.cu's fp8_codes_at). Group layout: channel 0 holds amax, channels 1..127
+// the next 127 values of the list (those above amax in magnitude are skipped: the group's scale is set
+// by amax); the list's tail group is padded with zeros.
+TEST(CudaFp8, ActivationQuantizerIsCoreFp8BitForBitOnEveryBf16Value) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  constexpr int k = 512, kb = k / 128;
+  for (float amax_wanted : {448.0f, 3.0f, 0.1f, 7.0f, 1e-3f, 5e4f, 1e-20f, 1e20f, 1e-30f, 3e38f}) {
+    const float amax = round_to_bf16(amax_wanted);
+    std::vector<float> values;
+    for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
+      const float v = bf16_to_f32(uint16_t(bits));
+      if (std::isfinite(v) && std::fabs(v) <= amax) values.push_back(v);
+    }
+    const int64_t groups = (int64_t(values.size()) + 126) / 127, m = (groups + kb - 1) / kb;
+    std::vector<float> x(size_t(m * k), 0.0f);
+    for (int64_t gi = 0; gi < m * kb; ++gi) {
+      x[size_t(gi * 128)] = amax;
+      for (int c = 1; c < 128; ++c) {
+        const int64_t i = gi * 127 + c - 1;
+        if (i < int64_t(values.size())) x[size_t(gi * 128 + c)] = values[size_t(i)];
+      }
+    }
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+    DeviceArray<uint16_t> dx(xb);
+    auto dc = DeviceArray<uint8_t>::empty(size_t(m * k));
+    auto ds = DeviceArray<float>::empty(size_t(m * kb));
+    cuda::launch_bf16_fp8_quantize_rows({dx.get(), dc->get(), ds->get(), int(m), k, k, false, int(m)}, nullptr);
+    const std::vector<uint8_t> codes = dc->download();
+    const std::vector<float> scales = ds->download();
+    size_t code_diffs = 0, first_diff = 0, scale_diffs = 0;
+    for (int64_t gi = 0; gi < m * kb; ++gi) {
+      float mx = 0.0f;
+      for (int c = 0; c < 128; ++c) mx = std::max(mx, std::fabs(x[size_t(gi * 128 + c)]));
+      const float s = fp8_block_scale(mx);
+      scale_diffs += std::memcmp(&s, &scales[size_t(gi)], 4) != 0;
+      for (int c = 0; c < 128; ++c) {
+        const size_t i = size_t(gi * 128 + c);
+        const uint8_t want = s == 0.0f ? 0 : e4m3_from_f32(x[i] / s);
+        if (codes[i] != want && code_diffs++ == 0) first_diff = i;
+      }
+    }
+    std::printf("[metric] quantizer on %zu bf16 values at amax %g: %zu codes and %zu scales differ\n", values.size(),
+                double(amax), code_diffs, scale_diffs);
+    EXPECT_EQ(code_diffs, 0u) << "amax " << amax << ": first at value " << x[first_diff] << " code "
+                              << int(codes[first_diff]);
+    EXPECT_EQ(scale_diffs, 0u) << "amax " << amax;
+  }
+}
+
 // ---------------------------------------------------------------- linear() against the CPU backend
 
 // Elementwise bar: bf16 rounding of the output (2^-8 of the value) plus fp32 summation-order slack

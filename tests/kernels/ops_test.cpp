@@ -1145,6 +1145,114 @@ TEST(CudaOps, FoldedNormQkvRopeCacheWriteIsTheNormThenLinearThenRope) {
   expect_fused_qkv_rope_is_linear_then_rope(WeightFormat::Mxfp4Fp8, 37, KvCacheDtype::Auto, /*fold_norm=*/true);
 }
 
+// Prefill sizes of add_rmsnorm_qkv_rope_cache_write with FP8 QKV weights (mxfp4-fp8): the norm kernel
+// writes the FP8 codes and scales of its bf16 output and the linear skips its quantizer
+// (RmsNormArgs::fp8, on by default), against the same backend built with OSSRT_CUDA_FP8_NORM_CODES=0
+// (the norm, then the linear's quantizer): residual_out, qkv and the attention over the cached k and v
+// bit for bit. 9 rows: cuBLASLt's 8 (where it has an algorithm) and one on the GEMV; 301: 300 and one;
+// 512: all on cuBLASLt; each
+// over a 40-token history (a chunk after a prefix), then a second chunk on the residual_out of the first.
+TEST(CudaOps, Fp8NormCodesPrefillIsTheNormThenTheQuantizedLinear) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  const BackendOptions options{.weight_format = WeightFormat::Mxfp4Fp8};
+  std::unique_ptr<Backend> gpu = make_backend("cuda", options), plain;
+  {
+    test::ScopedEnv off("OSSRT_CUDA_FP8_NORM_CODES", "0");
+    plain = make_backend("cuda", options);
+  }
+  std::mt19937_64 rng(41);
+  const KvCacheShape shape = one_layer_per_group(80);
+  Backend* both[] = {gpu.get(), plain.get()};
+  for (Backend* be : both) be->allocate_kv_cache(shape);
+  auto w = test::host_bf16(random_floats(rng, size_t(kQkvDim * kHidden), 1.0f / std::sqrt(float(kHidden))),
+                           {kQkvDim, kHidden}, "qkv.w");
+  auto bias = test::host_bf16(random_floats(rng, size_t(kQkvDim), 0.5f), {kQkvDim}, "qkv.b");
+  auto sinks = test::host_bf16(random_floats(rng, kQHeads, 1.0f), {kQHeads}, "sinks");
+  auto norm_w = test::host_bf16(random_floats(rng, size_t(kHidden), 0.2f, 1.0f), {kHidden}, "attn_norm.w");
+  std::vector<HostTensor> part_views;
+  int64_t row = 0;
+  for (int64_t rows : {int64_t(kQHeads) * kHeadDim, int64_t(kKvHeads) * kHeadDim, int64_t(kKvHeads) * kHeadDim}) {
+    HostTensor v = w->view;
+    v.data = static_cast<const uint16_t*>(w->view.data) + row * kHidden;
+    v.shape = {rows, kHidden};
+    part_views.push_back(v);
+    row += rows;
+  }
+  std::vector<const HostTensor*> parts;
+  for (const HostTensor& v : part_views) parts.push_back(&v);
+  std::vector<Tensor> wt, bt, st, nt;
+  for (Backend* be : both) {
+    wt.push_back(be->upload_linear(parts));
+    ASSERT_EQ(wt.back().dtype, DType::FP8_E4M3);
+    bt.push_back(be->upload(bias->view));
+    st.push_back(be->upload(sinks->view));
+    nt.push_back(be->upload(norm_w->view));
+  }
+  const RopeParams rope = compute_rope_params(preset_config("gpt-oss-20b"));
+  auto params_for = [](KvGroup g) {
+    AttentionParams p;
+    p.group = g;
+    p.layer_in_group = 0;
+    p.window = g == KvGroup::Sliding ? kWindow : 0;
+    p.num_q_heads = kQHeads, p.num_kv_heads = kKvHeads, p.head_dim = kHeadDim;
+    p.sm_scale = 0.125f;
+    return p;
+  };
+  auto& coded_backend = dynamic_cast<CudaBackend&>(*gpu);
+  for (int tokens : {9, 301, 512}) {
+    PlanBuilder builder(shape.num_full_blocks, rng);
+    SeqBlocks seq;
+    StepPlan history;
+    history.block_size = kBlock;
+    builder.add(history, seq, 40);
+    for (Backend* be : both) be->begin_step(history);
+    for (KvGroup g : {KvGroup::Full, KvGroup::Sliding}) {
+      const auto qkv = random_floats(rng, size_t(40 * kQkvDim), 1.0f);
+      for (Backend* be : both) {
+        Tensor q = put_act(*be, {40, kQkvDim}, qkv);
+        be->rope_and_cache_write(q, rope, params_for(g));
+      }
+    }
+    StepPlan plan;
+    plan.block_size = kBlock;
+    builder.add(plan, seq, tokens);
+    for (Backend* be : both) be->begin_step(plan);
+    const auto residual0 = random_floats(rng, size_t(tokens * kHidden), 1.0f);
+    std::vector<std::vector<float>> deltas;
+    for (int chunk = 0; chunk < 2; ++chunk) deltas.push_back(random_floats(rng, size_t(tokens * kHidden), 1.0f));
+    std::vector<std::vector<float>> residual_out[2], qkv_out[2], attn_out[2];
+    for (size_t i = 0; i < 2; ++i) {
+      Backend& be = *both[i];
+      Tensor residual = put(be, DType::F32, {tokens, kHidden}, residual0);
+      Tensor res_out = be.alloc(DType::F32, {tokens, kHidden}), normed = be.alloc(DType::BF16, {tokens, kHidden});
+      const int64_t coded_before = coded_backend.fp8_norm_codes_launches();
+      for (int chunk = 0; chunk < 2; ++chunk) {  // the second on the first's residual_out (the model's two buffers)
+        const KvGroup g = chunk == 0 ? KvGroup::Full : KvGroup::Sliding;
+        const AttentionParams p = params_for(g);
+        Tensor dt = put_act(be, {tokens, kHidden}, deltas[size_t(chunk)]);
+        Tensor qkv = be.alloc(DType::BF16, {tokens, kQkvDim});
+        be.add_rmsnorm_qkv_rope_cache_write(residual, dt, res_out, nt[i], 1e-5f, normed, wt[i], &bt[i], rope, p, qkv);
+        Tensor out = be.alloc(DType::BF16, {tokens, kQHeads * kHeadDim});
+        be.attention(qkv, st[i], p, out);
+        residual_out[i].push_back(be.to_host_f32(res_out));
+        qkv_out[i].push_back(be.to_host_f32(qkv));
+        attn_out[i].push_back(be.to_host_f32(out));
+        std::swap(residual, res_out);
+      }
+      if (i == 0 && tokens >= 256) {  // cuBLASLt takes these on Hopper: the coded path ran, once a chunk
+        EXPECT_EQ(coded_backend.fp8_norm_codes_launches(), coded_before + 2) << tokens << " tokens";
+      }
+    }
+    for (size_t chunk = 0; chunk < 2; ++chunk) {
+      const std::string what = fmt::format("{} tokens, chunk {}", tokens, chunk);
+      EXPECT_EQ(residual_out[0][chunk], residual_out[1][chunk]) << "residual_out, " << what;
+      EXPECT_EQ(qkv_out[0][chunk], qkv_out[1][chunk]) << "qkv, " << what;
+      EXPECT_EQ(attn_out[0][chunk], attn_out[1][chunk]) << "attention over the cached k, v, " << what;
+    }
+  }
+  EXPECT_EQ(dynamic_cast<CudaBackend&>(*plain).fp8_norm_codes_launches(), 0) << "the switch did not turn it off";
+}
+
 TEST(CudaOps, AttentionOneToken) {
   OSSRT_SKIP_WITHOUT_GPU();
   run_attention_scenario({"one token", {0}, {1}}, 10);

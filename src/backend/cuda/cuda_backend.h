@@ -149,6 +149,8 @@ class CudaBackend final : public Backend {
   int64_t fused_qkv_rope_launches() const { return fused_qkv_rope_launches_; }
   // Of those, the launches with the RMSNorm folded in (add_rmsnorm_qkv_rope_cache_write).
   int64_t folded_qkv_norm_launches() const { return folded_qkv_norm_launches_; }
+  // add_rmsnorm_qkv_rope_cache_write calls whose norm wrote the FP8 QKV linear's activation codes.
+  int64_t fp8_norm_codes_launches() const { return fp8_norm_codes_launches_; }
   // Launches of the router with the RMSNorm before the MoE folded in (add_rmsnorm_router_topk).
   int64_t folded_router_norm_launches() const { return folded_router_norm_launches_; }
   // sample_on_device calls served by the unembedding's fused argmax (unembed): tests check that the
@@ -196,8 +198,19 @@ class CudaBackend final : public Backend {
   // linear() with an FP8 weight (upload_linear in Fp8 / Mxfp4Fp8): decode sizes on our GEMV, larger
   // ones on cuBLASLt's block-scaled matmul where it has an algorithm (cuda_ops.cpp).
   // greedy (or null): the fused argmax's buffers for the GEMV paths; returns whether a GEMV took them.
+  // x_codes_ready: the first fp8_blas_rows(...).m4 rows' codes and scales are already in the FP8
+  // activation workspace in its layout (the norm before QKV wrote them), so the quantizer is skipped.
   bool fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& f, const Tensor* bias, Tensor& out,
-                  const cuda::GreedyArgmaxArgs* greedy);
+                  const cuda::GreedyArgmaxArgs* greedy, bool x_codes_ready = false);
+  // How fp8_linear runs m rows: cuBLASLt's block-scaled matmul on the first m4 (blas_bias: with its bias
+  // epilogue; blas_then_bias: then a bias kernel; neither: no cuBLASLt), the activation scales in
+  // token_major chunks of chunk_rows; our GEMV on the rest.
+  struct Fp8BlasRows {
+    int64_t m4 = 0;
+    bool blas_bias = false, blas_then_bias = false, token_major = false;
+    int chunk_rows = 0;
+  };
+  Fp8BlasRows fp8_blas_rows(int64_t m, const Fp8Weight& f, const Tensor* bias, const Tensor& out) const;
   // linear()'s work without the ablation check; greedy as fp8_linear's.
   bool run_linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out,
                   const cuda::GreedyArgmaxArgs* greedy);
@@ -235,6 +248,11 @@ class CudaBackend final : public Backend {
   // 2.60 ms a step against 2.65, docs/kernels.md); OSSRT_CUDA_QKV_NORM_FOLD=0 (developer switch, read
   // at start, for A/B timing) launches the norm kernel first.
   bool qkv_norm_fold_ = true;
+  // add_rmsnorm_qkv_rope_cache_write with FP8 QKV weights on cuBLASLt's matmul (prefill sizes): the norm
+  // kernel writes the FP8 codes and scales of its bf16 output itself (RmsNormArgs::fp8, the quantizer's
+  // arithmetic), so the linear skips its quantizer launch; the same bits. OSSRT_CUDA_FP8_NORM_CODES=0
+  // (developer switch, read at start, for A/B timing) quantizes in the linear as before.
+  bool fp8_norm_codes_ = true;
   // OSSRT_CUDA_ROUTER_NORM_FOLD=1 (developer switch, read at start): add_rmsnorm_router_topk folds the
   // norm before the MoE into the one-token fused router (the same bits). Off by default until its tests
   // have run on the H200 and it is measured (written in session 22 without a device; docs/kernels.md).
@@ -348,6 +366,7 @@ class CudaBackend final : public Backend {
   int graph_replays_ = 0;
   int64_t fused_qkv_rope_launches_ = 0;
   int64_t folded_qkv_norm_launches_ = 0;
+  int64_t fp8_norm_codes_launches_ = 0;
   int64_t folded_router_norm_launches_ = 0;
   // OSSRT_CUDA_PROFILE_DECODE_STEPS="first:count": cudaProfilerStart before decode-only step
   // `first` (0-based) and cudaProfilerStop before step first + count, so that `ncu

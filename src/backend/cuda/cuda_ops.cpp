@@ -76,7 +76,8 @@ cuda::RmsNormArgs add_rmsnorm_args(const Tensor& residual, const Tensor& delta, 
                       int(rows),
                       int(h),
                       eps,
-                      residual_out ? residual_out->ptr<float>() : nullptr};
+                      residual_out ? residual_out->ptr<float>() : nullptr,
+                      {}};
   return a;
 }
 
@@ -122,7 +123,7 @@ void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& o
               "rmsnorm: x {} / w {} / out {} disagree", x.shape_str(), w.shape_str(), out.shape_str());
   cuda::RmsNormArgs a{
       rows_ref(x), nullptr, {nullptr, true}, rows_ref(w), out.data, out.dtype == DType::F32, int(x.dim(0)),
-      int(h),      eps,     nullptr};
+      int(h),      eps,     nullptr,         {}};
   OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
 }
 
@@ -149,7 +150,8 @@ void CudaBackend::add(Tensor& residual, const Tensor& delta) {
                       int(residual.dim(0)),
                       int(residual.row_elems()),
                       0.f,
-                      nullptr};
+                      nullptr,
+                      {}};
   OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(a, stream_));
 }
 
@@ -265,8 +267,28 @@ bool CudaBackend::run_linear(const Tensor& x, const Tensor& w, const Tensor* bia
   return false;
 }
 
+CudaBackend::Fp8BlasRows CudaBackend::fp8_blas_rows(int64_t m, const Fp8Weight& f, const Tensor* bias,
+                                                    const Tensor& out) const {
+  // Prefill sizes: cuBLASLt's block-scaled matmul on the first m - m % 4 rows (its activation scale
+  // tensor is then a whole multiple of 4 rows), our GEMV on the last 0-3. Only where one GEMM over
+  // the fused weight is each part's own (grid_aligned) and cuBLASLt has an algorithm for the shape.
+  // Where cuBLASLt takes no bias epilogue with block scales, it runs without and a kernel adds it.
+  Fp8BlasRows r;
+  r.m4 = m / 4 * 4;
+  const bool out_f32 = out.dtype == DType::F32;
+  const bool blas = m > cuda::kFp8GemvMaxRows && f.grid_aligned && blas_fp8_ && blas_fp8_->enabled();
+  r.blas_bias = blas && blas_fp8_->ready(r.m4, f.n, f.k_pad, out_f32, bias != nullptr, out.data);
+  r.blas_then_bias =
+      blas && !r.blas_bias && bias && !out_f32 && blas_fp8_->ready(r.m4, f.n, f.k_pad, out_f32, false, out.data);
+  if (r.blas_bias || r.blas_then_bias) {
+    r.token_major = blas_fp8_->layout().act_token_major;
+    r.chunk_rows = int(blas_fp8_->chunk_rows(r.m4, f.n, out_f32));
+  }
+  return r;
+}
+
 bool CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& f, const Tensor* bias, Tensor& out,
-                             const cuda::GreedyArgmaxArgs* greedy) {
+                             const cuda::GreedyArgmaxArgs* greedy, bool x_codes_ready) {
   OSSRT_CHECK(x.dtype == DType::BF16, "linear: x must be bf16 (got {})", dtype_name(x.dtype));
   OSSRT_CHECK(x.row_elems() == f.k && out.row_elems() == f.n && out.dim(0) >= x.dim(0),
               "linear: x {} / fp8 w [{}, {}] / out {} disagree", x.shape_str(), f.n, f.k, out.shape_str());
@@ -291,28 +313,25 @@ bool CudaBackend::fp8_linear(const Tensor& x, const Tensor& w, const Fp8Weight& 
                       f.k_pad,
                       f.parts};
   if (fp8_gemv_split_) g.split_partials = fp8_split_partials_, g.split_tickets = fp8_split_tickets_;
-  // Prefill sizes: cuBLASLt's block-scaled matmul on the first m - m % 4 rows (its activation scale
-  // tensor is then a whole multiple of 4 rows), our GEMV on the last 0-3. Only where one GEMM over
-  // the fused weight is each part's own (grid_aligned) and cuBLASLt has an algorithm for the shape.
-  // Where cuBLASLt takes no bias epilogue with block scales, it runs without and a kernel adds it.
-  const int64_t m4 = m / 4 * 4;
-  const bool blas = m > cuda::kFp8GemvMaxRows && f.grid_aligned && blas_fp8_ && blas_fp8_->enabled();
-  const bool blas_bias = blas && blas_fp8_->ready(m4, f.n, f.k_pad, out_f32, bias != nullptr, out.data);
-  const bool blas_then_bias =
-      blas && !blas_bias && bias && !out_f32 && blas_fp8_->ready(m4, f.n, f.k_pad, out_f32, false, out.data);
+  const Fp8BlasRows rows = fp8_blas_rows(m, f, bias, out);
+  const int64_t m4 = rows.m4;
+  const bool blas_bias = rows.blas_bias, blas_then_bias = rows.blas_then_bias;
+  OSSRT_CHECK(!x_codes_ready || blas_bias || blas_then_bias,
+              "linear: the activation codes were written for a cuBLASLt matmul this shape does not take");
   if (blas_bias || blas_then_bias) {
     OSSRT_CHECK(m4 <= options_.max_step_tokens && f.k_pad <= fp8_act_k_pad_,
                 "linear: {} rows x k_pad {} exceed the FP8 workspace ({} tokens x {})", m4, f.k_pad,
                 options_.max_step_tokens, fp8_act_k_pad_);
+    // (x_codes_ready: the norm that made x wrote these codes and scales, add_rmsnorm_qkv_rope_cache_write.)
     cuda::Fp8QuantizeArgs q{g.x,
                             static_cast<uint8_t*>(fp8_act_codes_),
                             fp8_act_scales_,
                             int(m4),
                             f.k,
                             f.k_pad,
-                            blas_fp8_->layout().act_token_major,
-                            int(blas_fp8_->chunk_rows(m4, f.n, out_f32))};
-    cuda::launch_bf16_fp8_quantize_rows(q, stream_);
+                            rows.token_major,
+                            rows.chunk_rows};
+    if (!x_codes_ready) cuda::launch_bf16_fp8_quantize_rows(q, stream_);
     const bool ran =
         blas_fp8_->matmul(static_cast<const uint8_t*>(fp8_act_codes_), fp8_act_scales_, codes, f.blas_scales,
                           blas_bias && bias ? bias->data : nullptr, out.data, m4, f.n, f.k_pad, out_f32, stream_);
@@ -465,6 +484,31 @@ void CudaBackend::add_rmsnorm_qkv_rope_cache_write(const Tensor& residual, const
       cuda::launch_bf16_gemv_qkv_rope_kv_write(f, stream_);
       ++fused_qkv_rope_launches_;
       ++folded_qkv_norm_launches_;
+      return;
+    }
+  }
+  // FP8 weights on cuBLASLt's matmul (prefill sizes): the norm writes its output's FP8 codes too (the
+  // quantizer's arithmetic and layout), and the linear skips its quantizer; the same bits.
+  if (w.dtype == DType::FP8_E4M3 && fp8_norm_codes_ && !ablated(kAblateNorm) && !ablated(kAblateQkv) &&
+      !ablated(kAblateLinear) && normed.dtype == DType::BF16 && qkv.dtype == DType::BF16) {
+    const auto it = fp8_weights_.find(w.data);
+    OSSRT_CHECK(it != fp8_weights_.end(), "{}: an fp8 weight {} that upload_linear did not make", kOp, w.shape_str());
+    const Fp8Weight& f = *it->second;
+    const int64_t m = normed.dim(0);  // the linear's rows: the norm's only if they are the same
+    const Fp8BlasRows rows = fp8_blas_rows(m, f, bias, qkv);
+    cuda::RmsNormArgs coded = norm;
+    coded.fp8 = {static_cast<uint8_t*>(fp8_act_codes_),
+                 fp8_act_scales_,
+                 int(rows.m4),
+                 f.k_pad,
+                 rows.token_major,
+                 rows.chunk_rows};
+    if ((rows.blas_bias || rows.blas_then_bias) && m == norm.rows && normed.row_elems() == f.k &&
+        rows.m4 <= options_.max_step_tokens && f.k_pad <= fp8_act_k_pad_ && cuda::rmsnorm_fp8_codes_supported(coded)) {
+      OSSRT_CUDA_CHECK(cuda::launch_f32_rmsnorm(coded, stream_));
+      fp8_linear(normed, w, f, bias, qkv, nullptr, /*x_codes_ready=*/true);
+      rope_and_cache_write(qkv, rope, p);
+      ++fp8_norm_codes_launches_;
       return;
     }
   }

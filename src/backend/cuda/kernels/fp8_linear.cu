@@ -6,6 +6,7 @@
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
 #include "backend/cuda/kernels/fp8_linear.cuh"
+#include "backend/cuda/kernels/fp8_quant.cuh"
 #include "backend/cuda/kernels/rope_common.cuh"
 
 namespace ossrt::cuda {
@@ -23,15 +24,6 @@ constexpr size_t kMaxSmemBytes = size_t(200) << 10;
 // theirs, so a product is 2^-8 times the true one; the block sum is scaled back by 2^8.
 constexpr float kActivationBias = 0x1p112f;
 constexpr float kProductUnbias = 0x1p8f;
-
-// The codes of one lane's 4 values of a group at the group's scale: e4m3(v / scale) rounded to
-// nearest even and saturating to +-448 (__NV_SATFINITE; NaN stays NaN), all 0 for a zero group.
-__device__ __forceinline__ void fp8_codes_at(const float (&v)[4], float scale, uint8_t (&code)[4]) {
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    code[j] =
-        scale == 0.0f ? uint8_t(0) : uint8_t(__nv_cvt_float_to_fp8(__fdiv_rn(v[j], scale), __NV_SATFINITE, __NV_E4M3));
-}
 
 // Channels 4l .. 4l + 3 of group g of token row `tok` (zeros past k or past m).
 __device__ __forceinline__ void load_group_lane(const uint16_t* x, int m, int k, int tok, int g, float (&v)[4]) {
@@ -61,15 +53,14 @@ __device__ __forceinline__ void fp8_quantize_groups(const uint16_t* x, int m, in
 #pragma unroll
   for (int i = 0; i < kQuantTasks; ++i) load_group_lane(x, m, k, tok[i], g[i], v[i]);
 #pragma unroll
-  for (int i = 0; i < kQuantTasks; ++i)
-    amax[i] = fmaxf(fmaxf(fabsf(v[i][0]), fabsf(v[i][1])), fmaxf(fabsf(v[i][2]), fabsf(v[i][3])));
+  for (int i = 0; i < kQuantTasks; ++i) amax[i] = fp8_lane_amax(v[i]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
     for (int i = 0; i < kQuantTasks; ++i) amax[i] = fmaxf(amax[i], __shfl_xor_sync(0xffffffffu, amax[i], o));
 #pragma unroll
   for (int i = 0; i < kQuantTasks; ++i) {
-    scale[i] = __fdiv_rn(amax[i], 448.0f);
+    scale[i] = fp8_scale_of_amax(amax[i]);
     fp8_codes_at(v[i], scale[i], code[i]);
   }
 }
@@ -91,17 +82,7 @@ __global__ void __launch_bounds__(kThreads) bf16_fp8_quantize_rows(Fp8QuantizeAr
 #pragma unroll
     for (int i = 0; i < kQuantTasks; ++i) {
       if (g[i] >= kb_pad) break;
-      const uint32_t word =
-          uint32_t(code[i][0]) | uint32_t(code[i][1]) << 8 | uint32_t(code[i][2]) << 16 | uint32_t(code[i][3]) << 24;
-      *reinterpret_cast<uint32_t*>(a.codes + int64_t(tok) * a.k_pad + g[i] * kFp8Block + 4 * lane) = word;
-      if (lane == 0) {
-        if (a.token_major) {
-          const int first = tok / a.chunk_rows * a.chunk_rows, rows = min(a.chunk_rows, a.m - first);
-          a.scales[int64_t(first) * kb_pad + int64_t(g[i]) * rows + (tok - first)] = s[i];
-        } else {
-          a.scales[int64_t(tok) * kb_pad + g[i]] = s[i];
-        }
-      }
+      fp8_store_group(a.codes, a.scales, a.m, a.k_pad, a.token_major, a.chunk_rows, tok, g[i], lane, code[i], s[i]);
     }
   }
 }
