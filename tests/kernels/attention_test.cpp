@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -515,6 +516,97 @@ TEST(AttentionKernels, DISABLED_DecodeTiming) {
     std::printf("decode_timing %-10s keys %4d max_splits %3d grid splits %3d ring %d %s: %.2f us a launch\n", v.name,
                 v.keys, v.max_splits, a.num_splits, v.ring,
                 v.fold ? (v.cache_blocks ? "folded" : "folded, table in L2") : "kernel", 1e3 * best / kChain);
+  }
+  cudaStreamDestroy(stream);
+}
+
+// Decode attention at many sequences (the 64- and 256-user serve steps): the time of one launch and the
+// bandwidth it reaches over the KV bytes it must read (every visible key's K and V rows, bf16), by split
+// size and ring depth, over a shuffled pool of 16-token blocks as the server's cache is. Contexts 1,024
+// (bench cost's decode) or 1,024..2,047 (a 1k/1k serve run's spread). Not a correctness check: run by
+// hand (--gtest_also_run_disabled_tests); each case's first launch is a plain stream launch that `ncu`
+// can replay (tools/device/ncu_kernel_detail.sh TEST=...).
+TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
+  REQUIRE_GPU();
+  struct Variant {
+    int seqs;
+    bool spread;  // contexts 1,024..2,047 instead of 1,024
+    bool slide;
+    int keys, ring;
+  };
+  const Variant variants[] = {
+      {256, false, false, 256, 0},  {256, false, false, 512, 0}, {256, false, false, 1024, 0},
+      {256, false, false, 256, 4},  {256, false, false, 1024, 4}, {256, false, true, 256, 0},
+      {256, true, false, 256, 0},   {256, true, false, 512, 0},  {256, true, false, 1024, 0},
+      {256, true, false, 2048, 0},  {128, true, false, 256, 0},  {128, true, false, 512, 0},
+      {128, true, false, 1024, 0},  {64, true, false, 256, 0},   {64, true, false, 512, 0},
+      {64, true, false, 1024, 0},
+  };
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  std::unique_ptr<Problem> p;
+  std::unique_ptr<DeviceProblem> dev;
+  for (const Variant& v : variants) {
+    if (!p || int(p->plan.seqs.size()) != v.seqs || p->spec.sliding_group != v.slide ||
+        (p->plan.seqs[1].context_begin != 1023) != v.spread) {
+      std::mt19937_64 rng(uint64_t(v.seqs) * 7 + 1);
+      std::vector<SeqSpec> seqs;
+      for (int i = 0; i < v.seqs; ++i) seqs.push_back({v.spread ? 1024 + int(rng() % 1023) : 1023, 1});
+      dev.reset();
+      p = std::make_unique<Problem>(make_problem(v.slide ? sliding(seqs, 5) : full_causal(seqs, 5)));
+      dev = std::make_unique<DeviceProblem>(*p);
+    }
+    double bytes = 0;
+    int max_context = 0;
+    for (const SeqStep& s : p->plan.seqs) {
+      const int visible = v.slide ? std::min(s.context_begin + 1, kGptOssWindow) : s.context_begin + 1;
+      bytes += double(visible) * kHkv * kD * 2 * sizeof(uint16_t);
+      max_context = std::max(max_context, s.context_begin + 1);
+    }
+    DeviceArray<uint16_t> out(std::vector<uint16_t>(size_t(v.seqs) * kHq * kD, 0));
+    AttentionArgs a = make_args(*p, *dev, dev->plan.view, out.get());
+    a.min_keys_per_split = v.keys;
+    a.decode_ring = v.ring;
+    // The backend's grid: splits for the longest context a graph of this batch may replay (2k here).
+    a.num_splits = attention_decode_splits(v.seqs, kHkv, v.slide ? kGptOssWindow : 2048, 132, v.keys);
+    const size_t ws_bytes = attention_decode_workspace_bytes(v.seqs, kHq, a.num_splits);
+    DeviceArray<char> workspace(ws_bytes);
+    a.workspace = workspace.get();
+    a.workspace_bytes = ws_bytes;
+    DeviceArray<int32_t> tickets(std::vector<int32_t>(size_t(v.seqs) * kHkv, 0));
+    a.tickets = tickets.get();
+    a.tickets_capacity = int64_t(v.seqs) * kHkv;
+    launch_bf16_sdpa_sinks_d64_decode(a, stream);  // the plain launch (ncu), outside the capture
+    cuda_ok(cudaStreamSynchronize(stream), "warm-up");
+    constexpr int kChain = 20;
+    cudaGraph_t graph;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int i = 0; i < kChain; ++i) launch_bf16_sdpa_sinks_d64_decode(a, stream);
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+    cudaGraphExec_t exec;
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    cudaEvent_t start, stop;
+    cuda_ok(cudaEventCreate(&start), "event");
+    cuda_ok(cudaEventCreate(&stop), "event");
+    float best = 1e30f;
+    for (int rep = 0; rep < 5; ++rep) {
+      cuda_ok(cudaEventRecord(start, stream), "record");
+      cuda_ok(cudaGraphLaunch(exec, stream), "replay");
+      cuda_ok(cudaEventRecord(stop, stream), "record");
+      cuda_ok(cudaEventSynchronize(stop), "sync");
+      float ms = 0;
+      cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+      if (rep > 0) best = std::min(best, ms);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    for (int32_t t : tickets.download()) EXPECT_EQ(t, 0);
+    const double us = 1e3 * best / kChain;
+    std::printf("decode_many %3d seqs, contexts %-9s %-6s keys %4d grid splits %2d ring %d: %7.2f us, %.2f TB/s\n",
+                v.seqs, v.spread ? "1k..2k" : "1k", v.slide ? "window" : "full", v.keys, a.num_splits, v.ring, us,
+                bytes / us * 1e-6);
   }
   cudaStreamDestroy(stream);
 }
