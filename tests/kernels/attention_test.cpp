@@ -535,11 +535,11 @@ TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
     int keys, ring;
   };
   const Variant variants[] = {
-      {256, false, false, 256, 0},  {256, false, false, 512, 0}, {256, false, false, 1024, 0},
-      {256, false, false, 256, 4},  {256, false, false, 1024, 4}, {256, false, true, 256, 0},
-      {256, true, false, 256, 0},   {256, true, false, 512, 0},  {256, true, false, 1024, 0},
-      {256, true, false, 2048, 0},  {128, true, false, 256, 0},  {128, true, false, 512, 0},
-      {128, true, false, 1024, 0},  {64, true, false, 256, 0},   {64, true, false, 512, 0},
+      {256, false, false, 256, 0}, {256, false, false, 512, 0},  {256, false, false, 1024, 0},
+      {256, false, false, 256, 4}, {256, false, false, 1024, 4}, {256, false, true, 256, 0},
+      {256, true, false, 256, 0},  {256, true, false, 512, 0},   {256, true, false, 1024, 0},
+      {256, true, false, 2048, 0}, {128, true, false, 256, 0},   {128, true, false, 512, 0},
+      {128, true, false, 1024, 0}, {64, true, false, 256, 0},    {64, true, false, 512, 0},
       {64, true, false, 1024, 0},
   };
   cudaStream_t stream;
