@@ -100,11 +100,13 @@ int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int
                             int max_splits = kAttnMaxDecodeSplits);
 // The fewest keys a decode split takes for a step of num_seqs sequences (the backend's choice unless
 // OSSRT_CUDA_ATTN_SPLIT_KEYS overrides it): 128 for up to kAttnSmallBatchSeqs sequences, where the grid is
-// a few CTAs an SM and a split's serial tiles are the layer's latency, else kAttnDefaultMinKeysPerSplit
-// (more CTAs and partials cost more than they save once the grid fills the GPU). Measured on the H200
-// (docs/kernels.md, "Decode"). A sequence's slices then depend on its length and on which side of
-// kAttnSmallBatchSeqs the step's batch is: batch invariance holds within each side.
+// a few CTAs an SM and a split's serial tiles are the layer's latency; kAttnDefaultMinKeysPerSplit below
+// kAttnManySeqs; then 512, and 1,024 from 4 x kAttnManySeqs (256) sequences, where the grid fills the GPU
+// without splits and each split's fixed cost is what more of them add. Measured (docs/kernels.md,
+// "Decode"). A sequence's slices then depend on its length and on which of these classes the step's
+// batch is in: batch invariance holds within each class.
 inline constexpr int kAttnSmallBatchSeqs = 8;
+inline constexpr int kAttnManySeqs = 64;
 int attention_decode_min_split_keys(int num_seqs);
 // The decode kernel's ring depth for a grid of num_seqs x num_kv_heads x num_splits CTAs; what the
 // launcher uses when AttentionArgs::decode_ring is 0 (with 132 SMs).

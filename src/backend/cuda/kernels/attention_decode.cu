@@ -220,15 +220,27 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4;
+  // Key j's logical block and its row in it: a shift and a mask for power-of-two block sizes (the
+  // server's 16), which every tile needs for each of its rows; a division only for other sizes.
+  const int bs = a.plan.block_size;
+  const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+  auto block_of_key = [&](int j) { return bs_shift >= 0 ? j >> bs_shift : j / bs; };
   // The tables are uploaded before the step (no kernel of it writes them): read before the PDL wait.
-  const int first_block = begin / a.plan.block_size;
-  const int cached_blocks =
-      a.cache_split_blocks ? min((end - 1) / a.plan.block_size - first_block + 1, kBlockCache) : 0;
+  const int first_block = block_of_key(begin);
+  const int cached_blocks = a.cache_split_blocks ? min(block_of_key(end - 1) - first_block + 1, kBlockCache) : 0;
   for (int i = tid; i < cached_blocks; i += kThreads) block_s[i] = kv_block_of(a, seq, first_block + i);
   __syncthreads();
   auto row_offset = [&](int j) -> int64_t {
-    const int i = j / a.plan.block_size - first_block;
+    const int i = block_of_key(j) - first_block;
     return i < cached_blocks ? kv_row_offset_in(a, kv_head, block_s[i], j) : kv_row_offset(a, seq, kv_head, j);
+  };
+  // Key j's cache row (its element offset / 64), -1 when masked; the tile loop's form of row_offset:
+  // 32-bit arithmetic (a layer's pool holds < 2^31 rows) from the cached block.
+  auto row_index = [&](int j) -> int32_t {
+    const int b = block_of_key(j), i = b - first_block;
+    if (i >= cached_blocks) return int32_t(kv_row_offset(a, seq, kv_head, j) >> 6);  // -1 >> 6 = -1
+    const int block = block_s[i];
+    return block < 0 ? -1 : (block * a.num_kv_heads + kv_head) * bs + (j - b * bs);
   };
   float scale_log2 = a.sm_scale * kLog2e;
   if constexpr (kFp8) scale_log2 *= a.k_scale[kv_head];  // q.(code x s) = s (q.code)
@@ -267,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int j = key0 + load_row + kLoadRows * i;
-      rows.row[i] = j < end ? int32_t(row_offset(j) >> 6) : -1;  // -1 >> 6 = -1
+      rows.row[i] = j < end ? row_index(j) : -1;
     }
     return rows;
   };
@@ -535,7 +547,14 @@ int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int
 int attention_decode_min_split_keys(int num_seqs) {
   // gpt-oss-20b mxfp4, context 1k, bench cost decode steps (2026-12-04): 128 keys 1.79-1.80 ms against
   // 1.83-1.84 at batch 1, 3.94-3.97 against 3.96-3.99 at 8, 7.62-7.65 against 7.39-7.45 at 64.
-  return num_seqs <= kAttnSmallBatchSeqs ? 128 : kAttnDefaultMinKeysPerSplit;
+  // From 64 sequences the grid fills the GPU without splitting and each split's fixed cost (its block
+  // table, first tile, partials, fence and ticket) is what more splits add: the kernel alone, contexts
+  // 1k..2k (attention_test DISABLED_DecodeTimingManySequences, H100, session 31): 64 sequences 85.1 us
+  // at 512 keys against 90.7 at 256, 128: 155.2 against 173.2, 256: 301.9 against 337.2 (1,024 keys
+  // 300.1); at 1k contexts and 256 sequences 1,024 keys 189.1 against 205.2 (512) and 221.0 (256).
+  if (num_seqs <= kAttnSmallBatchSeqs) return 128;
+  if (num_seqs < kAttnManySeqs) return kAttnDefaultMinKeysPerSplit;
+  return num_seqs < 4 * kAttnManySeqs ? 2 * kAttnDefaultMinKeysPerSplit : 4 * kAttnDefaultMinKeysPerSplit;
 }
 
 int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int num_sms) {
