@@ -428,6 +428,35 @@ TEST(AttentionKernels, DISABLED_PrefillTiming) {
   }
 }
 
+// What one decode launch adds in a chain of itself: a CUDA graph of `chain` launches (PDL between
+// them, as in a decode step), the best of 4 replays after one, in us a launch.
+double decode_launch_us(const AttentionArgs& a, cudaStream_t stream, int chain) {
+  cudaGraph_t graph;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < chain; ++i) launch_bf16_sdpa_sinks_d64_decode(a, stream);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphExec_t exec;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start), "event");
+  cuda_ok(cudaEventCreate(&stop), "event");
+  float best = 1e30f;
+  for (int rep = 0; rep < 5; ++rep) {
+    cuda_ok(cudaEventRecord(start, stream), "record");
+    cuda_ok(cudaGraphLaunch(exec, stream), "replay");
+    cuda_ok(cudaEventRecord(stop, stream), "record");
+    cuda_ok(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    if (rep > 0) best = std::min(best, ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return 1e3 * best / chain;
+}
+
 // Not a check: the decode kernel's cost in a chain of itself at batch 1 (gpt-oss shapes): a CUDA graph
 // of kChain launches on one stream, with PDL as the backend launches them, so each launch's prologue
 // overlaps the previous one's tail and a launch costs what it adds to a decode step's critical path
@@ -488,34 +517,11 @@ TEST(AttentionKernels, DISABLED_DecodeTiming) {
     if (v.fold) a.tickets = tickets.get(), a.tickets_capacity = kHkv;
     launch_bf16_sdpa_sinks_d64_decode(a, stream);  // raises the shared-memory limit outside the capture
     cuda_ok(cudaStreamSynchronize(stream), "warm-up");
-    constexpr int kChain = 64;
-    cudaGraph_t graph;
-    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-    for (int i = 0; i < kChain; ++i) launch_bf16_sdpa_sinks_d64_decode(a, stream);
-    cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-    cudaGraphExec_t exec;
-    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    cudaEvent_t start, stop;
-    cuda_ok(cudaEventCreate(&start), "event");
-    cuda_ok(cudaEventCreate(&stop), "event");
-    float best = 1e30f;
-    for (int rep = 0; rep < 5; ++rep) {
-      cuda_ok(cudaEventRecord(start, stream), "record");
-      cuda_ok(cudaGraphLaunch(exec, stream), "replay");
-      cuda_ok(cudaEventRecord(stop, stream), "record");
-      cuda_ok(cudaEventSynchronize(stop), "sync");
-      float ms = 0;
-      cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-      if (rep > 0) best = std::min(best, ms);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    const double us = decode_launch_us(a, stream, 64);
     for (int32_t t : tickets.download()) EXPECT_EQ(t, 0);
     std::printf("decode_timing %-10s keys %4d max_splits %3d grid splits %3d ring %d %s: %.2f us a launch\n", v.name,
                 v.keys, v.max_splits, a.num_splits, v.ring,
-                v.fold ? (v.cache_blocks ? "folded" : "folded, table in L2") : "kernel", 1e3 * best / kChain);
+                v.fold ? (v.cache_blocks ? "folded" : "folded, table in L2") : "kernel", us);
   }
   cudaStreamDestroy(stream);
 }
@@ -578,32 +584,8 @@ TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
     a.tickets_capacity = int64_t(v.seqs) * kHkv;
     launch_bf16_sdpa_sinks_d64_decode(a, stream);  // the plain launch (ncu), outside the capture
     cuda_ok(cudaStreamSynchronize(stream), "warm-up");
-    constexpr int kChain = 20;
-    cudaGraph_t graph;
-    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-    for (int i = 0; i < kChain; ++i) launch_bf16_sdpa_sinks_d64_decode(a, stream);
-    cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
-    cudaGraphExec_t exec;
-    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    cudaEvent_t start, stop;
-    cuda_ok(cudaEventCreate(&start), "event");
-    cuda_ok(cudaEventCreate(&stop), "event");
-    float best = 1e30f;
-    for (int rep = 0; rep < 5; ++rep) {
-      cuda_ok(cudaEventRecord(start, stream), "record");
-      cuda_ok(cudaGraphLaunch(exec, stream), "replay");
-      cuda_ok(cudaEventRecord(stop, stream), "record");
-      cuda_ok(cudaEventSynchronize(stop), "sync");
-      float ms = 0;
-      cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-      if (rep > 0) best = std::min(best, ms);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    const double us = decode_launch_us(a, stream, 20);
     for (int32_t t : tickets.download()) EXPECT_EQ(t, 0);
-    const double us = 1e3 * best / kChain;
     std::printf("decode_many %3d seqs, contexts %-9s %-6s keys %4d grid splits %2d ring %d: %7.2f us, %.2f TB/s\n",
                 v.seqs, v.spread ? "1k..2k" : "1k", v.slide ? "window" : "full", v.keys, a.num_splits, v.ring, us,
                 bytes / us * 1e-6);

@@ -46,6 +46,17 @@ KvCacheShape one_layer_per_group(int blocks) {
   return shape;
 }
 
+// Attention over layer 0 of group g of one_layer_per_group's cache, gpt-oss heads and window.
+AttentionParams layer0_attention(KvGroup g) {
+  AttentionParams p;
+  p.group = g;
+  p.layer_in_group = 0;
+  p.window = g == KvGroup::Sliding ? kWindow : 0;
+  p.num_q_heads = kQHeads, p.num_kv_heads = kKvHeads, p.head_dim = kHeadDim;
+  p.sm_scale = 0.125f;
+  return p;
+}
+
 struct Backends {
   explicit Backends(const BackendOptions& options = {})
       : cpu(make_backend("cpu", options)), gpu(make_backend("cuda", options)) {}
@@ -657,6 +668,24 @@ class PlanBuilder {
   std::vector<int32_t> full_free_, window_free_;
 };
 
+// Writes a history of `tokens` tokens of random q/k/v for one new sequence through the plain RoPE +
+// cache op on every backend, both groups, as one step: later steps then attend over the same cache.
+template <size_t N>
+void write_kv_history(Backend* const (&backends)[N], PlanBuilder& builder, SeqBlocks& seq, int tokens,
+                      std::mt19937_64& rng, const RopeParams& rope) {
+  StepPlan history;
+  history.block_size = kBlock;
+  builder.add(history, seq, tokens);
+  for (Backend* be : backends) be->begin_step(history);
+  for (KvGroup g : {KvGroup::Full, KvGroup::Sliding}) {
+    const auto qkv = random_floats(rng, size_t(tokens) * size_t(kQkvDim), 1.0f);
+    for (Backend* be : backends) {
+      Tensor q = put_act(*be, {tokens, kQkvDim}, qkv);
+      be->rope_and_cache_write(q, rope, layer0_attention(g));
+    }
+  }
+}
+
 // The greedy screen (OSSRT_CUDA_GREEDY_SCREEN=1, kernels/greedy_screen.cuh): on a one-row greedy-only
 // step unembed finds the id from the int8 copy plus the exact bf16 logits of the candidates, and it must
 // be the full bf16 GEMV's argmax (a backend without the screen: its logits, argmax on the host), at
@@ -811,15 +840,6 @@ void run_attention_scenario(const AttentionScenario& sc, uint64_t seed, const Ba
   PlanBuilder builder(shape.num_full_blocks, rng);
   std::vector<SeqBlocks> seqs(static_cast<size_t>(n));
 
-  auto params_for = [](KvGroup g) {
-    AttentionParams p;
-    p.group = g;
-    p.layer_in_group = 0;
-    p.window = g == KvGroup::Sliding ? kWindow : 0;
-    p.num_q_heads = kQHeads, p.num_kv_heads = kKvHeads, p.head_dim = kHeadDim;
-    p.sm_scale = 0.125f;
-    return p;
-  };
   // Runs rope+cache write (and optionally attention) for both groups on both backends.
   auto run_step = [&](const StepPlan& plan, bool compare) {
     b.cpu->begin_step(plan);
@@ -828,7 +848,7 @@ void run_attention_scenario(const AttentionScenario& sc, uint64_t seed, const Ba
     for (KvGroup g : {KvGroup::Full, KvGroup::Sliding}) {
       const auto qkv = random_floats(rng, size_t(t * kQkvDim), 1.0f);
       Tensor qc = put_act(*b.cpu, {t, kQkvDim}, qkv), qg = put_act(*b.gpu, {t, kQkvDim}, qkv);
-      const AttentionParams p = params_for(g);
+      const AttentionParams p = layer0_attention(g);
       b.cpu->rope_and_cache_write(qc, rope, p);
       b.gpu->rope_and_cache_write(qg, rope, p);
       if (!compare) continue;
@@ -1000,27 +1020,7 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
   const RopeParams rope = compute_rope_params(preset_config("gpt-oss-20b"));
   PlanBuilder builder(shape.num_full_blocks, rng);
   SeqBlocks seq;
-  auto params_for = [](KvGroup g) {
-    AttentionParams p;
-    p.group = g;
-    p.layer_in_group = 0;
-    p.window = g == KvGroup::Sliding ? kWindow : 0;
-    p.num_q_heads = kQHeads, p.num_kv_heads = kKvHeads, p.head_dim = kHeadDim;
-    p.sm_scale = 0.125f;
-    return p;
-  };
-  // History: 300 tokens of random q/k/v through the plain op on every backend.
-  StepPlan history;
-  history.block_size = kBlock;
-  builder.add(history, seq, 300);
-  for (Backend* be : all) be->begin_step(history);
-  for (KvGroup g : {KvGroup::Full, KvGroup::Sliding}) {
-    const auto qkv = random_floats(rng, size_t(300 * kQkvDim), 1.0f);
-    for (Backend* be : all) {
-      Tensor q = put_act(*be, {300, kQkvDim}, qkv);
-      be->rope_and_cache_write(q, rope, params_for(g));
-    }
-  }
+  write_kv_history(all, builder, seq, 300, rng, rope);
   for (int step = 0; step < 3; ++step) {  // three one-token steps: positions 300, 301, 302
     StepPlan plan;
     plan.block_size = kBlock;
@@ -1029,7 +1029,7 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
     const auto x = random_floats(rng, size_t(kHidden), 1.0f);  // the residual row when fold_norm
     const auto delta = random_floats(rng, size_t(kHidden), 1.0f);
     for (KvGroup g : {KvGroup::Full, KvGroup::Sliding}) {
-      const AttentionParams p = params_for(g);
+      const AttentionParams p = layer0_attention(g);
       std::vector<std::vector<float>> qkv_out, attn_out, residual_out;
       for (size_t i = 0; i < 3; ++i) {
         Backend& be = *all[i];
@@ -1189,30 +1189,11 @@ TEST(CudaOps, Fp8NormCodesPrefillIsTheNormThenTheQuantizedLinear) {
     nt.push_back(be->upload(norm_w->view));
   }
   const RopeParams rope = compute_rope_params(preset_config("gpt-oss-20b"));
-  auto params_for = [](KvGroup g) {
-    AttentionParams p;
-    p.group = g;
-    p.layer_in_group = 0;
-    p.window = g == KvGroup::Sliding ? kWindow : 0;
-    p.num_q_heads = kQHeads, p.num_kv_heads = kKvHeads, p.head_dim = kHeadDim;
-    p.sm_scale = 0.125f;
-    return p;
-  };
   auto& coded_backend = dynamic_cast<CudaBackend&>(*gpu);
   for (int tokens : {9, 301, 512}) {
     PlanBuilder builder(shape.num_full_blocks, rng);
     SeqBlocks seq;
-    StepPlan history;
-    history.block_size = kBlock;
-    builder.add(history, seq, 40);
-    for (Backend* be : both) be->begin_step(history);
-    for (KvGroup g : {KvGroup::Full, KvGroup::Sliding}) {
-      const auto qkv = random_floats(rng, size_t(40 * kQkvDim), 1.0f);
-      for (Backend* be : both) {
-        Tensor q = put_act(*be, {40, kQkvDim}, qkv);
-        be->rope_and_cache_write(q, rope, params_for(g));
-      }
-    }
+    write_kv_history(both, builder, seq, 40, rng, rope);
     StepPlan plan;
     plan.block_size = kBlock;
     builder.add(plan, seq, tokens);
@@ -1228,7 +1209,7 @@ TEST(CudaOps, Fp8NormCodesPrefillIsTheNormThenTheQuantizedLinear) {
       const int64_t coded_before = coded_backend.fp8_norm_codes_launches();
       for (int chunk = 0; chunk < 2; ++chunk) {  // the second on the first's residual_out (the model's two buffers)
         const KvGroup g = chunk == 0 ? KvGroup::Full : KvGroup::Sliding;
-        const AttentionParams p = params_for(g);
+        const AttentionParams p = layer0_attention(g);
         Tensor dt = put_act(be, {tokens, kHidden}, deltas[size_t(chunk)]);
         Tensor qkv = be.alloc(DType::BF16, {tokens, kQkvDim});
         be.add_rmsnorm_qkv_rope_cache_write(residual, dt, res_out, nt[i], 1e-5f, normed, wt[i], &bt[i], rope, p, qkv);
