@@ -668,6 +668,21 @@ class PlanBuilder {
   std::vector<int32_t> full_free_, window_free_;
 };
 
+// The q, k and v row blocks of a fused [kQkvDim, kHidden] bf16 QKV weight, as views (what an FP8
+// upload quantizes separately, each on its own 128 x 128 block grid).
+std::vector<HostTensor> qkv_part_views(const HostTensor& w) {
+  std::vector<HostTensor> parts;
+  int64_t row = 0;
+  for (int64_t rows : {int64_t(kQHeads) * kHeadDim, int64_t(kKvHeads) * kHeadDim, int64_t(kKvHeads) * kHeadDim}) {
+    HostTensor v = w;
+    v.data = static_cast<const uint16_t*>(w.data) + row * kHidden;
+    v.shape = {rows, kHidden};
+    parts.push_back(v);
+    row += rows;
+  }
+  return parts;
+}
+
 // Writes a history of `tokens` tokens of random q/k/v for one new sequence through the plain RoPE +
 // cache op on every backend, both groups, as one step: later steps then attend over the same cache.
 template <size_t N>
@@ -990,20 +1005,8 @@ void expect_fused_qkv_rope_is_linear_then_rope(WeightFormat format, uint64_t see
   auto bias = test::host_bf16(random_floats(rng, size_t(kQkvDim), 0.5f), {kQkvDim}, "qkv.b");
   auto sinks = test::host_bf16(random_floats(rng, kQHeads, 1.0f), {kQHeads}, "sinks");
   // bf16: the fused weight as one tensor; FP8: views of its q, k and v rows.
-  std::vector<HostTensor> part_views;
   const bool fp8 = format == WeightFormat::Fp8 || format == WeightFormat::Mxfp4Fp8;
-  if (fp8) {
-    int64_t row = 0;
-    for (int64_t rows : {int64_t(kQHeads) * kHeadDim, int64_t(kKvHeads) * kHeadDim, int64_t(kKvHeads) * kHeadDim}) {
-      HostTensor v = w->view;
-      v.data = static_cast<const uint16_t*>(w->view.data) + row * kHidden;
-      v.shape = {rows, kHidden};
-      part_views.push_back(v);
-      row += rows;
-    }
-  } else {
-    part_views.push_back(w->view);
-  }
+  const std::vector<HostTensor> part_views = fp8 ? qkv_part_views(w->view) : std::vector<HostTensor>{w->view};
   std::vector<const HostTensor*> parts;
   for (const HostTensor& v : part_views) parts.push_back(&v);
   auto norm_w = test::host_bf16(random_floats(rng, size_t(kHidden), 0.2f, 1.0f), {kHidden}, "attn_norm.w");
@@ -1169,15 +1172,7 @@ TEST(CudaOps, Fp8NormCodesPrefillIsTheNormThenTheQuantizedLinear) {
   auto bias = test::host_bf16(random_floats(rng, size_t(kQkvDim), 0.5f), {kQkvDim}, "qkv.b");
   auto sinks = test::host_bf16(random_floats(rng, kQHeads, 1.0f), {kQHeads}, "sinks");
   auto norm_w = test::host_bf16(random_floats(rng, size_t(kHidden), 0.2f, 1.0f), {kHidden}, "attn_norm.w");
-  std::vector<HostTensor> part_views;
-  int64_t row = 0;
-  for (int64_t rows : {int64_t(kQHeads) * kHeadDim, int64_t(kKvHeads) * kHeadDim, int64_t(kKvHeads) * kHeadDim}) {
-    HostTensor v = w->view;
-    v.data = static_cast<const uint16_t*>(w->view.data) + row * kHidden;
-    v.shape = {rows, kHidden};
-    part_views.push_back(v);
-    row += rows;
-  }
+  const std::vector<HostTensor> part_views = qkv_part_views(w->view);
   std::vector<const HostTensor*> parts;
   for (const HostTensor& v : part_views) parts.push_back(&v);
   std::vector<Tensor> wt, bt, st, nt;
