@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A change to the decode attention kernel, checked and timed against an older build in one device call:
+#   1. the GPU tests that run the kernel, in parallel (attention_test in 4 shards, kv_fp8_kernels_test,
+#      kv_fp8_model_test, golden_cuda_test, engine_cuda_test, eagle3_cuda_test), one line each;
+#   2. attention_test's DISABLED_DecodeTimingManySequences (the kernel alone at 64-256 sequences) for
+#      this pack's attention_test and for OLD_TEST, the older build's (cuda_pack.sh EXTRA_BINARIES);
+#   3. `bench cost` decode steps at BATCHES, this build against OLD_OSSRT, interleaved twice
+#      (decode_ab.sh; its tarball lands in $OUT).
+# Device call from the repo root after tools/device/cuda_pack.sh, carry [".carry/cudaz"] (unpacked
+# first) or [".carry/cuda"]. Step 1's failures do not stop steps 2 and 3 (their numbers then mean
+# nothing: read step 1 first).
+# Usage: [OLD_TEST=attention_test_main] [OLD_OSSRT=ossrt_main] [BATCHES="1 64 256"] [QUANT=mxfp4-fp8]
+#        [TEST_S=150] tools/device/decode_kernel_ab.sh
+set -uo pipefail
+ROOT=$(pwd)
+source "$ROOT/tools/device/pack_env.sh"  # PACK (.carry/cuda), OSSRT_SOURCE_DIR, LD_LIBRARY_PATH
+OLD_TEST=${OLD_TEST:-attention_test_main}
+OLD_OSSRT=${OLD_OSSRT:-ossrt_main}
+LOGS=/tmp/decode-kernel-ab
+mkdir -p "$LOGS"
+nvidia-smi --query-gpu=name --format=csv,noheader
+echo "== 1. tests, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
+pids=()
+for i in 0 1 2 3; do
+  GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout "${TEST_S:-150}" "$PACK/bin/attention_test" --gtest_color=no \
+    > "$LOGS/attention_test.$i.log" 2>&1 &
+  pids+=("$!:attention_test.$i")
+done
+for t in kv_fp8_kernels_test kv_fp8_model_test golden_cuda_test engine_cuda_test eagle3_cuda_test; do
+  timeout "${TEST_S:-150}" "$PACK/bin/$t" --gtest_color=no > "$LOGS/$t.log" 2>&1 &
+  pids+=("$!:$t")
+done
+for p in "${pids[@]}"; do
+  wait "${p%%:*}"
+  rc=$?
+  echo "-- ${p#*:} exit $rc: $(grep -E '^\[  (PASSED|FAILED) ' "$LOGS/${p#*:}.log" | tr '\n' ' ')"
+  [ "$rc" -eq 0 ] || grep -E '^\[  FAILED|Failure' "$LOGS/${p#*:}.log" | head -5
+done
+echo "== 2. the kernel alone at many sequences"
+for b in attention_test "$OLD_TEST"; do
+  [ -x "$PACK/bin/$b" ] || { echo "-- $b: not in the pack"; continue; }
+  echo "-- $b"
+  timeout 120 "$PACK/bin/$b" --gtest_also_run_disabled_tests --gtest_filter='*DecodeTimingManySequences*' 2>&1 |
+    grep -E "decode_many|FAIL"
+done
+echo "== 3. decode steps, bench cost"
+MODEL=gpt-oss-20b QUANT=${QUANT:-mxfp4-fp8} BATCHES=${BATCHES:-1 64 256} DEADLINE_S=${DEADLINE_S:-200} \
+  "$ROOT/tools/device/decode_ab.sh" new= old=OSSRT_AB_BIN="$OLD_OSSRT" new2= old2=OSSRT_AB_BIN="$OLD_OSSRT" 2>&1 |
+  grep -E "^==|^[a-z0-9-]+ +[0-9]+ +[0-9]+ "
