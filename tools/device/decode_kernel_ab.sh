@@ -6,14 +6,17 @@
 #      this pack's attention_test and for OLD_TEST, the older build's (cuda_pack.sh EXTRA_BINARIES);
 #   3. `bench cost` decode steps at BATCHES, this build against OLD_OSSRT, interleaved twice
 #      (decode_ab.sh; its tarball lands in $OUT).
-# Device call from the repo root after tools/device/cuda_pack.sh, carry [".carry/cudaz"] (unpacked
-# first) or [".carry/cuda"]. Step 1's failures do not stop steps 2 and 3 (their numbers then mean
+# Device call from the repo root after tools/device/cuda_pack.sh, carry [".carry/cudaz", ".carry/tokgz"]
+# (the pack unpacked first) or [".carry/cuda", ".carry/tokgz"]. Step 1's failures do not stop steps 2 and 3 (their numbers then mean
 # nothing: read step 1 first).
 # Usage: [OLD_TEST=attention_test_main] [OLD_OSSRT=ossrt_main] [BATCHES="1 64 256"] [QUANT=mxfp4-fp8]
 #        [TEST_S=150] tools/device/decode_kernel_ab.sh
 set -uo pipefail
 ROOT=$(pwd)
 source "$ROOT/tools/device/pack_env.sh"  # PACK (.carry/cuda), OSSRT_SOURCE_DIR, LD_LIBRARY_PATH
+if [ -z "${OSSRT_TOKENIZER:-}" ] && [ -f "$ROOT/.carry/tokgz/tokenizer.json.gz" ]; then
+  gunzip -c "$ROOT/.carry/tokgz/tokenizer.json.gz" > /tmp/tokenizer.json && export OSSRT_TOKENIZER=/tmp/tokenizer.json
+fi
 OLD_TEST=${OLD_TEST:-attention_test_main}
 OLD_OSSRT=${OLD_OSSRT:-ossrt_main}
 LOGS=/tmp/decode-kernel-ab
