@@ -622,17 +622,27 @@ class AutomatonBuilder {
     Automaton a;
     a.num_classes_ = num_classes_;
     a.byte_class_ = byte_class_;
+    // A rule whose language is empty (it can never finish, e.g. `kv ::= "a" kv`) has a DFA of no
+    // states; it gets one dead state (not accepting, no transitions, no calls), so its start is a
+    // real state that matches nothing instead of the next rule's first state or one past the end.
     int32_t base = 0;
     for (size_t r = 0; r < dfas.size(); ++r) {
       a.rule_start_.push_back(base);
       a.rule_names_.push_back(g_.rule(kept_[r]).name);
-      base += dfas[r].size();
+      base += std::max<int32_t>(dfas[r].size(), 1);
     }
     a.root_rule_ = 0;
     a.call_begin_.push_back(0);
     for (size_t r = 0; r < dfas.size(); ++r) {
       const RuleDfa& d = dfas[r];
       const int32_t off = a.rule_start_[r];
+      if (d.size() == 0) {
+        a.trans_.insert(a.trans_.end(), size_t(num_classes_), -1);
+        a.call_begin_.push_back(int32_t(a.calls_.size()));
+        a.flags_.push_back(0);
+        a.state_rule_.push_back(int32_t(r));
+        continue;
+      }
       for (int32_t s = 0; s < d.size(); ++s) {
         uint8_t f = d.accept[size_t(s)] ? kAccepting : 0;
         for (int32_t c = 0; c < d.classes; ++c) {

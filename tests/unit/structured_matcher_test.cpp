@@ -198,6 +198,14 @@ TEST(StructuredAutomaton, RefusesLeftRecursionAndEmptyLanguages) {
   EXPECT_THROW(build("root ::= (\"a\" & \"b\")"), StructuredError);                     // empty intersection
   EXPECT_NO_THROW(build("root ::= \"a\" root | \"b\""));                                // right recursion is fine
   EXPECT_THROW(build("root ::= (x & \"a\")\nx ::= \"a\" x | \"a\""), StructuredError);  // non-regular operand
+  // A rule that never ends but is optional where it is called (found by the structured_source fuzzer:
+  // its empty automaton's start pointed past the last state): the grammar is what remains, "{}".
+  const auto g = std::make_shared<const CompiledGrammar>(parse_ebnf("root ::= \"{\" x? \"}\"\nx ::= \"a\" x"), vocab);
+  GrammarMatcher m(g);
+  EXPECT_TRUE(m.accept_bytes("{}"));
+  EXPECT_TRUE(m.can_end());
+  GrammarMatcher n(g);
+  EXPECT_FALSE(n.accept_bytes("{a"));
 }
 
 }  // namespace
