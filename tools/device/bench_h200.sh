@@ -37,7 +37,8 @@
 # QUANT (default bf16) is the --quantization of every command (docs/quantization.md), MODEL (default
 # gpt-oss-20b) its model; SERVE_PROMPTS_8K=0 skips serve's 8k/1k point, SERVE_CONCURRENCY_8K (default 64)
 # sets its concurrency (1: the TTFT of one 8k prompt alone), SERVE_LONG_INPUT (default 8192) its prompt
-# length (32768 with concurrency 1: batch-1 decode at 32k); SERVE_FLAGS adds serve flags (e.g.
+# length (32768 with concurrency 1: batch-1 decode at 32k); OSSRT_BIN another binary of the pack (A/B:
+# with a RUN_SUFFIX; its COMMIT is still the pack's, so say which build a folder holds); SERVE_FLAGS adds serve flags (e.g.
 # "--kv-cache-dtype fp8"), SERVE_BENCH_FLAGS bench serve flags (e.g. "--temperature 1": sampled, not
 # greedy, requests).
 set -uo pipefail
@@ -56,7 +57,9 @@ TAG=$(IFS=_; echo "${PARTS[*]}")
 mkdir -p "$FINAL"
 exec > >(tee -a "$FINAL/bench_h200_$TAG.log") 2>&1
 
-OSSRT=$PACK/bin/ossrt
+# OSSRT_BIN: another ossrt binary of the pack (cuda_pack.sh EXTRA_BINARIES, e.g. ossrt_main) for an A/B of
+# two builds in one call; give it a RUN_SUFFIX (e.g. _main) so the two runs' folders differ.
+OSSRT=$PACK/bin/${OSSRT_BIN:-ossrt}
 [ -x "$OSSRT" ] || { echo "!! $OSSRT missing: run tools/device/cuda_pack.sh <cuda build dir> first, carry .carry/cuda"; exit 1; }
 source "$ROOT/tools/device/pack_env.sh"  # LD_LIBRARY_PATH for $PACK
 # The tokenizer travels gzipped (.carry/tokgz, 5 MB) or plain (.carry/tok); node_modules does not.
