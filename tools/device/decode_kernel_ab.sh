@@ -5,12 +5,15 @@
 #   2. attention_test's DISABLED_DecodeTimingManySequences (the kernel alone at 64-256 sequences) for
 #      this pack's attention_test and for OLD_TEST, the older build's (cuda_pack.sh EXTRA_BINARIES);
 #   3. `bench cost` decode steps at BATCHES, this build against OLD_OSSRT, interleaved twice
-#      (decode_ab.sh; its tarball lands in $OUT).
+#      (decode_ab.sh; its tarball lands in $OUT); or with STEP3=serve, `bench serve` at SERVE_CONCURRENCY
+#      (default 256) concurrent random 1k/1k requests (SERVE_PROMPTS, default 256) through `ossrt serve`,
+#      this build then OLD_OSSRT (bench_h200.sh serve, run folders <run> and <run>_old in $OUT).
 # Device call from the repo root after tools/device/cuda_pack.sh, carry [".carry/cudaz", ".carry/tokgz"]
 # (the pack unpacked first) or [".carry/cuda", ".carry/tokgz"]. Step 1's failures do not stop steps 2 and 3 (their numbers then mean
 # nothing: read step 1 first).
-# Usage: [OLD_TEST=attention_test_main] [OLD_OSSRT=ossrt_main] [BATCHES="1 64 256"] [QUANT=mxfp4-fp8]
-#        [TEST_S=150] tools/device/decode_kernel_ab.sh
+# Usage: [OLD_TEST=attention_test_main] [MORE_TESTS="attention_test_x ..."] [OLD_OSSRT=ossrt_main]
+#        [BATCHES="1 64 256"] [QUANT=mxfp4-fp8] [TEST_S=150] [STEP3=cost|serve] tools/device/decode_kernel_ab.sh
+# MORE_TESTS: further attention_test builds of the pack (EXTRA_BINARIES) timed in step 2.
 set -uo pipefail
 ROOT=$(pwd)
 source "$ROOT/tools/device/pack_env.sh"  # PACK (.carry/cuda), OSSRT_SOURCE_DIR, LD_LIBRARY_PATH
@@ -40,12 +43,25 @@ for p in "${pids[@]}"; do
   [ "$rc" -eq 0 ] || grep -E '^\[  FAILED|Failure' "$LOGS/${p#*:}.log" | head -5
 done
 echo "== 2. the kernel alone at many sequences"
-for b in attention_test "$OLD_TEST"; do
+for b in attention_test "$OLD_TEST" ${MORE_TESTS:-}; do
   [ -x "$PACK/bin/$b" ] || { echo "-- $b: not in the pack"; continue; }
   echo "-- $b"
   timeout 120 "$PACK/bin/$b" --gtest_also_run_disabled_tests --gtest_filter='*DecodeTimingManySequences*' 2>&1 |
     grep -E "decode_many|FAIL"
 done
+if [ "${STEP3:-cost}" = serve ]; then
+  echo "== 3. bench serve, concurrency ${SERVE_CONCURRENCY:-256}: this build, then $OLD_OSSRT"
+  for variant in new old; do
+    bin=ossrt suffix=
+    [ "$variant" = old ] && bin=$OLD_OSSRT suffix=_old
+    OSSRT_BIN=$bin RUN_SUFFIX=$suffix QUANT=${QUANT:-mxfp4-fp8} SERVE_CONCURRENCY=${SERVE_CONCURRENCY:-256} \
+      SERVE_PROMPTS=${SERVE_PROMPTS:-256} SERVE_PROMPTS_8K=0 DEADLINE_S=${DEADLINE_S:-150} \
+      "$ROOT/tools/device/bench_h200.sh" serve > "$LOGS/serve_$variant.log" 2>&1
+    echo "-- $variant ($bin):"
+    grep -hE "Benchmark duration|Output token throughput|Mean TPOT|Median TTFT|server ready|!!" "$LOGS/serve_$variant.log"
+  done
+  exit 0
+fi
 echo "== 3. decode steps, bench cost"
 MODEL=gpt-oss-20b QUANT=${QUANT:-mxfp4-fp8} BATCHES=${BATCHES:-1 64 256} DEADLINE_S=${DEADLINE_S:-200} \
   "$ROOT/tools/device/decode_ab.sh" new= old=OSSRT_AB_BIN="$OLD_OSSRT" new2= old2=OSSRT_AB_BIN="$OLD_OSSRT" 2>&1 |
