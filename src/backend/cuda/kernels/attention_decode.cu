@@ -179,8 +179,15 @@ struct DecodeSmem {
   static constexpr size_t kBytes = kBytesRaw > sizeof(DecodeMerge) ? kBytesRaw : sizeof(DecodeMerge);
 };
 
+// CTAs an SM the kernel is built for: a 2-tile ring's 37 KB of shared memory allows 5 (the many-CTA
+// grids of many sequences), if a thread keeps to 96 registers (registers are allocated 8 at a time:
+// at 97-104 a warp takes 3,328 of the SM's 65,536 and only 19 warps, 4 CTAs, fit). Deeper rings are
+// held to 3 or 2 CTAs by their shared memory anyway.
+template <int kRing>
+constexpr int kDecodeCtasPerSm = kRing == 2 ? 5 : 1;
+
 template <KvCacheElem kElem, int kRing>
-__global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
+__global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
   constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
   using Smem = DecodeSmem<kElem, kRing>;
   // bf16: the cp.async ring of kRing tiles the MMAs read; fp8: the ring holds codes (k8_s, v8_s) and
@@ -274,21 +281,67 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   struct TileRows {
     int32_t row[kRowsPerThread];  // cache row (offset / 64; a layer's pool holds < 2^31 rows), -1 masked
   };
+  // The loads were a third of the kernel's instructions at 256 sequences (ncu, docs/kernels.md,
+  // "Decode attention at 64-256 sequences"), so per row they do only what differs from row to row.
+  // With kLoadRows a multiple of the block size (the server's 16-token blocks: 16 bf16 rows a pass,
+  // 32 fp8 ones), a thread's rows of a tile sit at the same place in blocks kLoadRows / bs apart: one
+  // block lookup in shared memory and one multiply-add a row (row_index's arithmetic).
+  const bool rows_by_block = bs_shift >= 0 && (kLoadRows & (bs - 1)) == 0;
+  const int head_rows = kv_head * bs, block_rows = a.num_kv_heads * bs;
   auto tile_rows = [&](int key0) {
     TileRows rows;
+    const int j0 = key0 + load_row;
+    if (rows_by_block) {
+      const int b0 = j0 >> bs_shift, step = kLoadRows >> bs_shift;
+      const int in_block = head_rows + (j0 - (b0 << bs_shift));
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-      const int j = key0 + load_row + kLoadRows * i;
-      rows.row[i] = j < end ? row_index(j) : -1;
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const int j = j0 + kLoadRows * i, bi = b0 - first_block + step * i;
+        int32_t row = -1;
+        if (j < end) {
+          if (bi < cached_blocks) {
+            const int block = block_s[bi];
+            row = block < 0 ? -1 : block * block_rows + in_block;
+          } else {
+            row = row_index(j);
+          }
+        }
+        rows.row[i] = row;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const int j = j0 + kLoadRows * i;
+        rows.row[i] = j < end ? row_index(j) : -1;
+      }
     }
     return rows;
   };
+  // This thread's copies: the shared-memory destination computed once and stepped by constants per
+  // row and stage, the cache source one multiply-add from the row (the generic-to-shared conversion
+  // and 64-bit address arithmetic of copy_row, per copy, were most of the loads' instructions).
+  constexpr uint32_t kStageBytes = kFp8 ? uint32_t(Smem::kCodeTile) : uint32_t(Smem::kBf16Tile);
+  constexpr uint32_t kPassBytes = kLoadRows * (kFp8 ? kKvFp8RowBytes : kPitch * sizeof(__nv_bfloat16));
+  // The V ring follows the K ring at a fixed distance, so one register holds both destinations.
+  constexpr uint32_t kVBytes = kFp8 ? kRing * uint32_t(Smem::kCodeTile) : kStages * uint32_t(Smem::kBf16Tile);
+  uint32_t dst0;
+  if constexpr (kFp8)
+    dst0 = static_cast<uint32_t>(__cvta_generic_to_shared(&k8_s[0][load_row][load_chunk]));
+  else
+    dst0 = static_cast<uint32_t>(__cvta_generic_to_shared(&k_s[0][load_row][load_chunk]));
   auto issue_tile = [&](int stage, int key0, const TileRows& rows, int skip) {
+    const int skip_pass = skip - key0 - load_row;  // kLoadRows * i of the row to leave out, if any
+    const uint32_t dst = dst0 + stage * kStageBytes;
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
-      const int r = load_row + kLoadRows * i;
-      if (key0 + r != skip) copy_row(stage, r, int64_t(rows.row[i]) * kD, load_chunk);  // -1: negative, masked
-      if (load_chunk == 0) valid_s[stage][r] = rows.row[i] >= 0;
+      const int32_t row = rows.row[i];
+      if (kLoadRows * i != skip_pass) {
+        const bool ok = row >= 0;  // -1: zero-filled, masked
+        const int64_t off = (ok ? int64_t(row) * kD : 0) + load_chunk;
+        cp_async_16_to(dst + i * kPassBytes, k_cache + off, ok);
+        cp_async_16_to(dst + kVBytes + i * kPassBytes, v_cache + off, ok);
+      }
+      if (load_chunk == 0) valid_s[stage][load_row + kLoadRows * i] = row >= 0;
     }
   };
   auto load_tile = [&](int stage, int key0, int skip) { issue_tile(stage, key0, tile_rows(key0), skip); };
