@@ -179,10 +179,10 @@ struct DecodeSmem {
   static constexpr size_t kBytes = kBytesRaw > sizeof(DecodeMerge) ? kBytesRaw : sizeof(DecodeMerge);
 };
 
-// CTAs an SM the kernel is built for: a 2-tile ring's 37 KB of shared memory allows 5 (the many-CTA
-// grids of many sequences), if a thread keeps to 96 registers (registers are allocated 8 at a time:
-// at 97-104 a warp takes 3,328 of the SM's 65,536 and only 19 warps, 4 CTAs, fit). Deeper rings are
-// held to 3 or 2 CTAs by their shared memory anyway.
+// CTAs an SM the kernel is built for: a 2-tile ring's 37 KB of shared memory (bf16; fp8 less) allows 5
+// (the many-CTA grids of many sequences), if a thread keeps to 96 registers (registers are allocated 8
+// at a time: at 97-104 a warp takes 3,328 of the SM's 65,536 and only 19 warps, 4 CTAs, fit). Deeper
+// rings serve grids of at most 3 CTAs an SM (attention_decode_ring), so registers do not limit them.
 template <int kRing>
 constexpr int kDecodeCtasPerSm = kRing == 2 ? 5 : 1;
 
@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
     const int j0 = key0 + load_row;
     if (rows_by_block) {
       const int b0 = j0 >> bs_shift, step = kLoadRows >> bs_shift;
-      const int in_block = head_rows + (j0 - (b0 << bs_shift));
+      const int in_block = head_rows + (j0 & (bs - 1));
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {
         const int j = j0 + kLoadRows * i, bi = b0 - first_block + step * i;
