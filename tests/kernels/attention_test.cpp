@@ -543,6 +543,7 @@ TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
   const Variant variants[] = {
       {256, false, false, 256, 0}, {256, false, false, 512, 0},  {256, false, false, 1024, 0},
       {256, false, false, 256, 4}, {256, false, false, 1024, 4}, {256, false, true, 256, 0},
+      {256, false, true, 256, 4},  // a window layer with its whole window requested at once
       {256, true, false, 256, 0},  {256, true, false, 512, 0},   {256, true, false, 1024, 0},
       {256, true, false, 2048, 0}, {128, true, false, 256, 0},   {128, true, false, 512, 0},
       {128, true, false, 1024, 0}, {64, true, false, 256, 0},    {64, true, false, 512, 0},
