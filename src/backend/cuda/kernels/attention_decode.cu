@@ -179,10 +179,12 @@ struct DecodeSmem {
   static constexpr size_t kBytes = kBytesRaw > sizeof(DecodeMerge) ? kBytesRaw : sizeof(DecodeMerge);
 };
 
-// CTAs an SM the kernel is built for: a 2-tile ring's 37 KB of shared memory (bf16; fp8 less) allows 5
-// (the many-CTA grids of many sequences), if a thread keeps to 96 registers (registers are allocated 8
-// at a time: at 97-104 a warp takes 3,328 of the SM's 65,536 and only 19 warps, 4 CTAs, fit). Deeper
-// rings serve grids of at most 3 CTAs an SM (attention_decode_ring), so registers do not limit them.
+// CTAs an SM the kernel is built for with the 2-tile ring (the many-CTA grids of many sequences): 5, at
+// 96 registers a thread (registers are allocated 8 at a time: at 97-104 a warp takes 3,328 of the SM's
+// 65,536 and only 19 warps, 4 CTAs, fit). Its shared memory (38,656 bytes a CTA with the static arrays
+// and the 1 KB reserve) would allow 6; this form of the kernel needs more than 80 registers for that.
+// Deeper rings serve grids of at most 3 CTAs an SM (attention_decode_ring), so registers do not limit
+// them.
 template <int kRing>
 constexpr int kDecodeCtasPerSm = kRing == 2 ? 5 : 1;
 
