@@ -5,10 +5,11 @@
 //     Keys stream through shared memory in 64-key tiles (K and V, cp.async, a ring of kRing tiles
 //     with kRing - 1 in flight while one is computed: a CTA is latency-bound on its loads at one
 //     sequence and long contexts, so the depth is what sets its bandwidth); warp
-//     w takes keys 16w..16w+15 of each tile. Scores are one m16n8k16 MMA chain with the 8 heads as
-//     rows 0-7 (rows 8-15 are zero: half an MMA is wasted, but the kernel is bandwidth-bound and
-//     the MMA replaces 8 x 64 FMAs per key and lane); P (bf16, as in the prefill kernel) times V
-//     is a second MMA with V's B fragments from ldmatrix.trans. Each warp keeps its own online
+//     w takes keys 16w..16w+15 of each tile. Scores are one m16n8k16 MMA chain S^T = K Q^T (the
+//     warp's 16 keys as rows, K's A fragments from ldmatrix; the 8 heads as columns, Q^T's B
+//     fragments in registers); P^T (bf16, as in the prefill kernel; transposed from the accumulator
+//     layout into B fragments by movmatrix) then gives O^T += V^T P^T with V^T's A fragments from
+//     ldmatrix.trans. Each warp keeps its own online
 //     softmax state (base 2); the CTA merges its 4 warps and writes an unnormalised partial
 //     (max m, sum l, acc) per head, starting from m = -inf, l = 0: the sink is left out here so it
 //     is counted once, in
@@ -80,6 +81,25 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+// ldmatrix.x4: four 8x8 bf16 matrices, thread i giving the address of row i % 8 of matrix i / 8;
+// thread (g, c) receives elements [g][2c] and [g][2c+1] of each: with matrices (rows 0-7, cols 0-7),
+// (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15) the m16n8k16 A fragment of a
+// row-major [m][k] tile.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// The transpose of an 8x8 bf16 matrix held one row pair a thread (thread (g, c): [g][2c], [g][2c+1])
+// in the same layout: thread (g, c) gets [2c][g] and [2c+1][g].
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 }
 
 // The splits a sequence of visible length n uses on a grid of `splits` (the others exit unwritten).
@@ -376,22 +396,25 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
   }
   cp_async_commit();  // (the row of pos; empty with kv_after_wait) kRing groups either way
 
-  // Q fragments (A operand, 16 x 64): row g = query head g of this KV head, rows 8-15 zero.
-  uint32_t qa[kD / 16][4];
+  // Q^T fragments (B operand, k = 16 dims x n = 8 heads, per k step): column g = query head g of this
+  // KV head. The scores are computed as S^T = K Q^T (keys on the MMA's 16 rows, the 8 heads on its 8
+  // columns), so no MMA row is wasted: S = Q K^T with the 8 heads as rows left rows 8-15 zero (half of
+  // each MMA and 24 registers of zeros).
+  uint32_t qb[kD / 16][2];
   {
     const uint16_t* q = a.qkv + int64_t(seq.token_begin) * a.qkv_row_stride + (kv_head * kGroup + g) * kD;
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      qa[kk][0] = *reinterpret_cast<const uint32_t*>(q + kk * 16 + 2 * c);
-      qa[kk][1] = 0;
-      qa[kk][2] = *reinterpret_cast<const uint32_t*>(q + kk * 16 + 8 + 2 * c);
-      qa[kk][3] = 0;
+      qb[kk][0] = *reinterpret_cast<const uint32_t*>(q + kk * 16 + 2 * c);
+      qb[kk][1] = *reinterpret_cast<const uint32_t*>(q + kk * 16 + 8 + 2 * c);
     }
   }
 
   TileRows next_rows = tile_rows(begin + (kRing - 1) * kTileKeys);  // rows past `end`: -1, never read
-  float m = -INFINITY, l = 0.f;  // row g's running max (log2 domain) and this thread's partial sum
-  float acc[kD / 8][4] = {};     // O rows g (elements 0, 1) and g + 8 (2, 3; stay zero), 8 dim tiles
+  // Thread (g, c) follows heads 2c and 2c + 1: their running maxima (log2 domain; the same in every
+  // lane of a c) and this thread's partial sums (its keys g and g + 8 of each tile).
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float acc[kD / 16][4] = {};  // O^T: dims 16 dm + g (elements 0, 1) and + 8 (2, 3), heads 2c, 2c + 1
   for (int t = 0; t < tiles; ++t) {
     // Tile t + kRing - 1 goes into the stage tile t - 1 used (free since the last iteration's
     // closing barrier). Tile 0 waits for the prologue's groups (the row of pos among them) and lets
@@ -415,65 +438,74 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
     const int st = kFp8 ? 0 : ring;
     const int row0 = warp * kWarpKeys;
 
-    // S = Q K^T for this warp's 16 keys: two n-tiles of 8 keys.
-    float s[2][4] = {};
+    // S^T = K Q^T for this warp's 16 keys: K's rows from ldmatrix (matrices: keys 0-7 / 8-15 x dims
+    // 0-7 / 8-15 of the k step), four k steps of 16 dims.
+    const int mat = lane / 8, mat_row = lane % 8;
+    float s[4] = {};  // keys g (0, 1) and g + 8 (2, 3) of the warp's 16, heads 2c (0, 2) and 2c + 1 (1, 3)
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const __nv_bfloat16* krow = &k_s[st][row0 + nt * 8 + g][kk * 16 + 2 * c];
-        const uint32_t b[2] = {lds_u32(krow), lds_u32(krow + 8)};
-        mma_bf16_m16n8k16(s[nt], qa[kk], b);
-      }
+      uint32_t ka[4];
+      ldmatrix_x4(ka, &k_s[st][row0 + (mat & 1) * 8 + mat_row][kk * 16 + (mat >> 1) * 8]);
+      mma_bf16_m16n8k16(s, ka, qb[kk]);
     }
-    // Thread (g, c) holds head g's scores of keys row0 + nt*8 + 2c, +1.
-    float tile_max = -INFINITY;
+    const bool ok_lo = valid_s[ring][row0 + g], ok_hi = valid_s[ring][row0 + g + 8];
+    s[0] = ok_lo ? s[0] * scale_log2 : -INFINITY;
+    s[1] = ok_lo ? s[1] * scale_log2 : -INFINITY;
+    s[2] = ok_hi ? s[2] * scale_log2 : -INFINITY;
+    s[3] = ok_hi ? s[3] * scale_log2 : -INFINITY;
+    float alpha[2], p[4];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = fmaxf(s[h], s[2 + h]);  // over the 8 lanes of this c: keys g and g + 8, g = 0..7
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 4));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 8));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 16));
+      const float m_new = fmaxf(m[h], tile_max);
+      // m_new is -inf only while every key so far was masked; keep p = 0 and skip the rescale then.
+      alpha[h] = m_new == -INFINITY ? 1.f : exp2f(m[h] - m_new);
+      p[h] = m_new == -INFINITY ? 0.f : exp2f(s[h] - m_new);
+      p[2 + h] = m_new == -INFINITY ? 0.f : exp2f(s[2 + h] - m_new);
+      m[h] = m_new;
+      l[h] = l[h] * alpha[h] + (p[h] + p[2 + h]);
+    }
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool ok = valid_s[ring][row0 + nt * 8 + 2 * c + e];
-        s[nt][e] = ok ? s[nt][e] * scale_log2 : -INFINITY;
-        tile_max = fmaxf(tile_max, s[nt][e]);
-      }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    const float m_new = fmaxf(m, tile_max);
-    // m_new is -inf only while every key so far was masked; keep p = 0 and skip the rescale then.
-    const float alpha = m_new == -INFINITY ? 1.f : exp2f(m - m_new);
-    float p[2][2];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) p[nt][e] = m_new == -INFINITY ? 0.f : exp2f(s[nt][e] - m_new);
-    m = m_new;
-    l = l * alpha + (p[0][0] + p[0][1] + p[1][0] + p[1][1]);
-#pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt) acc[dt][0] *= alpha, acc[dt][1] *= alpha;
+    for (int dm = 0; dm < kD / 16; ++dm) {
+      acc[dm][0] *= alpha[0], acc[dm][1] *= alpha[1];
+      acc[dm][2] *= alpha[0], acc[dm][3] *= alpha[1];
+    }
 
-    // O += P V: P is the A operand (keys 0-7 from n-tile 0, 8-15 from n-tile 1), rows 8-15 zero.
-    const uint32_t pa[4] = {pack_bf16x2(p[0][0], p[0][1]), 0u, pack_bf16x2(p[1][0], p[1][1]), 0u};
-    const int mat = lane / 8, mat_row = lane % 8;
+    // O^T += V^T P^T: P^T is the B operand (k = 16 keys x n = 8 heads). Thread (g, c) holds P in the
+    // accumulator layout (key g / g + 8, heads 2c, 2c + 1); one transposing move of each 8 x 8 half
+    // gives it keys 2c, 2c + 1 (/ + 8) of head g, the B fragment. V^T's A fragments from ldmatrix.trans
+    // (matrices: keys 0-7 / 8-15 x dims 0-7 / 8-15 of the m tile).
+    const uint32_t pb[2] = {movmatrix_trans(pack_bf16x2(p[0], p[1])), movmatrix_trans(pack_bf16x2(p[2], p[3]))};
 #pragma unroll
-    for (int dp = 0; dp < kD / 16; ++dp) {
-      uint32_t vb[4];
-      ldmatrix_x4_trans(vb, &v_s[st][row0 + (mat & 1) * 8 + mat_row][dp * 16 + (mat >> 1) * 8]);
-      const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-      mma_bf16_m16n8k16(acc[2 * dp], pa, b0);
-      mma_bf16_m16n8k16(acc[2 * dp + 1], pa, b1);
+    for (int dm = 0; dm < kD / 16; ++dm) {
+      uint32_t va[4];
+      ldmatrix_x4_trans(va, &v_s[st][row0 + (mat >> 1) * 8 + mat_row][dm * 16 + (mat & 1) * 8]);
+      mma_bf16_m16n8k16(acc[dm], va, pb);
     }
     __syncthreads();  // the next iteration's cp.async overwrites this stage (fp8: its dequantization this tile)
   }
 
   // Merge the 4 warps' states, then write this split's partial per head.
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
-  // The ring is free: every requested tile was waited for and read before the last barrier.
-  if (c == 0) merge.m[warp][g] = m, merge.l[warp][g] = l;
 #pragma unroll
-  for (int dt = 0; dt < kD / 8; ++dt) {
-    merge.acc[warp][g][dt * 8 + 2 * c] = acc[dt][0];
-    merge.acc[warp][g][dt * 8 + 2 * c + 1] = acc[dt][1];
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 4);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 8);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 16);
+  }
+  // The ring is free: every requested tile was waited for and read before the last barrier.
+  if (g == 0) {
+    merge.m[warp][2 * c] = m[0], merge.m[warp][2 * c + 1] = m[1];
+    merge.l[warp][2 * c] = l[0], merge.l[warp][2 * c + 1] = l[1];
+  }
+#pragma unroll
+  for (int dm = 0; dm < kD / 16; ++dm) {
+    merge.acc[warp][2 * c][dm * 16 + g] = acc[dm][0];
+    merge.acc[warp][2 * c + 1][dm * 16 + g] = acc[dm][1];
+    merge.acc[warp][2 * c][dm * 16 + g + 8] = acc[dm][2];
+    merge.acc[warp][2 * c + 1][dm * 16 + g + 8] = acc[dm][3];
   }
   __syncthreads();
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
