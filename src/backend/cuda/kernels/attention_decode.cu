@@ -40,8 +40,8 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileKeys = 64;                  // keys per shared-memory tile, 16 per warp
 constexpr int kWarpKeys = kTileKeys / kWarps;  // 16: one MMA k-step of P.V
-// Shared rows padded to 72 bf16 (144 bytes): the 8 rows an ldmatrix phase or a fragment load
-// touches start 16 bytes apart modulo 128, so they hit distinct banks; 144 keeps 16-byte alignment.
+// Shared rows padded to 72 bf16 (144 bytes): the 8 rows an ldmatrix phase touches start 16 bytes
+// apart modulo 128, so they hit distinct banks; 144 keeps 16-byte alignment.
 constexpr int kPitch = kD + 8;
 // Pool blocks of a split the decode kernel keeps in shared memory: 2,048 keys at 16 a block (the
 // longest context's slices at 64 splits).
@@ -74,8 +74,9 @@ __host__ __device__ inline int keys_per_split(int n, int splits, int min_keys, i
 }
 
 // ldmatrix.x4.trans: four 8x8 bf16 matrices, thread i giving the address of row i % 8 of matrix
-// i / 8; thread (g, c) receives elements [2c][g] and [2c+1][g] of each: the m16n8k16 B fragment
-// of a row-major [k][n] tile.
+// i / 8; thread (g, c) receives elements [2c][g] and [2c+1][g] of each: with matrices (keys 0-7,
+// dims 0-7), (keys 0-7, dims 8-15), (keys 8-15, dims 0-7), (keys 8-15, dims 8-15) of a row-major
+// [key][dim] tile, the m16n8k16 A fragment of its transpose (dims as rows, keys as k).
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
