@@ -200,14 +200,13 @@ struct DecodeSmem {
   static constexpr size_t kBytes = kBytesRaw > sizeof(DecodeMerge) ? kBytesRaw : sizeof(DecodeMerge);
 };
 
-// CTAs an SM the kernel is built for with the 2-tile ring (the many-CTA grids of many sequences): 5, at
-// 96 registers a thread (registers are allocated 8 at a time: at 97-104 a warp takes 3,328 of the SM's
-// 65,536 and only 19 warps, 4 CTAs, fit). Its shared memory (38,656 bytes a CTA with the static arrays
-// and the 1 KB reserve) would allow 6; this form of the kernel needs more than 80 registers for that.
+// CTAs an SM the kernel is built for with the 2-tile ring (the many-CTA grids of many sequences): its
+// shared memory (37 KB + 0.6 KB static + 1 KB reserved, 38,656 bytes in 128-byte units) allows 6 in the
+// SM's 233,472, if a thread keeps to 80 registers (65,536 / (6 x 128) = 85, allocated 8 at a time).
 // Deeper rings serve grids of at most 3 CTAs an SM (attention_decode_ring), so registers do not limit
 // them.
 template <int kRing>
-constexpr int kDecodeCtasPerSm = kRing == 2 ? 5 : 1;
+constexpr int kDecodeCtasPerSm = kRing == 2 ? 6 : 1;
 
 template <KvCacheElem kElem, int kRing>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
