@@ -543,6 +543,7 @@ TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
   const Variant variants[] = {
       {256, false, false, 256, 0}, {256, false, false, 512, 0},  {256, false, false, 1024, 0},
       {256, false, false, 256, 4}, {256, false, false, 1024, 4}, {256, false, true, 256, 0},
+      {256, false, true, 256, 4},  // a window layer with its whole window requested at once
       {256, true, false, 256, 0},  {256, true, false, 512, 0},   {256, true, false, 1024, 0},
       {256, true, false, 2048, 0}, {128, true, false, 256, 0},   {128, true, false, 512, 0},
       {128, true, false, 1024, 0}, {64, true, false, 256, 0},    {64, true, false, 512, 0},
@@ -685,6 +686,16 @@ TEST(AttentionKernels, OtherBlockSize) {
   Case d = sliding({{100, 1}, {333, 1}}, 92);
   d.block_size = 32;
   check_case(d, Kernel::Decode);
+  // The decode loader's row lookup: by shift and one block a pass for power-of-two block sizes that
+  // divide its 16 rows a pass (4, 8: 4 and 2 blocks a pass), by division for the others (24).
+  for (int bs : {4, 8, 24}) {
+    Case full = full_causal({{1000, 1}, {77, 1}, {2100, 1}}, 93 + bs);
+    full.block_size = bs;
+    check_case(full, Kernel::Decode);
+    Case window = sliding({{1000, 1}, {130, 1}, {2100, 1}}, 94 + bs);
+    window.block_size = bs;
+    check_case(window, Kernel::Decode);
+  }
 }
 
 TEST(AttentionKernels, DecodeMergeFoldedIsTheMergeKernel) {

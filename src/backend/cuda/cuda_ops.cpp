@@ -566,7 +566,10 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
     a.plan.num_seqs = dp.num_tokens;
     a.plan.max_seq_tokens = 1;
     a.kv_after_wait = true;
-    a.min_keys_per_split = attn_min_split_keys(dp.num_tokens);
+    // The split size of the step's sequence count, not its row count: plain decoding of the same batch
+    // slices each row's keys the same way, so a verified row's attention is plain decoding's bit for
+    // bit (with the row count, 3+ sequences of 4 rows fell in another class than their plain steps).
+    a.min_keys_per_split = attn_min_split_keys(dp.num_seqs);
     a.max_splits = attn_max_splits_;
     a.num_splits = a.max_splits;
   } else if (dp.max_seq_tokens == 1) {

@@ -5,10 +5,11 @@
 //     Keys stream through shared memory in 64-key tiles (K and V, cp.async, a ring of kRing tiles
 //     with kRing - 1 in flight while one is computed: a CTA is latency-bound on its loads at one
 //     sequence and long contexts, so the depth is what sets its bandwidth); warp
-//     w takes keys 16w..16w+15 of each tile. Scores are one m16n8k16 MMA chain with the 8 heads as
-//     rows 0-7 (rows 8-15 are zero: half an MMA is wasted, but the kernel is bandwidth-bound and
-//     the MMA replaces 8 x 64 FMAs per key and lane); P (bf16, as in the prefill kernel) times V
-//     is a second MMA with V's B fragments from ldmatrix.trans. Each warp keeps its own online
+//     w takes keys 16w..16w+15 of each tile. Scores are one m16n8k16 MMA chain S^T = K Q^T (the
+//     warp's 16 keys as rows, K's A fragments from ldmatrix; the 8 heads as columns, Q^T's B
+//     fragments in registers); P^T (bf16, as in the prefill kernel; transposed from the accumulator
+//     layout into B fragments by movmatrix) then gives O^T += V^T P^T with V^T's A fragments from
+//     ldmatrix.trans. Each warp keeps its own online
 //     softmax state (base 2); the CTA merges its 4 warps and writes an unnormalised partial
 //     (max m, sum l, acc) per head, starting from m = -inf, l = 0: the sink is left out here so it
 //     is counted once, in
@@ -39,8 +40,8 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileKeys = 64;                  // keys per shared-memory tile, 16 per warp
 constexpr int kWarpKeys = kTileKeys / kWarps;  // 16: one MMA k-step of P.V
-// Shared rows padded to 72 bf16 (144 bytes): the 8 rows an ldmatrix phase or a fragment load
-// touches start 16 bytes apart modulo 128, so they hit distinct banks; 144 keeps 16-byte alignment.
+// Shared rows padded to 72 bf16 (144 bytes): the 8 rows an ldmatrix phase touches start 16 bytes
+// apart modulo 128, so they hit distinct banks; 144 keeps 16-byte alignment.
 constexpr int kPitch = kD + 8;
 // Pool blocks of a split the decode kernel keeps in shared memory: 2,048 keys at 16 a block (the
 // longest context's slices at 64 splits).
@@ -73,13 +74,33 @@ __host__ __device__ inline int keys_per_split(int n, int splits, int min_keys, i
 }
 
 // ldmatrix.x4.trans: four 8x8 bf16 matrices, thread i giving the address of row i % 8 of matrix
-// i / 8; thread (g, c) receives elements [2c][g] and [2c+1][g] of each: the m16n8k16 B fragment
-// of a row-major [k][n] tile.
+// i / 8; thread (g, c) receives elements [2c][g] and [2c+1][g] of each: with matrices (keys 0-7,
+// dims 0-7), (keys 0-7, dims 8-15), (keys 8-15, dims 0-7), (keys 8-15, dims 8-15) of a row-major
+// [key][dim] tile, the m16n8k16 A fragment of its transpose (dims as rows, keys as k).
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+// ldmatrix.x4: four 8x8 bf16 matrices, thread i giving the address of row i % 8 of matrix i / 8;
+// thread (g, c) receives elements [g][2c] and [g][2c+1] of each: with matrices (rows 0-7, cols 0-7),
+// (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15) the m16n8k16 A fragment of a
+// row-major [m][k] tile.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// The transpose of an 8x8 bf16 matrix held one row pair a thread (thread (g, c): [g][2c], [g][2c+1])
+// in the same layout: thread (g, c) gets [2c][g] and [2c+1][g].
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 }
 
 // The splits a sequence of visible length n uses on a grid of `splits` (the others exit unwritten).
@@ -179,8 +200,16 @@ struct DecodeSmem {
   static constexpr size_t kBytes = kBytesRaw > sizeof(DecodeMerge) ? kBytesRaw : sizeof(DecodeMerge);
 };
 
+// CTAs an SM the kernel is built for with the 2-tile ring (the many-CTA grids of many sequences): its
+// shared memory (37 KB + 0.6 KB static + 1 KB reserved, 38,656 bytes in 128-byte units) allows 6 in the
+// SM's 233,472, if a thread keeps to 80 registers (65,536 / (6 x 128) = 85, allocated 8 at a time).
+// Deeper rings serve grids of at most 3 CTAs an SM (attention_decode_ring), so registers do not limit
+// them.
+template <int kRing>
+constexpr int kDecodeCtasPerSm = kRing == 2 ? 6 : 1;
+
 template <KvCacheElem kElem, int kRing>
-__global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
+__global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
   constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
   using Smem = DecodeSmem<kElem, kRing>;
   // bf16: the cp.async ring of kRing tiles the MMAs read; fp8: the ring holds codes (k8_s, v8_s) and
@@ -274,21 +303,67 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   struct TileRows {
     int32_t row[kRowsPerThread];  // cache row (offset / 64; a layer's pool holds < 2^31 rows), -1 masked
   };
+  // The loads were a third of the kernel's instructions at 256 sequences (ncu, docs/kernels.md,
+  // "Decode attention at 64-256 sequences"), so per row they do only what differs from row to row.
+  // With kLoadRows a multiple of the block size (the server's 16-token blocks: 16 bf16 rows a pass,
+  // 32 fp8 ones), a thread's rows of a tile sit at the same place in blocks kLoadRows / bs apart: one
+  // block lookup in shared memory and one multiply-add a row (row_index's arithmetic).
+  const bool rows_by_block = bs_shift >= 0 && (kLoadRows & (bs - 1)) == 0;
+  const int head_rows = kv_head * bs, block_rows = a.num_kv_heads * bs;
   auto tile_rows = [&](int key0) {
     TileRows rows;
+    const int j0 = key0 + load_row;
+    if (rows_by_block) {
+      const int b0 = j0 >> bs_shift, step = kLoadRows >> bs_shift;
+      const int in_block = head_rows + (j0 & (bs - 1));
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-      const int j = key0 + load_row + kLoadRows * i;
-      rows.row[i] = j < end ? row_index(j) : -1;
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const int j = j0 + kLoadRows * i, bi = b0 - first_block + step * i;
+        int32_t row = -1;
+        if (j < end) {
+          if (bi < cached_blocks) {
+            const int block = block_s[bi];
+            row = block < 0 ? -1 : block * block_rows + in_block;
+          } else {
+            row = row_index(j);
+          }
+        }
+        rows.row[i] = row;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const int j = j0 + kLoadRows * i;
+        rows.row[i] = j < end ? row_index(j) : -1;
+      }
     }
     return rows;
   };
+  // This thread's copies: the shared-memory destination computed once and stepped by constants per
+  // row and stage, the cache source one multiply-add from the row (the generic-to-shared conversion
+  // and 64-bit address arithmetic of copy_row, per copy, were most of the loads' instructions).
+  constexpr uint32_t kStageBytes = kFp8 ? uint32_t(Smem::kCodeTile) : uint32_t(Smem::kBf16Tile);
+  constexpr uint32_t kPassBytes = kLoadRows * (kFp8 ? kKvFp8RowBytes : kPitch * sizeof(__nv_bfloat16));
+  // The V ring follows the K ring at a fixed distance, so one register holds both destinations.
+  constexpr uint32_t kVBytes = kFp8 ? kRing * uint32_t(Smem::kCodeTile) : kStages * uint32_t(Smem::kBf16Tile);
+  uint32_t dst0;
+  if constexpr (kFp8)
+    dst0 = static_cast<uint32_t>(__cvta_generic_to_shared(&k8_s[0][load_row][load_chunk]));
+  else
+    dst0 = static_cast<uint32_t>(__cvta_generic_to_shared(&k_s[0][load_row][load_chunk]));
   auto issue_tile = [&](int stage, int key0, const TileRows& rows, int skip) {
+    const int skip_pass = skip - key0 - load_row;  // kLoadRows * i of the row to leave out, if any
+    const uint32_t dst = dst0 + stage * kStageBytes;
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
-      const int r = load_row + kLoadRows * i;
-      if (key0 + r != skip) copy_row(stage, r, int64_t(rows.row[i]) * kD, load_chunk);  // -1: negative, masked
-      if (load_chunk == 0) valid_s[stage][r] = rows.row[i] >= 0;
+      const int32_t row = rows.row[i];
+      if (kLoadRows * i != skip_pass) {
+        const bool ok = row >= 0;  // -1: zero-filled, masked
+        const int64_t off = (ok ? int64_t(row) * kD : 0) + load_chunk;
+        cp_async_16_to(dst + i * kPassBytes, k_cache + off, ok);
+        cp_async_16_to(dst + kVBytes + i * kPassBytes, v_cache + off, ok);
+      }
+      if (load_chunk == 0) valid_s[stage][load_row + kLoadRows * i] = row >= 0;
     }
   };
   auto load_tile = [&](int stage, int key0, int skip) { issue_tile(stage, key0, tile_rows(key0), skip); };
@@ -321,22 +396,25 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
   }
   cp_async_commit();  // (the row of pos; empty with kv_after_wait) kRing groups either way
 
-  // Q fragments (A operand, 16 x 64): row g = query head g of this KV head, rows 8-15 zero.
-  uint32_t qa[kD / 16][4];
+  // Q^T fragments (B operand, k = 16 dims x n = 8 heads, per k step): column g = query head g of this
+  // KV head. The scores are computed as S^T = K Q^T (keys on the MMA's 16 rows, the 8 heads on its 8
+  // columns), so no MMA row is wasted: S = Q K^T with the 8 heads as rows left rows 8-15 zero (half of
+  // each MMA and 24 registers of zeros).
+  uint32_t qb[kD / 16][2];
   {
     const uint16_t* q = a.qkv + int64_t(seq.token_begin) * a.qkv_row_stride + (kv_head * kGroup + g) * kD;
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      qa[kk][0] = *reinterpret_cast<const uint32_t*>(q + kk * 16 + 2 * c);
-      qa[kk][1] = 0;
-      qa[kk][2] = *reinterpret_cast<const uint32_t*>(q + kk * 16 + 8 + 2 * c);
-      qa[kk][3] = 0;
+      qb[kk][0] = *reinterpret_cast<const uint32_t*>(q + kk * 16 + 2 * c);
+      qb[kk][1] = *reinterpret_cast<const uint32_t*>(q + kk * 16 + 8 + 2 * c);
     }
   }
 
   TileRows next_rows = tile_rows(begin + (kRing - 1) * kTileKeys);  // rows past `end`: -1, never read
-  float m = -INFINITY, l = 0.f;  // row g's running max (log2 domain) and this thread's partial sum
-  float acc[kD / 8][4] = {};     // O rows g (elements 0, 1) and g + 8 (2, 3; stay zero), 8 dim tiles
+  // Thread (g, c) follows heads 2c and 2c + 1: their running maxima (log2 domain; the same in every
+  // lane of a c) and this thread's partial sums (its keys g and g + 8 of each tile).
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float acc[kD / 16][4] = {};  // O^T: dims 16 dm + g (elements 0, 1) and + 8 (2, 3), heads 2c, 2c + 1
   for (int t = 0; t < tiles; ++t) {
     // Tile t + kRing - 1 goes into the stage tile t - 1 used (free since the last iteration's
     // closing barrier). Tile 0 waits for the prologue's groups (the row of pos among them) and lets
@@ -360,65 +438,74 @@ __global__ void __launch_bounds__(kThreads) bf16_sdpa_sinks_d64_decode(Attention
     const int st = kFp8 ? 0 : ring;
     const int row0 = warp * kWarpKeys;
 
-    // S = Q K^T for this warp's 16 keys: two n-tiles of 8 keys.
-    float s[2][4] = {};
+    // S^T = K Q^T for this warp's 16 keys: K's rows from ldmatrix (matrices: keys 0-7 / 8-15 x dims
+    // 0-7 / 8-15 of the k step), four k steps of 16 dims.
+    const int mat = lane / 8, mat_row = lane % 8;
+    float s[4] = {};  // keys g (0, 1) and g + 8 (2, 3) of the warp's 16, heads 2c (0, 2) and 2c + 1 (1, 3)
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const __nv_bfloat16* krow = &k_s[st][row0 + nt * 8 + g][kk * 16 + 2 * c];
-        const uint32_t b[2] = {lds_u32(krow), lds_u32(krow + 8)};
-        mma_bf16_m16n8k16(s[nt], qa[kk], b);
-      }
+      uint32_t ka[4];
+      ldmatrix_x4(ka, &k_s[st][row0 + (mat & 1) * 8 + mat_row][kk * 16 + (mat >> 1) * 8]);
+      mma_bf16_m16n8k16(s, ka, qb[kk]);
     }
-    // Thread (g, c) holds head g's scores of keys row0 + nt*8 + 2c, +1.
-    float tile_max = -INFINITY;
+    const bool ok_lo = valid_s[ring][row0 + g], ok_hi = valid_s[ring][row0 + g + 8];
+    s[0] = ok_lo ? s[0] * scale_log2 : -INFINITY;
+    s[1] = ok_lo ? s[1] * scale_log2 : -INFINITY;
+    s[2] = ok_hi ? s[2] * scale_log2 : -INFINITY;
+    s[3] = ok_hi ? s[3] * scale_log2 : -INFINITY;
+    float alpha[2], p[4];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = fmaxf(s[h], s[2 + h]);  // over the 8 lanes of this c: keys g and g + 8, g = 0..7
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 4));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 8));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 16));
+      const float m_new = fmaxf(m[h], tile_max);
+      // m_new is -inf only while every key so far was masked; keep p = 0 and skip the rescale then.
+      alpha[h] = m_new == -INFINITY ? 1.f : exp2f(m[h] - m_new);
+      p[h] = m_new == -INFINITY ? 0.f : exp2f(s[h] - m_new);
+      p[2 + h] = m_new == -INFINITY ? 0.f : exp2f(s[2 + h] - m_new);
+      m[h] = m_new;
+      l[h] = l[h] * alpha[h] + (p[h] + p[2 + h]);
+    }
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool ok = valid_s[ring][row0 + nt * 8 + 2 * c + e];
-        s[nt][e] = ok ? s[nt][e] * scale_log2 : -INFINITY;
-        tile_max = fmaxf(tile_max, s[nt][e]);
-      }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    const float m_new = fmaxf(m, tile_max);
-    // m_new is -inf only while every key so far was masked; keep p = 0 and skip the rescale then.
-    const float alpha = m_new == -INFINITY ? 1.f : exp2f(m - m_new);
-    float p[2][2];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) p[nt][e] = m_new == -INFINITY ? 0.f : exp2f(s[nt][e] - m_new);
-    m = m_new;
-    l = l * alpha + (p[0][0] + p[0][1] + p[1][0] + p[1][1]);
-#pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt) acc[dt][0] *= alpha, acc[dt][1] *= alpha;
+    for (int dm = 0; dm < kD / 16; ++dm) {
+      acc[dm][0] *= alpha[0], acc[dm][1] *= alpha[1];
+      acc[dm][2] *= alpha[0], acc[dm][3] *= alpha[1];
+    }
 
-    // O += P V: P is the A operand (keys 0-7 from n-tile 0, 8-15 from n-tile 1), rows 8-15 zero.
-    const uint32_t pa[4] = {pack_bf16x2(p[0][0], p[0][1]), 0u, pack_bf16x2(p[1][0], p[1][1]), 0u};
-    const int mat = lane / 8, mat_row = lane % 8;
+    // O^T += V^T P^T: P^T is the B operand (k = 16 keys x n = 8 heads). Thread (g, c) holds P in the
+    // accumulator layout (key g / g + 8, heads 2c, 2c + 1); one transposing move of each 8 x 8 half
+    // gives it keys 2c, 2c + 1 (/ + 8) of head g, the B fragment. V^T's A fragments from ldmatrix.trans
+    // (matrices: keys 0-7 / 8-15 x dims 0-7 / 8-15 of the m tile).
+    const uint32_t pb[2] = {movmatrix_trans(pack_bf16x2(p[0], p[1])), movmatrix_trans(pack_bf16x2(p[2], p[3]))};
 #pragma unroll
-    for (int dp = 0; dp < kD / 16; ++dp) {
-      uint32_t vb[4];
-      ldmatrix_x4_trans(vb, &v_s[st][row0 + (mat & 1) * 8 + mat_row][dp * 16 + (mat >> 1) * 8]);
-      const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-      mma_bf16_m16n8k16(acc[2 * dp], pa, b0);
-      mma_bf16_m16n8k16(acc[2 * dp + 1], pa, b1);
+    for (int dm = 0; dm < kD / 16; ++dm) {
+      uint32_t va[4];
+      ldmatrix_x4_trans(va, &v_s[st][row0 + (mat >> 1) * 8 + mat_row][dm * 16 + (mat & 1) * 8]);
+      mma_bf16_m16n8k16(acc[dm], va, pb);
     }
     __syncthreads();  // the next iteration's cp.async overwrites this stage (fp8: its dequantization this tile)
   }
 
   // Merge the 4 warps' states, then write this split's partial per head.
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
-  // The ring is free: every requested tile was waited for and read before the last barrier.
-  if (c == 0) merge.m[warp][g] = m, merge.l[warp][g] = l;
 #pragma unroll
-  for (int dt = 0; dt < kD / 8; ++dt) {
-    merge.acc[warp][g][dt * 8 + 2 * c] = acc[dt][0];
-    merge.acc[warp][g][dt * 8 + 2 * c + 1] = acc[dt][1];
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 4);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 8);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 16);
+  }
+  // The ring is free: every requested tile was waited for and read before the last barrier.
+  if (g == 0) {
+    merge.m[warp][2 * c] = m[0], merge.m[warp][2 * c + 1] = m[1];
+    merge.l[warp][2 * c] = l[0], merge.l[warp][2 * c + 1] = l[1];
+  }
+#pragma unroll
+  for (int dm = 0; dm < kD / 16; ++dm) {
+    merge.acc[warp][2 * c][dm * 16 + g] = acc[dm][0];
+    merge.acc[warp][2 * c + 1][dm * 16 + g] = acc[dm][1];
+    merge.acc[warp][2 * c][dm * 16 + g + 8] = acc[dm][2];
+    merge.acc[warp][2 * c + 1][dm * 16 + g + 8] = acc[dm][3];
   }
   __syncthreads();
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);

@@ -99,10 +99,14 @@ __device__ __forceinline__ uint32_t lds_u32(const __nv_bfloat16* p) { return *re
 
 // 16-byte global -> shared copy that bypasses registers; src_bytes = 0 zero-fills the destination
 // (used for rows past the end of a group, so the MMA sees zeros instead of stale data).
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+// The same to a shared-memory address already in the shared window (__cvta_generic_to_shared), for
+// loops that compute a thread's destinations once and step them by constants.
+__device__ __forceinline__ void cp_async_16_to(uint32_t smem_dst, const void* gmem_src, bool valid) {
   const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_dst), "l"(gmem_src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
+  cp_async_16_to(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst)), gmem_src, valid);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
