@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A change to the decode attention kernel, checked and timed against an older build in one device call:
 #   1. the GPU tests that run the kernel, in parallel (attention_test in 4 shards, kv_fp8_kernels_test,
-#      kv_fp8_model_test, golden_cuda_test, engine_cuda_test, eagle3_cuda_test), one line each;
+#      kv_fp8_model_test, golden_cuda_test, engine_cuda_test, eagle3_cuda_test, ops_test), one line each
+#      (printed again at the end; the whole output also in $OUT/decode_kernel_ab.log);
 #   2. attention_test's DISABLED_DecodeTimingManySequences (the kernel alone at 64-256 sequences) for
 #      this pack's attention_test and for OLD_TEST, the older build's (cuda_pack.sh EXTRA_BINARIES);
 #   3. `bench cost` decode steps at BATCHES, this build against OLD_OSSRT, interleaved twice
@@ -23,7 +24,10 @@ fi
 OLD_TEST=${OLD_TEST:-attention_test_main}
 OLD_OSSRT=${OLD_OSSRT:-ossrt_main}
 LOGS=/tmp/decode-kernel-ab
-mkdir -p "$LOGS"
+mkdir -p "$LOGS" "${OUT:-/tmp/ossrt-out}" && rm -f "$LOGS/tests_summary.txt"
+# The whole output also lands in $OUT, and step 1's lines are printed again last: the call's output
+# tail (12,000 characters) would otherwise lose them behind steps 2 and 3.
+exec > >(tee "${OUT:-/tmp/ossrt-out}/decode_kernel_ab.log") 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader
 echo "== 1. tests, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
 pids=()
@@ -32,15 +36,17 @@ for i in 0 1 2 3; do
     > "$LOGS/attention_test.$i.log" 2>&1 &
   pids+=("$!:attention_test.$i")
 done
-for t in kv_fp8_kernels_test kv_fp8_model_test golden_cuda_test engine_cuda_test eagle3_cuda_test; do
+for t in kv_fp8_kernels_test kv_fp8_model_test golden_cuda_test engine_cuda_test eagle3_cuda_test ops_test; do
   timeout "${TEST_S:-150}" "$PACK/bin/$t" --gtest_color=no > "$LOGS/$t.log" 2>&1 &
   pids+=("$!:$t")
 done
 for p in "${pids[@]}"; do
   wait "${p%%:*}"
   rc=$?
-  echo "-- ${p#*:} exit $rc: $(grep -E '^\[  (PASSED|FAILED) ' "$LOGS/${p#*:}.log" | tr '\n' ' ')"
-  [ "$rc" -eq 0 ] || grep -E '^\[  FAILED|Failure' "$LOGS/${p#*:}.log" | head -5
+  {
+    echo "-- ${p#*:} exit $rc: $(grep -E '^\[  (PASSED|FAILED) ' "$LOGS/${p#*:}.log" | tr '\n' ' ')"
+    [ "$rc" -eq 0 ] || grep -E '^\[  FAILED|Failure' "$LOGS/${p#*:}.log" | head -5
+  } | tee -a "$LOGS/tests_summary.txt"
 done
 echo "== 2. the kernel alone at many sequences"
 for b in attention_test "$OLD_TEST" ${MORE_TESTS:-}; do
@@ -60,9 +66,11 @@ if [ "${STEP3:-cost}" = serve ]; then
     echo "-- $variant ($bin):"
     grep -hE "Benchmark duration|Output token throughput|Mean TPOT|Median TTFT|server ready|!!" "$LOGS/serve_$variant.log"
   done
+  echo "== 1 again: tests"; cat "$LOGS/tests_summary.txt"
   exit 0
 fi
 echo "== 3. decode steps, bench cost"
 MODEL=gpt-oss-20b QUANT=${QUANT:-mxfp4-fp8} BATCHES=${BATCHES:-1 64 256} DEADLINE_S=${DEADLINE_S:-200} \
   "$ROOT/tools/device/decode_ab.sh" new= old=OSSRT_AB_BIN="$OLD_OSSRT" new2= old2=OSSRT_AB_BIN="$OLD_OSSRT" 2>&1 |
   grep -E "^==|^[a-z0-9-]+ +[0-9]+ +[0-9]+ "
+echo "== 1 again: tests"; cat "$LOGS/tests_summary.txt"
