@@ -16,9 +16,10 @@
 //   pass 2 (grid seqs x Hq/8): merges the partials of each head with the sink logit as the initial
 //     max, then normalises and writes bf16. Given tickets (AttentionArgs::tickets), pass 1's last
 //     split CTA of each (sequence, KV head) does this merge itself and pass 2 is not launched.
-// The split bounds are computed per sequence on the device from its own context (at least 256
-// keys a split), so one grid (one captured graph) serves any mix of context lengths; splits beyond
-// what a sequence needs exit at once and write nothing, and pass 2 reads only the used ones.
+// The split bounds are computed per sequence on the device from its own context (at least
+// AttentionArgs::min_keys_per_split keys a split: 128 to 1,024 by the step's sequence count), so one
+// grid (one captured graph) serves any mix of context lengths; splits beyond what a sequence needs
+// exit at once and write nothing, and pass 2 reads only the used ones.
 // An fp8 cache (attention.cuh): pass 1 streams the codes through the same ring (half the bytes), each
 // landed tile is dequantized into one bf16 tile (one more CTA barrier a tile) that the MMAs read as
 // above; the K scale multiplies the logit scale, the V scale the partial's acc. Pass 2 is the same.
