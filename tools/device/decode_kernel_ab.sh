@@ -66,11 +66,11 @@ if [ "${STEP3:-cost}" = serve ]; then
     echo "-- $variant ($bin):"
     grep -hE "Benchmark duration|Output token throughput|Mean TPOT|Median TTFT|server ready|!!" "$LOGS/serve_$variant.log"
   done
-  echo "== 1 again: tests"; cat "$LOGS/tests_summary.txt"
-  exit 0
+else
+  echo "== 3. decode steps, bench cost"
+  MODEL=gpt-oss-20b QUANT=${QUANT:-mxfp4-fp8} BATCHES=${BATCHES:-1 64 256} DEADLINE_S=${DEADLINE_S:-200} \
+    "$ROOT/tools/device/decode_ab.sh" new= old=OSSRT_AB_BIN="$OLD_OSSRT" new2= old2=OSSRT_AB_BIN="$OLD_OSSRT" 2>&1 |
+    grep -E "^==|^[a-z0-9-]+ +[0-9]+ +[0-9]+ "
 fi
-echo "== 3. decode steps, bench cost"
-MODEL=gpt-oss-20b QUANT=${QUANT:-mxfp4-fp8} BATCHES=${BATCHES:-1 64 256} DEADLINE_S=${DEADLINE_S:-200} \
-  "$ROOT/tools/device/decode_ab.sh" new= old=OSSRT_AB_BIN="$OLD_OSSRT" new2= old2=OSSRT_AB_BIN="$OLD_OSSRT" 2>&1 |
-  grep -E "^==|^[a-z0-9-]+ +[0-9]+ +[0-9]+ "
-echo "== 1 again: tests"; cat "$LOGS/tests_summary.txt"
+echo "== 1 again: tests"
+cat "$LOGS/tests_summary.txt"
