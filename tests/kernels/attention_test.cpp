@@ -539,6 +539,7 @@ TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
     bool spread;  // contexts 1,024..2,047 instead of 1,024
     bool slide;
     int keys, ring;
+    bool fp8 = false;  // an fp8 cache (full layers only, as the server keeps window layers in bf16)
   };
   const Variant variants[] = {
       {256, false, false, 256, 0}, {256, false, false, 512, 0},  {256, false, false, 1024, 0},
@@ -548,6 +549,8 @@ TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
       {256, true, false, 2048, 0}, {128, true, false, 256, 0},   {128, true, false, 512, 0},
       {128, true, false, 1024, 0}, {64, true, false, 256, 0},    {64, true, false, 512, 0},
       {64, true, false, 1024, 0},
+      {256, false, false, 1024, 0, true}, {256, true, false, 1024, 0, true}, {128, true, false, 1024, 0, true},
+      {64, true, false, 512, 0, true},
   };
   cudaStream_t stream;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -555,19 +558,22 @@ TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
   std::unique_ptr<DeviceProblem> dev;
   for (const Variant& v : variants) {
     if (!p || int(p->plan.seqs.size()) != v.seqs || p->spec.sliding_group != v.slide ||
-        (p->plan.seqs[1].context_begin != 1023) != v.spread) {
+        (p->plan.seqs[1].context_begin != 1023) != v.spread || (p->kv_elem == KvCacheElem::Fp8E4m3) != v.fp8) {
       std::mt19937_64 rng(uint64_t(v.seqs) * 7 + 1);
       std::vector<SeqSpec> seqs;
       for (int i = 0; i < v.seqs; ++i) seqs.push_back({v.spread ? 1024 + int(rng() % 1023) : 1023, 1});
       dev.reset();
-      p = std::make_unique<Problem>(make_problem(v.slide ? sliding(seqs, 5) : full_causal(seqs, 5)));
+      const Case c = v.slide ? sliding(seqs, 5) : full_causal(seqs, 5);
+      p = std::make_unique<Problem>(v.fp8 ? make_problem(c, KvCacheElem::Fp8E4m3, std::vector<float>(kHkv, 0.5f),
+                                                         std::vector<float>(kHkv, 0.25f))
+                                          : make_problem(c));
       dev = std::make_unique<DeviceProblem>(*p);
     }
     double bytes = 0;
     int max_context = 0;
     for (const SeqStep& s : p->plan.seqs) {
       const int visible = v.slide ? std::min(s.context_begin + 1, kGptOssWindow) : s.context_begin + 1;
-      bytes += double(visible) * kHkv * kD * 2 * sizeof(uint16_t);
+      bytes += double(visible) * kHkv * kD * 2 * (v.fp8 ? 1 : sizeof(uint16_t));
       max_context = std::max(max_context, s.context_begin + 1);
     }
     DeviceArray<uint16_t> out(std::vector<uint16_t>(size_t(v.seqs) * kHq * kD, 0));
@@ -587,9 +593,9 @@ TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
     cuda_ok(cudaStreamSynchronize(stream), "warm-up");
     const double us = decode_launch_us(a, stream, 20);
     for (int32_t t : tickets.download()) EXPECT_EQ(t, 0);
-    std::printf("decode_many %3d seqs, contexts %-9s %-6s keys %4d grid splits %2d ring %d: %7.2f us, %.2f TB/s\n",
-                v.seqs, v.spread ? "1k..2k" : "1k", v.slide ? "window" : "full", v.keys, a.num_splits, v.ring, us,
-                bytes / us * 1e-6);
+    std::printf("decode_many %3d seqs, contexts %-9s %-6s%s keys %4d grid splits %2d ring %d: %7.2f us, %.2f TB/s\n",
+                v.seqs, v.spread ? "1k..2k" : "1k", v.slide ? "window" : "full", v.fp8 ? " fp8" : "    ", v.keys,
+                a.num_splits, v.ring, us, bytes / us * 1e-6);
   }
   cudaStreamDestroy(stream);
 }

@@ -20,9 +20,10 @@
 // AttentionArgs::min_keys_per_split keys a split: 128 to 1,024 by the step's sequence count), so one
 // grid (one captured graph) serves any mix of context lengths; splits beyond what a sequence needs
 // exit at once and write nothing, and pass 2 reads only the used ones.
-// An fp8 cache (attention.cuh): pass 1 streams the codes through the same ring (half the bytes), each
-// landed tile is dequantized into one bf16 tile (one more CTA barrier a tile) that the MMAs read as
-// above; the K scale multiplies the logit scale, the V scale the partial's acc. Pass 2 is the same.
+// An fp8 cache (attention.cuh): pass 1 streams the codes through the same ring (half the bytes) and
+// each warp converts its fragments straight from the landed codes (f16 MMAs, keys and dims in the
+// order that makes those loads wide: fp8_s_row_key); the K scale multiplies the logit scale, the V
+// scale the partial's acc. Pass 2 is the same.
 #include <algorithm>
 #include <cfloat>
 #include <type_traits>
@@ -102,6 +103,63 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   uint32_t y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
   return y;
+}
+
+// ---- The fp8 cache's tiles, read straight into f16 MMA fragments (no bf16 tile in shared memory).
+// e4m3 -> f16 is one exact conversion a pair (cvt.rn.f16x2.e4m3x2); e4m3 -> bf16 takes four (through
+// f32), so the fp8 kernel multiplies in f16: K and V codes exactly, q in f16 (exact: see
+// decode_q_f16_shift), P rounded to f16 instead of bf16 (11 significant bits instead of 8).
+//
+// d += a * b for one m16n8k16 tile of f16 (fragment layout as mma_bf16_m16n8k16's).
+__device__ __forceinline__ void mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Two floats -> f16x2 (lo in the low half), round to nearest.
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+// The two e4m3 codes in the low (kHigh = false) or high half of w as an f16x2 of their values, exactly.
+template <bool kHigh>
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(kHigh ? w >> 16 : w & 0xffffu), __NV_E4M3);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
+
+// Byte offset of 16-byte chunk u (0..3) of row r (0..63) in a code tile (64-byte rows). Rows are
+// placed at r ^ ((r >> 2) & 1) and chunks at u ^ ((r >> 2) & 2) so that the fragment loads below are
+// free of bank conflicts: K's 16-byte loads read two adjacent rows of a 4-row group a quarter warp, and
+// V's 8-byte loads read, at each of its four steps, rows 4c + j of the warp's 16 for c = 0..3 (256
+// bytes apart: without the row swap half the banks, without the chunk swap two rows a bank).
+__device__ __forceinline__ uint32_t code_tile_offset(int r, int u) {
+  return uint32_t((r ^ ((r >> 2) & 1)) * kKvFp8RowBytes + (u ^ ((r >> 2) & 2)) * 16);
+}
+
+// The fp8 kernel's order of keys and dims inside its MMAs (any order gives the same sums but for the
+// tensor cores' fp32 rounding order; this one makes every fragment a few wide loads of codes):
+// - S^T = K Q^T: MMA row i (i < 8) of the warp's 16 keys is key 4 (i / 2) + i % 2, row i + 8 that
+//   key + 2; thread (g, c) reads its rows' codes at dims 16c..16c+15 (one 16-byte load a row), and the
+//   k step kk's fragment slots 2c, 2c+1 / 2c+8, 2c+9 are dims 16c + 4kk + 0, 1 / 2, 3 (Q^T's B
+//   fragments are built in the same order).
+// - Then P^T (moved into B fragments by movmatrix) holds keys 4c, 4c+1 / 4c+2, 4c+3 at slots 2c, 2c+1
+//   / 2c+8, 2c+9, so O^T += V^T P^T takes thread (g, c)'s V codes of keys 4c..4c+3 at dims 8g..8g+7
+//   (an 8-byte load a key); its m step dm's rows g / g + 8 are dims 8g + 2dm / + 1.
+__device__ __forceinline__ int fp8_s_row_key(int g) { return 4 * (g >> 1) + (g & 1); }
+
+// q's f16 copy: scaled by 2^-shift (shift > 0 only when max |q| of the CTA's 8 heads >= 2^15, so q
+// stays within f16's range; the logit scale takes 2^shift back). bf16 -> f16 is exact for
+// magnitudes in [2^-14, 65504]; below 2^-14 (subnormal in f16) it keeps 24 - (bits below 2^-14) of q's 8
+// significant bits, an error under 2^-25 in a logit per unit of key.
+__device__ __forceinline__ int decode_q_f16_shift(float abs_max) {
+  const int e = int((__float_as_uint(abs_max) >> 23) & 0xffu) - 127;  // floor(log2), 128 for inf / NaN
+  return e >= 15 ? e - 14 : 0;
 }
 
 // The splits a sequence of visible length n uses on a grid of `splits` (the others exit unwritten).
@@ -184,8 +242,8 @@ __device__ __forceinline__ void merge_heads_splits(const AttentionArgs& a, const
 }
 
 // Dynamic shared memory of the decode kernel: the ring of kRing landed tiles (bf16 rows the MMAs read,
-// or fp8 codes), plus for fp8 the one bf16 tile pair the codes are dequantized into. The warps'
-// partial states (DecodeMerge) reuse it after the last tile.
+// or fp8 codes the MMAs' fragments are converted from). The warps' partial states (DecodeMerge) reuse
+// it after the last tile.
 struct DecodeMerge {
   float m[kWarps][kGroup], l[kWarps][kGroup];
   float acc[kWarps][kGroup][kD];
@@ -195,15 +253,16 @@ struct DecodeSmem {
   static constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
   static constexpr size_t kBf16Tile = size_t(kTileKeys) * kPitch * sizeof(__nv_bfloat16);
   static constexpr size_t kCodeTile = size_t(kTileKeys) * kKvFp8RowBytes;
-  static constexpr int kBf16Tiles = kFp8 ? 1 : kRing;  // per K and per V
+  static constexpr int kBf16Tiles = kFp8 ? 0 : kRing;  // per K and per V
   static constexpr size_t kCodes = kFp8 ? 2 * kRing * kCodeTile : 0;
   static constexpr size_t kBytesRaw = 2 * kBf16Tiles * kBf16Tile + kCodes;
   static constexpr size_t kBytes = kBytesRaw > sizeof(DecodeMerge) ? kBytesRaw : sizeof(DecodeMerge);
 };
 
 // CTAs an SM the kernel is built for with the 2-tile ring (the many-CTA grids of many sequences): its
-// shared memory (37 KB + 0.6 KB static + 1 KB reserved, 38,656 bytes in 128-byte units) allows 6 in the
-// SM's 233,472, if a thread keeps to 80 registers (65,536 / (6 x 128) = 85, allocated 8 at a time).
+// shared memory (bf16: 37 KB + 0.6 KB static + 1 KB reserved, 38,656 bytes in 128-byte units; fp8: 16
+// KB of codes) allows 6 in the SM's 233,472, if a thread keeps to 80 registers (65,536 / (6 x 128) =
+// 85, allocated 8 at a time).
 // Deeper rings serve grids of at most 3 CTAs an SM (attention_decode_ring), so registers do not limit
 // them.
 template <int kRing>
@@ -213,8 +272,8 @@ template <KvCacheElem kElem, int kRing>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
   constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
   using Smem = DecodeSmem<kElem, kRing>;
-  // bf16: the cp.async ring of kRing tiles the MMAs read; fp8: the ring holds codes (k8_s, v8_s) and
-  // the MMAs read the one tile they are dequantized into.
+  // bf16: the cp.async ring of kRing tiles the MMAs read; fp8: the ring holds codes (k8_s, v8_s,
+  // rows and chunks placed by code_tile_offset) that the warps convert into their fragments.
   constexpr int kStages = Smem::kBf16Tiles;
   // Launched with PDL (docs/kernels.md). Before pdl_wait() the CTA reads only what no kernel of the
   // step writes: the plan and block tables (uploaded before the step) and the cache rows of keys
@@ -290,8 +349,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
     const Elem* k_src = ok ? k_cache + off + chunk : k_cache;
     const Elem* v_src = ok ? v_cache + off + chunk : v_cache;
     if constexpr (kFp8) {
-      cp_async_16(&k8_s[stage][r][chunk], k_src, ok);
-      cp_async_16(&v8_s[stage][r][chunk], v_src, ok);
+      const uint32_t at = code_tile_offset(r, chunk / kChunkElems);
+      cp_async_16(&k8_s[stage][0][0] + at, k_src, ok);
+      cp_async_16(&v8_s[stage][0][0] + at, v_src, ok);
     } else {
       cp_async_16(&k_s[stage][r][chunk], k_src, ok);
       cp_async_16(&v_s[stage][r][chunk], v_src, ok);
@@ -348,8 +408,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
   // The V ring follows the K ring at a fixed distance, so one register holds both destinations.
   constexpr uint32_t kVBytes = kFp8 ? kRing * uint32_t(Smem::kCodeTile) : kStages * uint32_t(Smem::kBf16Tile);
   uint32_t dst0;
-  if constexpr (kFp8)
-    dst0 = static_cast<uint32_t>(__cvta_generic_to_shared(&k8_s[0][load_row][load_chunk]));
+  if constexpr (kFp8)  // rows load_row + kLoadRows i share load_row's placement (kLoadRows = 32)
+    dst0 = static_cast<uint32_t>(__cvta_generic_to_shared(&k8_s[0][0][0])) +
+           code_tile_offset(load_row, load_chunk / kChunkElems);
   else
     dst0 = static_cast<uint32_t>(__cvta_generic_to_shared(&k_s[0][load_row][load_chunk]));
   auto issue_tile = [&](int stage, int key0, const TileRows& rows, int skip) {
@@ -402,7 +463,31 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
   // columns), so no MMA row is wasted: S = Q K^T with the 8 heads as rows left rows 8-15 zero (half of
   // each MMA and 24 registers of zeros).
   uint32_t qb[kD / 16][2];
-  {
+  if constexpr (kFp8) {
+    // f16, in fp8_s_row_key's dim order: thread (g, c) holds dims 16c..16c+15 of head g, slots
+    // 2c, 2c+1 / 2c+8, 2c+9 of k step kk being dims 16c + 4kk + 0, 1 / 2, 3.
+    static_assert(kLoadRows % 16 == 0, "a thread's rows share code_tile_offset's placement");
+    const uint16_t* q = a.qkv + int64_t(seq.token_begin) * a.qkv_row_stride + (kv_head * kGroup + g) * kD + 16 * c;
+    const uint4 q0 = *reinterpret_cast<const uint4*>(q), q1 = *reinterpret_cast<const uint4*>(q + 8);
+    const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    float abs_max = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float2 f = unpack_bf16x2(w[i]);
+      abs_max = fmaxf(abs_max, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) abs_max = fmaxf(abs_max, __shfl_xor_sync(0xffffffffu, abs_max, o));
+    const int shift = decode_q_f16_shift(abs_max);  // every warp and lane the same
+    const float down = __uint_as_float(uint32_t(127 - shift) << 23);
+    scale_log2 *= __uint_as_float(uint32_t(127 + shift) << 23);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const float2 lo = unpack_bf16x2(w[2 * kk]), hi = unpack_bf16x2(w[2 * kk + 1]);
+      qb[kk][0] = pack_f16x2(lo.x * down, lo.y * down);
+      qb[kk][1] = pack_f16x2(hi.x * down, hi.y * down);
+    }
+  } else {
     const uint16_t* q = a.qkv + int64_t(seq.token_begin) * a.qkv_row_stride + (kv_head * kGroup + g) * kD;
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
@@ -413,9 +498,11 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
 
   TileRows next_rows = tile_rows(begin + (kRing - 1) * kTileKeys);  // rows past `end`: -1, never read
   // Thread (g, c) follows heads 2c and 2c + 1: their running maxima (log2 domain; the same in every
-  // lane of a c) and this thread's partial sums (its keys g and g + 8 of each tile).
+  // lane of a c) and this thread's partial sums (its MMA rows g and g + 8 of each tile).
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  float acc[kD / 16][4] = {};  // O^T: dims 16 dm + g (elements 0, 1) and + 8 (2, 3), heads 2c, 2c + 1
+  // O^T: MMA rows g (elements 0, 1) and g + 8 (2, 3) of m step dm, heads 2c, 2c + 1; the rows are
+  // dims 16 dm + g and + 8 (bf16), 8g + 2dm and + 1 (fp8).
+  float acc[kD / 16][4] = {};
   for (int t = 0; t < tiles; ++t) {
     // Tile t + kRing - 1 goes into the stage tile t - 1 used (free since the last iteration's
     // closing barrier). Tile 0 waits for the prologue's groups (the row of pos among them) and lets
@@ -432,24 +519,35 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
       cp_async_wait<kRing - 1>();
     __syncthreads();
     const int ring = t % kRing;
-    if constexpr (kFp8) {
-      dequantize_kv_tile_e4m3<kThreads, kTileKeys, kPitch>(k8_s[ring], v8_s[ring], k_s[0], v_s[0], tid);
-      __syncthreads();
-    }
-    const int st = kFp8 ? 0 : ring;
     const int row0 = warp * kWarpKeys;
+    const int mat = lane / 8, mat_row = lane % 8;  // ldmatrix's row addresses (bf16)
+    (void)mat, (void)mat_row;
 
-    // S^T = K Q^T for this warp's 16 keys: K's rows from ldmatrix (matrices: keys 0-7 / 8-15 x dims
-    // 0-7 / 8-15 of the k step), four k steps of 16 dims.
-    const int mat = lane / 8, mat_row = lane % 8;
-    float s[4] = {};  // keys g (0, 1) and g + 8 (2, 3) of the warp's 16, heads 2c (0, 2) and 2c + 1 (1, 3)
+    // S^T = K Q^T for this warp's 16 keys, four k steps of 16 dims. bf16: K's rows from ldmatrix
+    // (matrices: keys 0-7 / 8-15 x dims 0-7 / 8-15 of the k step); fp8: MMA rows g and g + 8 are keys
+    // key_lo and key_lo + 2 (fp8_s_row_key), their dims 16c..16c+15 one 16-byte load each.
+    float s[4] = {};  // MMA rows g (0, 1) and g + 8 (2, 3) of the warp's 16 keys, heads 2c (0, 2) and 2c + 1 (1, 3)
+    const int key_lo = row0 + (kFp8 ? fp8_s_row_key(g) : g), key_hi = key_lo + (kFp8 ? 2 : 8);
+    if constexpr (kFp8) {
+      const uint8_t* tile = &k8_s[ring][0][0];
+      const uint4 lo = *reinterpret_cast<const uint4*>(tile + code_tile_offset(key_lo, c));
+      const uint4 hi = *reinterpret_cast<const uint4*>(tile + code_tile_offset(key_hi, c));
+      const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w}, wh[4] = {hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      uint32_t ka[4];
-      ldmatrix_x4(ka, &k_s[st][row0 + (mat & 1) * 8 + mat_row][kk * 16 + (mat >> 1) * 8]);
-      mma_bf16_m16n8k16(s, ka, qb[kk]);
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t ka[4] = {e4m3x2_to_f16x2<false>(wl[kk]), e4m3x2_to_f16x2<false>(wh[kk]),
+                                e4m3x2_to_f16x2<true>(wl[kk]), e4m3x2_to_f16x2<true>(wh[kk])};
+        mma_f16_m16n8k16(s, ka, qb[kk]);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        uint32_t ka[4];
+        ldmatrix_x4(ka, &k_s[ring][row0 + (mat & 1) * 8 + mat_row][kk * 16 + (mat >> 1) * 8]);
+        mma_bf16_m16n8k16(s, ka, qb[kk]);
+      }
     }
-    const bool ok_lo = valid_s[ring][row0 + g], ok_hi = valid_s[ring][row0 + g + 8];
+    const bool ok_lo = valid_s[ring][key_lo], ok_hi = valid_s[ring][key_hi];
     s[0] = ok_lo ? s[0] * scale_log2 : -INFINITY;
     s[1] = ok_lo ? s[1] * scale_log2 : -INFINITY;
     s[2] = ok_hi ? s[2] * scale_log2 : -INFINITY;
@@ -479,14 +577,38 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
     // accumulator layout (key g / g + 8, heads 2c, 2c + 1); one transposing move of each 8 x 8 half
     // gives it keys 2c, 2c + 1 (/ + 8) of head g, the B fragment. V^T's A fragments from ldmatrix.trans
     // (matrices: keys 0-7 / 8-15 x dims 0-7 / 8-15 of the m tile).
-    const uint32_t pb[2] = {movmatrix_trans(pack_bf16x2(p[0], p[1])), movmatrix_trans(pack_bf16x2(p[2], p[3]))};
+    // fp8: P^T in f16, keys 4c, 4c+1 / 4c+2, 4c+3 in the B fragment's slots (fp8_s_row_key); V^T's
+    // A fragment of m step dm pairs keys 4c, 4c+1 (/ 4c+2, 4c+3) of dims 8g + 2dm (row g) and
+    // 8g + 2dm + 1 (row g + 8), from this thread's 8-byte loads of those four keys at dims 8g..8g+7.
+    if constexpr (kFp8) {
+      const uint32_t pb[2] = {movmatrix_trans(pack_f16x2(p[0], p[1])), movmatrix_trans(pack_f16x2(p[2], p[3]))};
+      const uint8_t* tile = &v8_s[ring][0][0];
+      uint2 v[4];
 #pragma unroll
-    for (int dm = 0; dm < kD / 16; ++dm) {
-      uint32_t va[4];
-      ldmatrix_x4_trans(va, &v_s[st][row0 + (mat >> 1) * 8 + mat_row][dm * 16 + (mat & 1) * 8]);
-      mma_bf16_m16n8k16(acc[dm], va, pb);
+      for (int j = 0; j < 4; ++j)
+        v[j] = *reinterpret_cast<const uint2*>(tile + code_tile_offset(row0 + 4 * c + j, g >> 1) + 8 * (g & 1));
+#pragma unroll
+      for (int dm = 0; dm < kD / 16; ++dm) {
+        // Bytes 2 (dm % 2), + 1 of word dm / 2 of keys j and j + 1, interleaved: key j's dim, key j+1's,
+        // then the next dim's pair.
+        const uint32_t sel = dm % 2 == 0 ? 0x5140u : 0x7362u;
+        const uint32_t w0 = dm < 2 ? v[0].x : v[0].y, w1 = dm < 2 ? v[1].x : v[1].y;
+        const uint32_t w2 = dm < 2 ? v[2].x : v[2].y, w3 = dm < 2 ? v[3].x : v[3].y;
+        const uint32_t k01 = __byte_perm(w0, w1, sel), k23 = __byte_perm(w2, w3, sel);
+        const uint32_t va[4] = {e4m3x2_to_f16x2<false>(k01), e4m3x2_to_f16x2<true>(k01), e4m3x2_to_f16x2<false>(k23),
+                                e4m3x2_to_f16x2<true>(k23)};
+        mma_f16_m16n8k16(acc[dm], va, pb);
+      }
+    } else {
+      const uint32_t pb[2] = {movmatrix_trans(pack_bf16x2(p[0], p[1])), movmatrix_trans(pack_bf16x2(p[2], p[3]))};
+#pragma unroll
+      for (int dm = 0; dm < kD / 16; ++dm) {
+        uint32_t va[4];
+        ldmatrix_x4_trans(va, &v_s[ring][row0 + (mat >> 1) * 8 + mat_row][dm * 16 + (mat & 1) * 8]);
+        mma_bf16_m16n8k16(acc[dm], va, pb);
+      }
     }
-    __syncthreads();  // the next iteration's cp.async overwrites this stage (fp8: its dequantization this tile)
+    __syncthreads();  // the next iteration's cp.async overwrites this stage
   }
 
   // Merge the 4 warps' states, then write this split's partial per head.
@@ -503,10 +625,12 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
   }
 #pragma unroll
   for (int dm = 0; dm < kD / 16; ++dm) {
-    merge.acc[warp][2 * c][dm * 16 + g] = acc[dm][0];
-    merge.acc[warp][2 * c + 1][dm * 16 + g] = acc[dm][1];
-    merge.acc[warp][2 * c][dm * 16 + g + 8] = acc[dm][2];
-    merge.acc[warp][2 * c + 1][dm * 16 + g + 8] = acc[dm][3];
+    // O^T's MMA rows g, g + 8 of m step dm: dims 16 dm + g, + 8 (bf16); 8g + 2dm, + 1 (fp8).
+    const int d_lo = kFp8 ? 8 * g + 2 * dm : dm * 16 + g, d_hi = d_lo + (kFp8 ? 1 : 8);
+    merge.acc[warp][2 * c][d_lo] = acc[dm][0];
+    merge.acc[warp][2 * c + 1][d_lo] = acc[dm][1];
+    merge.acc[warp][2 * c][d_hi] = acc[dm][2];
+    merge.acc[warp][2 * c + 1][d_hi] = acc[dm][3];
   }
   __syncthreads();
   const DecodePartials part = decode_partials(a.workspace, a.plan.num_seqs, a.num_q_heads, a.num_splits);
