@@ -37,6 +37,7 @@
 #include "backend/cuda/kernels/attention_prefill.cuh"
 #include "backend/cuda/kernels/attention_prefill_common.cuh"
 #include "backend/cuda/kernels/kv_fp8.cuh"
+#include "backend/cuda/kernels/ldmatrix.cuh"
 
 namespace ossrt::cuda {
 namespace {
@@ -59,21 +60,6 @@ template <int kRows>
 struct RowOffsets {
   int64_t at[kRows];
 };
-
-// ldmatrix.x4: four 8x8 bf16 matrices, thread i giving the address of row i % 8 of matrix i / 8;
-// thread (g, c) receives elements [g][2c] and [g][2c+1] of each (.trans: [2c][g] and [2c+1][g]).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* row) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 
 // This warp's 4 tokens: the keys any of them can see are [lo, last].
 struct WarpTokens {
