@@ -542,15 +542,14 @@ TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
     bool fp8 = false;  // an fp8 cache (full layers only, as the server keeps window layers in bf16)
   };
   const Variant variants[] = {
-      {256, false, false, 256, 0}, {256, false, false, 512, 0},  {256, false, false, 1024, 0},
-      {256, false, false, 256, 4}, {256, false, false, 1024, 4}, {256, false, true, 256, 0},
+      {256, false, false, 256, 0},       {256, false, false, 512, 0},        {256, false, false, 1024, 0},
+      {256, false, false, 256, 4},       {256, false, false, 1024, 4},       {256, false, true, 256, 0},
       {256, false, true, 256, 4},  // a window layer with its whole window requested at once
-      {256, true, false, 256, 0},  {256, true, false, 512, 0},   {256, true, false, 1024, 0},
-      {256, true, false, 2048, 0}, {128, true, false, 256, 0},   {128, true, false, 512, 0},
-      {128, true, false, 1024, 0}, {64, true, false, 256, 0},    {64, true, false, 512, 0},
-      {64, true, false, 1024, 0},
-      {256, false, false, 1024, 0, true}, {256, true, false, 1024, 0, true}, {128, true, false, 1024, 0, true},
-      {64, true, false, 512, 0, true},
+      {256, true, false, 256, 0},        {256, true, false, 512, 0},         {256, true, false, 1024, 0},
+      {256, true, false, 2048, 0},       {128, true, false, 256, 0},         {128, true, false, 512, 0},
+      {128, true, false, 1024, 0},       {64, true, false, 256, 0},          {64, true, false, 512, 0},
+      {64, true, false, 1024, 0},        {256, false, false, 1024, 0, true}, {256, true, false, 1024, 0, true},
+      {128, true, false, 1024, 0, true}, {64, true, false, 512, 0, true},
   };
   cudaStream_t stream;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -564,9 +563,9 @@ TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
       for (int i = 0; i < v.seqs; ++i) seqs.push_back({v.spread ? 1024 + int(rng() % 1023) : 1023, 1});
       dev.reset();
       const Case c = v.slide ? sliding(seqs, 5) : full_causal(seqs, 5);
-      p = std::make_unique<Problem>(v.fp8 ? make_problem(c, KvCacheElem::Fp8E4m3, std::vector<float>(kHkv, 0.5f),
-                                                         std::vector<float>(kHkv, 0.25f))
-                                          : make_problem(c));
+      p = std::make_unique<Problem>(
+          v.fp8 ? make_problem(c, KvCacheElem::Fp8E4m3, std::vector<float>(kHkv, 0.5f), std::vector<float>(kHkv, 0.25f))
+                : make_problem(c));
       dev = std::make_unique<DeviceProblem>(*p);
     }
     double bytes = 0;
