@@ -13,7 +13,10 @@
 # (the pack unpacked first) or [".carry/cuda", ".carry/tokgz"]. Step 1's failures do not stop steps 2 and 3 (their numbers then mean
 # nothing: read step 1 first).
 # Usage: [OLD_TEST=attention_test_main] [MORE_TESTS="attention_test_x ..."] [OLD_OSSRT=ossrt_main]
-#        [BATCHES="1 64 256"] [QUANT=mxfp4-fp8] [TEST_S=150] [STEP3=cost|serve] tools/device/decode_kernel_ab.sh
+#        [BATCHES="1 64 256"] [QUANT=mxfp4-fp8] [TEST_S=150] [STEP3=cost|serve] [SKIP_TESTS=1]
+#        tools/device/decode_kernel_ab.sh
+# SKIP_TESTS=1 leaves step 1 out (e.g. after gpu_tests_parallel.sh, the whole suite, in the same call);
+# SERVE_FLAGS (e.g. "--kv-cache-dtype fp8") reaches step 3's servers through bench_h200.sh.
 # MORE_TESTS: further attention_test builds of the pack (EXTRA_BINARIES) timed in step 2.
 set -uo pipefail
 ROOT=$(pwd)
@@ -30,13 +33,16 @@ mkdir -p "$LOGS" "${OUT:-/tmp/ossrt-out}" && rm -f "$LOGS/tests_summary.txt"
 exec > >(tee "${OUT:-/tmp/ossrt-out}/decode_kernel_ab.log") 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader
 echo "== 1. tests, commit $(tr '\n' ' ' < "$PACK/COMMIT")"
+[ "${SKIP_TESTS:-0}" = 1 ] && echo "-- skipped (SKIP_TESTS=1)" > "$LOGS/tests_summary.txt"
 pids=()
 for i in 0 1 2 3; do
+  [ "${SKIP_TESTS:-0}" = 1 ] && break
   GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout "${TEST_S:-150}" "$PACK/bin/attention_test" --gtest_color=no \
     > "$LOGS/attention_test.$i.log" 2>&1 &
   pids+=("$!:attention_test.$i")
 done
 for t in kv_fp8_kernels_test kv_fp8_model_test golden_cuda_test engine_cuda_test eagle3_cuda_test ops_test; do
+  [ "${SKIP_TESTS:-0}" = 1 ] && break
   timeout "${TEST_S:-150}" "$PACK/bin/$t" --gtest_color=no > "$LOGS/$t.log" 2>&1 &
   pids+=("$!:$t")
 done
