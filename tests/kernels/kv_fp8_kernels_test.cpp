@@ -274,20 +274,24 @@ TEST(CudaKvFp8, DecodeAttentionMatchesTheCpuOpOnTheSameCodes) {
   }
   {
     // q beyond f16's range (the decode kernel multiplies in f16): one dim of one head of each KV head
-    // at +-2^17..2^18, so the kernel scales q down by a power of two and the logit scale back up; the
-    // other heads' q (~1) must come through that shift intact. The keys' codes of that dim are zero,
-    // so the logits stay moderate (a huge one would make the softmax a tie-break between keys of equal
-    // codes, decided by rounding).
+    // at +-2^15..2^18.2 by KV head (shifts 1 to 4), so the kernel scales q down by a power of two and
+    // the logit scale back up; the other heads' q (~1) must come through that shift intact. The keys'
+    // codes of that dim are zero, so the logits stay moderate (a huge one would make the softmax a
+    // tie-break between keys of equal codes, decided by rounding). Every ring depth.
     Problem p = fp8_problem(full_causal({{3000, 1}, {700, 1}, {64, 1}}, 209, "q past f16's range"));
     for (int t = 0; t < p.plan.num_tokens(); ++t)
       for (int kvh = 0; kvh < p.hkv(); ++kvh) {
         uint16_t& q = p.qkv[size_t(t) * size_t(p.qkv_stride()) + size_t(kvh * cuda::kAttnQHeadsPerKvHead + 3) * kD + 5];
-        q = f32_to_bf16(float((t + kvh) % 2 ? -1 : 1) * (131072.0f + 4096.0f * float(kvh + t)));
+        q = f32_to_bf16(float((t + kvh) % 2 ? -1 : 1) * float(1 << (15 + kvh % 4)) * (1.0f + 0.0625f * float(t % 4)));
       }
     for (size_t i = 5; i < p.k8.size(); i += kD)
       if (p.k8[i] != kNaNCode) p.k8[i] = 0;
     const DeviceProblem dev(p);
-    expect_close_to_cpu(run_attention(p, dev, dev.plan.view, Kernel::Decode), cpu_attention(p), p.spec.name);
+    const std::vector<float> want = cpu_attention(p);
+    for (const int ring : {2, 4, 6})
+      expect_close_to_cpu(run_attention(p, dev, dev.plan.view, Kernel::Decode, 0, cuda::kPrefillDefaultVariant, true,
+                                        cuda::kAttnDefaultMinKeysPerSplit, false, ring),
+                          want, fmt::format("{}, ring {}", p.spec.name, ring));
   }
   for (const int kv_heads : {2, kGptOssKvHeads}) {
     Case c = full_causal({{100, 1}, {333, 1}, {4000, 1}}, 208, fmt::format("{} KV heads, block size 32", kv_heads));

@@ -78,8 +78,8 @@ __host__ __device__ inline int keys_per_split(int n, int splits, int min_keys, i
 
 // ---- The fp8 cache's tiles, read straight into f16 MMA fragments (no bf16 tile in shared memory).
 // e4m3 -> f16 is one exact conversion a pair (cvt.rn.f16x2.e4m3x2); e4m3 -> bf16 takes four (through
-// f32), so the fp8 kernel multiplies in f16: K and V codes exactly, q in f16 (exact: see
-// decode_q_f16_shift), P rounded to f16 instead of bf16 (11 significant bits instead of 8).
+// f32), so the fp8 kernel multiplies in f16: K and V codes exactly, q in f16 (see decode_q_f16_shift),
+// P rounded to f16 instead of bf16 (11 significant bits instead of 8; below 2^-14 fewer, 0 below 2^-25).
 //
 // d += a * b for one m16n8k16 tile of f16 (fragment layout as mma_bf16_m16n8k16's).
 __device__ __forceinline__ void mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
@@ -124,12 +124,14 @@ __device__ __forceinline__ uint32_t code_tile_offset(int r, int u) {
 //   (an 8-byte load a key); its m step dm's rows g / g + 8 are dims 8g + 2dm / + 1.
 __device__ __forceinline__ int fp8_s_row_key(int g) { return 4 * (g >> 1) + (g & 1); }
 
-// q's f16 copy: scaled by 2^-shift (shift > 0 only when max |q| of the CTA's 8 heads >= 2^15, so q
-// stays within f16's range; the logit scale takes 2^shift back). bf16 -> f16 is exact for
-// magnitudes in [2^-14, 65504]; below 2^-14 (subnormal in f16) it keeps 24 - (bits below 2^-14) of q's 8
-// significant bits, an error under 2^-25 in a logit per unit of key.
+// q's f16 copy is q x 2^-shift, the logit scale takes 2^shift back: shift > 0 only when max |q| of
+// the CTA's 8 heads >= 2^15 (then q stays below 2^15; bf16 up to 65,280 would fit, this keeps a
+// margin). A bf16 q converts exactly when q x 2^-shift >= 2^-17 (f16's subnormals keep its 8
+// significant bits down to there); smaller ones are rounded to a multiple of 2^-24, an error under
+// 2^-25 x 2^shift in a logit per unit of key.
 __device__ __forceinline__ int decode_q_f16_shift(float abs_max) {
-  const int e = int((__float_as_uint(abs_max) >> 23) & 0xffu) - 127;  // floor(log2), 128 for inf / NaN
+  // floor(log2(abs_max)); 128 for inf (shift 114: 2^-114 still a normal float). fmaxf drops NaNs.
+  const int e = int((__float_as_uint(abs_max) >> 23) & 0xffu) - 127;
   return e >= 15 ? e - 14 : 0;
 }
 
@@ -379,7 +381,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
   // The V ring follows the K ring at a fixed distance, so one register holds both destinations.
   constexpr uint32_t kVBytes = kFp8 ? kRing * uint32_t(Smem::kCodeTile) : kStages * uint32_t(Smem::kBf16Tile);
   uint32_t dst0;
-  if constexpr (kFp8)  // rows load_row + kLoadRows i share load_row's placement (kLoadRows = 32)
+  static_assert(!kFp8 || kLoadRows % 16 == 0, "rows load_row + kLoadRows i share load_row's placement");
+  if constexpr (kFp8)  // (code_tile_offset depends on bits 0-3 of the row only)
     dst0 = static_cast<uint32_t>(__cvta_generic_to_shared(&k8_s[0][0][0])) +
            code_tile_offset(load_row, load_chunk / kChunkElems);
   else
@@ -437,7 +440,6 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_s
   if constexpr (kFp8) {
     // f16, in fp8_s_row_key's dim order: thread (g, c) holds dims 16c..16c+15 of head g, slots
     // 2c, 2c+1 / 2c+8, 2c+9 of k step kk being dims 16c + 4kk + 0, 1 / 2, 3.
-    static_assert(kLoadRows % 16 == 0, "a thread's rows share code_tile_offset's placement");
     const uint16_t* q = a.qkv + int64_t(seq.token_begin) * a.qkv_row_stride + (kv_head * kGroup + g) * kD + 16 * c;
     const uint4 q0 = *reinterpret_cast<const uint4*>(q), q1 = *reinterpret_cast<const uint4*>(q + 8);
     const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
