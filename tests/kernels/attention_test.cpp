@@ -542,14 +542,32 @@ TEST(AttentionKernels, DISABLED_DecodeTimingManySequences) {
     bool fp8 = false;  // an fp8 cache (full layers only, as the server keeps window layers in bf16)
   };
   const Variant variants[] = {
-      {256, false, false, 256, 0},       {256, false, false, 512, 0},        {256, false, false, 1024, 0},
-      {256, false, false, 256, 4},       {256, false, false, 1024, 4},       {256, false, true, 256, 0},
+      {256, false, false, 256, 0},
+      {256, false, false, 512, 0},
+      {256, false, false, 1024, 0},
+      {256, false, false, 256, 4},
+      {256, false, false, 1024, 4},
+      {256, false, true, 256, 0},
       {256, false, true, 256, 4},  // a window layer with its whole window requested at once
-      {256, true, false, 256, 0},        {256, true, false, 512, 0},         {256, true, false, 1024, 0},
-      {256, true, false, 2048, 0},       {128, true, false, 256, 0},         {128, true, false, 512, 0},
-      {128, true, false, 1024, 0},       {64, true, false, 256, 0},          {64, true, false, 512, 0},
-      {64, true, false, 1024, 0},        {256, false, false, 1024, 0, true}, {256, true, false, 1024, 0, true},
-      {128, true, false, 1024, 0, true}, {64, true, false, 512, 0, true},
+      {256, true, false, 256, 0},
+      {256, true, false, 512, 0},
+      {256, true, false, 1024, 0},
+      {256, true, false, 2048, 0},
+      {128, true, false, 256, 0},
+      {128, true, false, 512, 0},
+      {128, true, false, 1024, 0},
+      {64, true, false, 256, 0},
+      {64, true, false, 512, 0},
+      {64, true, false, 1024, 0},
+      // fp8 cache: the 2-tile ring (one 8 KB tile in flight a CTA) and the 4-tile one, both 6 CTAs an SM
+      {256, false, false, 1024, 2, true},
+      {256, false, false, 1024, 4, true},
+      {256, true, false, 1024, 2, true},
+      {256, true, false, 1024, 4, true},
+      {128, true, false, 1024, 2, true},
+      {128, true, false, 1024, 4, true},
+      {64, true, false, 512, 2, true},
+      {64, true, false, 512, 4, true},
   };
   cudaStream_t stream;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");

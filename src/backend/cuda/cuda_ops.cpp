@@ -597,7 +597,7 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
   a.workspace_bytes = attn_workspace_bytes_;
   a.decode_ring = attn_decode_ring_ != 0
                       ? attn_decode_ring_
-                      : cuda::attention_decode_ring(a.plan.num_seqs, a.num_kv_heads, a.num_splits, num_sms_);
+                      : cuda::attention_decode_ring(a.plan.num_seqs, a.num_kv_heads, a.num_splits, num_sms_, a.kv_elem);
   a.cache_split_blocks = attn_cache_split_blocks_;
   if (attn_fold_merge_) {
     a.tickets = attn_tickets_;

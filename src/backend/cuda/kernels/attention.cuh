@@ -108,9 +108,10 @@ int attention_decode_splits(int num_seqs, int num_kv_heads, int max_context, int
 inline constexpr int kAttnSmallBatchSeqs = 8;
 inline constexpr int kAttnManySeqs = 64;
 int attention_decode_min_split_keys(int num_seqs);
-// The decode kernel's ring depth for a grid of num_seqs x num_kv_heads x num_splits CTAs; what the
-// launcher uses when AttentionArgs::decode_ring is 0 (with 132 SMs).
-int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int num_sms = 132);
+// The decode kernel's ring depth for a grid of num_seqs x num_kv_heads x num_splits CTAs over a cache
+// of `elem`; what the launcher uses when AttentionArgs::decode_ring is 0 (with 132 SMs).
+int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int num_sms = 132,
+                          KvCacheElem elem = KvCacheElem::Bf16);
 // Raises the decode kernels' shared-memory limit on the current device (their rings need more than
 // the default 48 KB). Call before capturing a graph that launches them; the launcher calls it too.
 void attention_decode_prepare();

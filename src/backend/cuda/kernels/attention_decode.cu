@@ -232,17 +232,18 @@ struct DecodeSmem {
   static constexpr size_t kBytes = kBytesRaw > sizeof(DecodeMerge) ? kBytesRaw : sizeof(DecodeMerge);
 };
 
-// CTAs an SM the kernel is built for with the 2-tile ring (the many-CTA grids of many sequences): its
-// shared memory (bf16: 37 KB + 0.6 KB static + 1 KB reserved, 38,656 bytes in 128-byte units; fp8: 16
-// KB of codes) allows 6 in the SM's 233,472, if a thread keeps to 80 registers (65,536 / (6 x 128) =
-// 85, allocated 8 at a time).
-// Deeper rings serve grids of at most 3 CTAs an SM (attention_decode_ring), so registers do not limit
-// them.
-template <int kRing>
-constexpr int kDecodeCtasPerSm = kRing == 2 ? 6 : 1;
+// CTAs an SM the kernel is built for at the rings that serve many-CTA grids (many sequences): the
+// 2-tile ring's shared memory (bf16: 37 KB + 0.6 KB static + 1 KB reserved, 38,656 bytes in 128-byte
+// units; fp8: 16 KB of codes) and the fp8 kernel's 4-tile ring (32 KB: it holds three 8 KB tiles in
+// flight where bf16's 2-tile ring holds one of 16 KB) allow 6 in the SM's 233,472, if a thread keeps
+// to 80 registers (65,536 / (6 x 128) = 85, allocated 8 at a time). The other rings serve grids of at
+// most 3 CTAs an SM (attention_decode_ring), so registers do not limit them.
+template <KvCacheElem kElem, int kRing>
+constexpr int kDecodeCtasPerSm = kRing == 2 || (kElem == KvCacheElem::Fp8E4m3 && kRing == 4) ? 6 : 1;
 
 template <KvCacheElem kElem, int kRing>
-__global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kRing>) bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
+__global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
+    bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
   constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
   using Smem = DecodeSmem<kElem, kRing>;
   // bf16: the cp.async ring of kRing tiles the MMAs read; fp8: the ring holds codes (k8_s, v8_s,
@@ -742,12 +743,13 @@ int attention_decode_min_split_keys(int num_seqs) {
   return num_seqs < 4 * kAttnManySeqs ? 2 * kAttnDefaultMinKeysPerSplit : 4 * kAttnDefaultMinKeysPerSplit;
 }
 
-int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int num_sms) {
+int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int num_sms, KvCacheElem elem) {
   // Measured (docs/kernels.md, "Decode"): a deep ring pays where the grid is a few CTAs an SM (one
   // long sequence: each CTA's loads in flight set the bandwidth); with more CTAs than 3 an SM, the
-  // 5-6 CTAs an SM that a 2-tile ring's shared memory allows beat 3 CTAs of 4 tiles.
+  // 5-6 CTAs an SM that a 2-tile ring's shared memory allows beat 3 CTAs of 4 tiles. An fp8 tile is
+  // half a bf16 one's bytes, and its 4-tile ring is built for 6 CTAs an SM too (kDecodeCtasPerSm).
   const int64_t ctas = int64_t(num_seqs) * num_kv_heads * num_splits;
-  return ctas <= 3 * int64_t(num_sms) ? 4 : 2;
+  return ctas <= 3 * int64_t(num_sms) || elem == KvCacheElem::Fp8E4m3 ? 4 : 2;
 }
 
 void attention_decode_prepare() {
@@ -783,8 +785,9 @@ void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& a, cudaStream_t stre
   AttentionArgs args = a;
   if (args.tickets_capacity < int64_t(a.plan.num_seqs) * a.num_kv_heads) args.tickets = nullptr;  // too few: pass 2
   const dim3 grid(a.num_splits, a.num_kv_heads, a.plan.num_seqs);
-  const int ring =
-      a.decode_ring != 0 ? a.decode_ring : attention_decode_ring(a.plan.num_seqs, a.num_kv_heads, a.num_splits);
+  const int ring = a.decode_ring != 0
+                       ? a.decode_ring
+                       : attention_decode_ring(a.plan.num_seqs, a.num_kv_heads, a.num_splits, 132, a.kv_elem);
   if (a.kv_elem == KvCacheElem::Fp8E4m3) {
     switch (ring) {
       case 2: launch_decode<KvCacheElem::Fp8E4m3, 2>(grid, stream, args); break;
