@@ -260,18 +260,8 @@ inline cuda::AttentionArgs make_args(const Problem& p, const DeviceProblem& dev,
 // Prefill: the launcher's tiling (attention_test's check_case runs both mma.sync tilings and both
 // softmax variants, and the wgmma kernel, for it instead); Prefill16 / Prefill32 force one mma.sync
 // tiling, PrefillWgmma the wgmma kernel (PrefillTiling::Wgmma64; variant 0 only), PrefillWgmmaPipe its
-// producer/consumer form (PrefillTiling::WgmmaPipe24), PrefillWgmmaPipePingPong that with its consumer
-// warpgroups taking turns (AttentionArgs::prefill_pingpong); Auto: the dispatcher.
-enum class Kernel {
-  Prefill,
-  Prefill16,
-  Prefill32,
-  PrefillWgmma,
-  PrefillWgmmaPipe,
-  PrefillWgmmaPipePingPong,
-  Decode,
-  Auto
-};
+// producer/consumer form (PrefillTiling::WgmmaPipe24); Auto: the dispatcher.
+enum class Kernel { Prefill, Prefill16, Prefill32, PrefillWgmma, PrefillWgmmaPipe, Decode, Auto };
 
 // Runs one kernel on the problem; returns the output [T, Hq*64] as float. num_splits 0 = the
 // launcher's recommendation.
@@ -316,10 +306,6 @@ inline std::vector<float> run_attention(const Problem& p, const DeviceProblem& d
       cuda::launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, cuda::PrefillTiling::Wgmma64, prefill_variant);
       break;
     case Kernel::PrefillWgmmaPipe:
-      cuda::launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, cuda::PrefillTiling::WgmmaPipe24, prefill_variant);
-      break;
-    case Kernel::PrefillWgmmaPipePingPong:
-      a.prefill_pingpong = true;
       cuda::launch_bf16_sdpa_sinks_d64_prefill_variant(a, nullptr, cuda::PrefillTiling::WgmmaPipe24, prefill_variant);
       break;
     case Kernel::Decode: cuda::launch_bf16_sdpa_sinks_d64_decode(a, nullptr); break;

@@ -88,12 +88,6 @@ struct AttentionArgs {
   // PDL wait, instead of an L2 lookup per tile and one for the query's own row after it; the same
   // rows either way (false: the lookups as before, for A/B timing).
   bool cache_split_blocks = true;
-  // Prefill, the warp-specialized wgmma kernel (PrefillTiling::WgmmaPipe24) only: its three consumer
-  // warpgroups issue their MMAs in turn (FlashAttention-3's ping-pong: named barriers pass the turn
-  // after each warpgroup's S and P V wgmmas of a tile), so one's softmax runs beside the others' MMAs.
-  // The same arithmetic, so the same bits. Off by default (session 33: written, not yet timed);
-  // OSSRT_ATTN_PREFILL_PINGPONG=1 turns it on in the backend's launcher.
-  bool prefill_pingpong = false;
 };
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys

@@ -454,8 +454,7 @@ namespace {
 // Device A/B switches for the whole-model tests (tools/device/ab_tests.sh), read once:
 // OSSRT_ATTN_PREFILL_VARIANT=0|1 overrides the softmax variant, OSSRT_ATTN_PREFILL_TILING=16|32
 // forces a mma.sync tiling, 64 the wgmma kernel (PrefillTiling::Wgmma64) and 24 its producer/consumer
-// form (PrefillTiling::WgmmaPipe24; unset: the defaults above); OSSRT_ATTN_PREFILL_PINGPONG=1 sets
-// AttentionArgs::prefill_pingpong.
+// form (PrefillTiling::WgmmaPipe24; unset: the defaults above).
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;
@@ -463,13 +462,6 @@ int env_int(const char* name, int fallback) {
 }  // namespace
 
 void launch_bf16_sdpa_sinks_d64_prefill(const AttentionArgs& a, cudaStream_t stream) {
-  static const bool pingpong = env_int("OSSRT_ATTN_PREFILL_PINGPONG", 0) != 0;
-  if (pingpong && !a.prefill_pingpong) {
-    AttentionArgs b = a;
-    b.prefill_pingpong = true;
-    launch_bf16_sdpa_sinks_d64_prefill(b, stream);
-    return;
-  }
   static const int variant = env_int("OSSRT_ATTN_PREFILL_VARIANT", kPrefillDefaultVariant);
   static const int tokens = env_int("OSSRT_ATTN_PREFILL_TILING", 0);
   const PrefillTiling tiling = tokens == 16   ? PrefillTiling::Tokens16

@@ -38,29 +38,6 @@ using namespace prefill_wgmma;  // kD, kGroup, kKeyTile, kWgTokens, kRowBytes, k
 
 constexpr int kConsumerWarpgroups = 3;
 constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-// Ping-pong (AttentionArgs::prefill_pingpong): consumer warpgroup w waits on named barrier
-// kTurnBarrier0 + w before issuing a tile's MMAs and then arrives on its successor's, (w + 1) % 3: each
-// barrier completes with the 128 threads that sync on it and the 128 of its predecessor that arrive.
-// Barrier 0 is __syncthreads', 1 the producer's.
-constexpr int kTurnBarrier0 = 2;
-// Named-barrier sync / arrive of two warpgroups (256 threads) on barrier id, 2 to 4. Immediate ids (a
-// register id makes ptxas reserve all 16 barriers).
-__device__ __forceinline__ void turn_sync(int id) {
-  if (id == 2)
-    asm volatile("bar.sync 2, 256;\n" ::: "memory");
-  else if (id == 3)
-    asm volatile("bar.sync 3, 256;\n" ::: "memory");
-  else
-    asm volatile("bar.sync 4, 256;\n" ::: "memory");
-}
-__device__ __forceinline__ void turn_arrive(int id) {
-  if (id == 2)
-    asm volatile("bar.arrive 2, 256;\n" ::: "memory");
-  else if (id == 3)
-    asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-  else
-    asm volatile("bar.arrive 4, 256;\n" ::: "memory");
-}
 constexpr int kConsumerWarps = kConsumerThreads / 32;
 constexpr int kProducerThreads = 128;  // a warpgroup, for setmaxnreg
 constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -193,16 +170,6 @@ __device__ __forceinline__ void consume(const AttentionArgs& a, const CtaTokens&
   };
   int stage = 0, prev = 0;
   uint32_t phase = 0;
-  // The turn (ping-pong): warpgroup 0 starts, the last one's arrive after its last tile is left out,
-  // so every barrier sees as many arrivals as syncs (n_tiles each) and none is pending at exit.
-  const bool pingpong = a.prefill_pingpong;
-  auto wait_turn = [&] {
-    if (pingpong) turn_sync(kTurnBarrier0 + wg);
-  };
-  auto pass_turn = [&](int it) {
-    if (pingpong && !(wg == kConsumerWarpgroups - 1 && it == n_tiles - 1))
-      turn_arrive(kTurnBarrier0 + (wg + 1) % kConsumerWarpgroups);
-  };
   // One tile. kFirst: no P V of a tile before to run beside the softmax.
   auto run_tile = [&]<bool kFirst>(int it) {
     const int key0 = t.key_lo + it * kKeyTile;
@@ -211,10 +178,8 @@ __device__ __forceinline__ void consume(const AttentionArgs& a, const CtaTokens&
     __syncwarp();              // lanes leave the polling loop apart; wgmma needs the warp converged
     fence_proxy_async_smem();  // the producer's copies, seen through the barrier, visible to the wgmma's reads
     const uint64_t present = present_s[slot];
-    wait_turn();
     issue_s<true>(s, qa, k_tile(slot));
     if constexpr (!kFirst) issue_pv(o, pa, v_tile(prev));
-    pass_turn(it);
     if constexpr (kFirst)
       wgmma_wait<0>();
     else
@@ -240,7 +205,6 @@ __device__ __forceinline__ void consume(const AttentionArgs& a, const CtaTokens&
     if (++stage == kStages) stage = 0, phase ^= 1;
   };
   if (n_tiles > 0) {
-    if (pingpong && wg == kConsumerWarpgroups - 1) turn_arrive(kTurnBarrier0);  // warpgroup 0's first turn
     run_tile.template operator()<true>(0);
     for (int it = 1; it < n_tiles; ++it) run_tile.template operator()<false>(it);
     wgmma_fence();
