@@ -31,7 +31,6 @@
 #include "backend/cuda/kernels/moe.cuh"
 #include "backend/cuda/kernels/moe_mxfp4.cuh"
 #include "backend/cuda/kernels/moe_passes.cuh"
-#include "backend/cuda/kernels/wgmma_check.cuh"
 #include "backend/cuda/mxfp4_dequant.h"
 #include "backend/registry/registry.h"
 #include "core/dtype.h"
@@ -1053,21 +1052,6 @@ TEST(Mxfp4Moe, WgmmaPipeTmaWeightsAreTheRingBitForBit) {
 // Kernel times of both regimes (and the bf16 kernel) at decode and prefill sizes, for choosing
 // kMoeSmallMMaxRows and for docs/kernels.md; runs only with OSSRT_MOE_TIMING=1 (no assertions: speed
 // is reported, not tested). L2 is flushed before every launch, as `ossrt bench kernels` does.
-// The pipe's MMA loop alone, by tile width (tokens a tile: the wgmma's N) and warpgroups an SM: how
-// close register-A wgmmas at the decode step's 32-48 rows an expert come to the tensor rate (session 27
-// measured the 48-row gate_up's MMA loop, barriers included, at ~50% of it; 128 rows at 89%). Timing
-// only: prints a table. Run: moe_mxfp4_test --gtest_also_run_disabled_tests --gtest_filter='*WgmmaRsRate*'
-TEST(Mxfp4Moe, DISABLED_WgmmaRsRateByTileWidth) {
-  REQUIRE_GPU();
-  struct Shape {
-    int n, sets;
-  };
-  for (const Shape sh : {Shape{32, 2}, Shape{48, 1}, Shape{48, 2}, Shape{64, 1}, Shape{64, 2}, Shape{128, 1}})
-    for (int wg = 1; wg <= 3; ++wg)
-      std::printf("wgmma_rs_rate m64n%-3d k16, %d set(s) a chunk, %d warpgroup(s) an SM: %7.1f TFLOP/s\n", sh.n,
-                  sh.sets, wg, cuda::wgmma_rs_rate_tflops(sh.n, sh.sets, wg, 4000));
-}
-
 TEST(Mxfp4Moe, TimeRegimes) {
   REQUIRE_GPU();
   if (!std::getenv("OSSRT_MOE_TIMING")) GTEST_SKIP() << "set OSSRT_MOE_TIMING=1";

@@ -1,5 +1,4 @@
-// wgmma_tile_check: the wgmma prefill attention's two tile products on plain matrices; wgmma_rs_rate: the
-// register-A wgmma's rate by tile width (wgmma_check.cuh).
+// wgmma_tile_check: the wgmma prefill attention's two tile products on plain matrices (wgmma_check.cuh).
 #include "backend/cuda/kernels/wgmma_check.cuh"
 
 #include "backend/cuda/kernels/attention_moe_common.cuh"
@@ -80,106 +79,7 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-// The MXFP4 pipe's MMA loop with nothing else (no barriers, copies, dequantization or stores): each of
-// `warpgroups` warpgroups issues `chunks` chunks of kSets x 4 wgmma.m64nNk16 with A from registers and
-// one B tile (kN rows of 64 k, K-major, 128-byte swizzle) in shared memory, commits each chunk and
-// waits for the one before (wgmma_wait<1>), as consume() in moe_mxfp4_wgmma_pipe.cu does.
-template <int kN, int kSets>
-__global__ void __launch_bounds__(384, 1) wgmma_rs_rate(int chunks, int warpgroups, float* sink) {
-  __shared__ alignas(1024) uint8_t b_tile[kN * 128];
-  const int tid = threadIdx.x;
-  for (int i = tid; i < kN * 128 / 4; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(b_tile)[i] = 0x3c003c00u ^ uint32_t(i & 0x00ff00ff);  // ~1.0 bf16 values
-  fence_proxy_async_smem();
-  __syncthreads();
-  if (tid / 128 >= warpgroups) return;
-  uint32_t af[2][kSets][4][4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int j = 0; j < kSets; ++j)
-#pragma unroll
-      for (int s = 0; s < 4; ++s)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) af[h][j][s][r] = 0x3c003c00u ^ uint32_t((tid + 7 * s + 3 * r + h + j) & 0x3f);
-  float acc[kSets][kN / 2];
-#pragma unroll
-  for (int j = 0; j < kSets; ++j)
-#pragma unroll
-    for (int i = 0; i < kN / 2; ++i) {
-      acc[j][i] = 0.f;
-      wgmma_fence_operand(acc[j][i]);
-    }
-  const uint32_t b_addr = static_cast<uint32_t>(__cvta_generic_to_shared(b_tile));
-  auto chunk = [&](const uint32_t(&a)[kSets][4][4]) {
-    wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < kSets; ++j)
-#pragma unroll
-      for (int s = 0; s < 4; ++s) wgmma_m64k16_rs<kN>(acc[j], a[j][s], wgmma_desc_k128(b_addr + 32 * s));
-    wgmma_commit();
-    wgmma_wait<1>();
-#pragma unroll
-    for (int j = 0; j < kSets; ++j)
-#pragma unroll
-      for (int i = 0; i < kN / 2; ++i) wgmma_fence_operand(acc[j][i]);
-  };
-  for (int c = 0; c + 1 < chunks; c += 2) {
-    chunk(af[0]);
-    chunk(af[1]);
-  }
-  wgmma_wait<0>();
-  float sum = 0.f;
-#pragma unroll
-  for (int j = 0; j < kSets; ++j)
-#pragma unroll
-    for (int i = 0; i < kN / 2; ++i) {
-      wgmma_fence_operand(acc[j][i]);
-      sum += acc[j][i];
-    }
-  if (sum == 12345.f) sink[blockIdx.x] = sum;  // never true in practice; keeps the MMAs
-}
-
-template <int kN, int kSets>
-double time_wgmma_rs_rate(int warpgroups, int chunks, int num_sms, float* sink) {
-  cudaEvent_t start, stop;
-  OSSRT_CUDA_CALL(cudaEventCreate(&start));
-  OSSRT_CUDA_CALL(cudaEventCreate(&stop));
-  wgmma_rs_rate<kN, kSets><<<num_sms, 384>>>(chunks, warpgroups, sink);  // warm-up
-  OSSRT_CHECK_LAUNCH("wgmma_rs_rate");
-  OSSRT_CUDA_CALL(cudaEventRecord(start));
-  wgmma_rs_rate<kN, kSets><<<num_sms, 384>>>(chunks, warpgroups, sink);
-  OSSRT_CHECK_LAUNCH("wgmma_rs_rate");
-  OSSRT_CUDA_CALL(cudaEventRecord(stop));
-  OSSRT_CUDA_CALL(cudaEventSynchronize(stop));
-  float ms = 0.f;
-  OSSRT_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
-  OSSRT_CUDA_CALL(cudaEventDestroy(start));
-  OSSRT_CUDA_CALL(cudaEventDestroy(stop));
-  const double flops = 2.0 * num_sms * warpgroups * double(chunks / 2 * 2) * kSets * 4 * 64.0 * kN * 16;
-  return flops / (double(ms) * 1e-3) * 1e-12;
-}
-
 }  // namespace
-
-double wgmma_rs_rate_tflops(int n, int sets, int warpgroups, int chunks) {
-  OSSRT_CU_CHECK(warpgroups >= 1 && warpgroups <= 3, "wgmma_rs_rate: 1 to 3 warpgroups, got ", warpgroups);
-  int device = 0, num_sms = 0;
-  OSSRT_CUDA_CALL(cudaGetDevice(&device));
-  OSSRT_CUDA_CALL(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-  float* sink = nullptr;
-  OSSRT_CUDA_CALL(cudaMalloc(&sink, size_t(num_sms) * sizeof(float)));
-  double tflops = -1;
-  if (n == 32 && sets == 2) tflops = time_wgmma_rs_rate<32, 2>(warpgroups, chunks, num_sms, sink);
-  if (n == 48 && sets == 1) tflops = time_wgmma_rs_rate<48, 1>(warpgroups, chunks, num_sms, sink);
-  if (n == 48 && sets == 2) tflops = time_wgmma_rs_rate<48, 2>(warpgroups, chunks, num_sms, sink);
-  if (n == 64 && sets == 1) tflops = time_wgmma_rs_rate<64, 1>(warpgroups, chunks, num_sms, sink);
-  if (n == 64 && sets == 2) tflops = time_wgmma_rs_rate<64, 2>(warpgroups, chunks, num_sms, sink);
-  if (n == 128 && sets == 1) tflops = time_wgmma_rs_rate<128, 1>(warpgroups, chunks, num_sms, sink);
-  OSSRT_CUDA_CALL(cudaFree(sink));
-  OSSRT_CU_CHECK(tflops >= 0, "wgmma_rs_rate: no build for n ", n, " with ", sets, " sets");
-  return tflops;
-}
 
 void launch_wgmma_tile_check(const uint16_t* a, const uint16_t* k, const uint16_t* p, const uint16_t* v, float* s,
                              float* o, cudaStream_t stream) {

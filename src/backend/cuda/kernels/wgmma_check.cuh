@@ -17,11 +17,4 @@ namespace ossrt::cuda {
 void launch_wgmma_tile_check(const uint16_t* a, const uint16_t* k, const uint16_t* p, const uint16_t* v, float* s,
                              float* o, cudaStream_t stream);
 
-// For timing only: the rate (dense TFLOP/s, every SM) of wgmma.m64nNk16 bf16 with A from registers and B
-// from shared memory, issued as the MXFP4 pipe's consumers issue them (chunks of sets x 4, one chunk
-// left running) by 1-3 warpgroups a CTA, one CTA an SM, with nothing else in the loop. Built for
-// (n, sets) = (32, 2), (48, 1), (48, 2), (64, 1), (64, 2), (128, 1); `chunks` chunks a warpgroup
-// (even). Synchronizes the device.
-double wgmma_rs_rate_tflops(int n, int sets, int warpgroups, int chunks);
-
 }  // namespace ossrt::cuda
