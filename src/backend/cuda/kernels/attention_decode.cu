@@ -80,22 +80,6 @@ __host__ __device__ inline int keys_per_split(int n, int splits, int min_keys, i
 // e4m3 -> f16 is one exact conversion a pair (cvt.rn.f16x2.e4m3x2); e4m3 -> bf16 takes four (through
 // f32), so the fp8 kernel multiplies in f16: K and V codes exactly, q in f16 (see decode_q_f16_shift),
 // P rounded to f16 instead of bf16 (11 significant bits instead of 8; below 2^-14 fewer, 0 below 2^-25).
-//
-// d += a * b for one m16n8k16 tile of f16 (fragment layout as mma_bf16_m16n8k16's).
-__device__ __forceinline__ void mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// Two floats -> f16x2 (lo in the low half), round to nearest.
-__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
-  uint32_t d;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
 
 // The two e4m3 codes in the low (kHigh = false) or high half of w as an f16x2 of their values, exactly.
 template <bool kHigh>
@@ -494,8 +478,6 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
     __syncthreads();
     const int ring = t % kRing;
     const int row0 = warp * kWarpKeys;
-    const int mat = lane / 8, mat_row = lane % 8;  // ldmatrix's row addresses (bf16)
-    (void)mat, (void)mat_row;
 
     // S^T = K Q^T for this warp's 16 keys, four k steps of 16 dims. bf16: K's rows from ldmatrix
     // (matrices: keys 0-7 / 8-15 x dims 0-7 / 8-15 of the k step); fp8: MMA rows g and g + 8 are keys
@@ -514,6 +496,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
         mma_f16_m16n8k16(s, ka, qb[kk]);
       }
     } else {
+      const int mat = lane / 8, mat_row = lane % 8;  // ldmatrix's row addresses
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
         uint32_t ka[4];
@@ -575,6 +558,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
       }
     } else {
       const uint32_t pb[2] = {movmatrix_trans(pack_bf16x2(p[0], p[1])), movmatrix_trans(pack_bf16x2(p[2], p[3]))};
+      const int mat = lane / 8, mat_row = lane % 8;
 #pragma unroll
       for (int dm = 0; dm < kD / 16; ++dm) {
         uint32_t va[4];
