@@ -264,6 +264,9 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int chunks = a.k / kBK;
   const uint32_t x_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  // cp.async fills a stage through the generic proxy, so its bytes need a proxy fence before the MMAs
+  // (async proxy) read them; TMA boxes are async-proxy writes, shown by the barrier alone.
+  const bool proxy_fence = !(a.pipe_tma_tokens && a.pipe_tma_weights) || a.pipe_fence_after_tma;
   int stage = 0;
   uint32_t phase = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
@@ -297,7 +300,7 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
         mx_dequant_word(wv.z, mg, mg8, af[j][2]);
         mx_dequant_word(wv.w, mg, mg8, af[j][3]);
       }
-      fence_proxy_async_smem();  // the producer's copies, seen through the barrier, visible to the MMA's reads
+      if (proxy_fence) fence_proxy_async_smem();  // cp.async copies, seen through the barrier, visible to the MMAs
       const uint32_t x_addr = x_base + stage * R::kXBytes;
       wgmma_fence();
 #pragma unroll
@@ -464,7 +467,8 @@ char pipe_sets_switch() {
 }
 
 // The pipe's developer switches, each read once at first use: OSSRT_CUDA_MOE_PIPE_ABLATE=bits
-// (MoeGemmArgs::pipe_ablate, timing only) and OSSRT_CUDA_MOE_PIPE_TMA=bits (mxfp4_pipe_tma_bits).
+// (MoeGemmArgs::pipe_ablate, timing only), OSSRT_CUDA_MOE_PIPE_TMA=bits (mxfp4_pipe_tma_bits) and
+// OSSRT_CUDA_MOE_PIPE_FENCE=1 (MoeGemmArgs::pipe_fence_after_tma).
 int env_int(const char* name, int unset) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : unset;
@@ -473,10 +477,15 @@ int pipe_ablate_bits() {
   static const int bits = env_int("OSSRT_CUDA_MOE_PIPE_ABLATE", 0);
   return bits;
 }
+bool pipe_fence_after_tma() {
+  static const bool on = env_int("OSSRT_CUDA_MOE_PIPE_FENCE", 0) != 0;
+  return on;
+}
 
 void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cudaStream_t stream) {
   MoeGemmArgs a = args;
   a.pipe_ablate = pipe_ablate_bits();
+  a.pipe_fence_after_tma = a.pipe_fence_after_tma || pipe_fence_after_tma();
   // Rows gathered through pos_to_pair (a box would need a row a token: one-row boxes measured 2.50 ->
   // 4.23 ms at 8k, H100, session 28), no row count, or a base the tensor map cannot take (128-byte
   // aligned): the cp.async copies.

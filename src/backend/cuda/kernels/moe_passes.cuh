@@ -116,6 +116,12 @@ struct MoeGemmArgs {
   // num_experts): a unit's layout tiles at one chunk are rows of [experts x tiles, chunks x 512 bytes],
   // so a stage's weights are one box and its scales another, instead of 3 + 1 cp.async a producer thread.
   bool pipe_tma_weights = false;
+  // The MXFP4 pipe's consumers order the producer's copies before their MMAs' reads with a
+  // fence.proxy.async a chunk only where some copy is a cp.async (a generic-proxy write); stages filled
+  // wholly by the TMA unit (pipe_tma_tokens and pipe_tma_weights) are async-proxy writes that the
+  // `full` barrier's completion already shows to the wgmma. Developer switch OSSRT_CUDA_MOE_PIPE_FENCE=1
+  // (set by the pipe's launcher, read once) keeps the fence there too, for A/B timing.
+  bool pipe_fence_after_tma = false;
 };
 
 // The checks every MoE launcher makes (moe.cu), by the experts' format (which pointers it needs,
