@@ -265,7 +265,11 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
   const int chunks = a.k / kBK;
   const uint32_t x_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   // cp.async fills a stage through the generic proxy, so its bytes need a proxy fence before the MMAs
-  // (async proxy) read them; TMA boxes are async-proxy writes, shown by the barrier alone.
+  // (async proxy) read them; TMA boxes are async-proxy writes, shown by the barrier alone (CUTLASS's
+  // TMA mainloops fence nothing there either). The other direction, this warp's ld.shared of a stage's
+  // weights before the producer's next TMA write into it: the fence also sat between the two (the next
+  // chunk's, before the release); without it, the release still comes after wgmma_wait<1> has retired
+  // the MMAs whose A registers those loads produced, so the loads are complete when the slot is freed.
   const bool proxy_fence = !(a.pipe_tma_tokens && a.pipe_tma_weights) || a.pipe_fence_after_tma;
   int stage = 0;
   uint32_t phase = 0;
