@@ -951,21 +951,25 @@ TEST(Mxfp4Moe, WgmmaPipeNarrowTilesAreTheRingBitForBit) {
     if (k.skewed) {
       skew_slot0_onto_expert5(r, k.tokens);
     }
-    // Both shapes: three consumer warpgroups of one 64-row set, and two of two sets, whose last unit
-    // of N = 2,880 (down) and 5,760 (gate_up) holds sets past N. The E = 32, T = 256 case launches
-    // gate_up at (32, 1), (32, 2), (48, 1), (48, 2) first (tools/device/step256_probe.sh profiles it).
+    // The shapes: three consumer warpgroups of one 64-row set, two of two sets, three of two sets,
+    // whose last unit of N = 2,880 (down) and 5,760 (gate_up) holds sets past N. The E = 32, T = 256
+    // case launches gate_up at (32, 1), (32, 2), (48, 1), (48, 2), then (32, 3), (48, 3)
+    // (tools/device/step256_probe.sh and pipe_switch_ab.sh profile launches by that order).
+    std::vector<std::pair<int, int>> shapes;
     for (int tile_m : {32, 48})
-      for (int sets : {1, 2}) {
-        SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) +
-                     (k.skewed ? ", skewed" : ", random") + ", tile " + std::to_string(tile_m) + ", sets " +
-                     std::to_string(sets));
-        expect_narrow_pipe_matches_ring(ex, x, r, k.tokens, tile_m, sets);
-      }
+      for (int sets : {1, 2}) shapes.emplace_back(tile_m, sets);
+    for (int tile_m : {32, 48}) shapes.emplace_back(tile_m, 3);
+    for (const auto& [tile_m, sets] : shapes) {
+      SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) +
+                   (k.skewed ? ", skewed" : ", random") + ", tile " + std::to_string(tile_m) + ", sets " +
+                   std::to_string(sets));
+      expect_narrow_pipe_matches_ring(ex, x, r, k.tokens, tile_m, sets);
+    }
   }
 }
 
-// The two-sets shape at 64-row tiles (the launchers' sets = 2; OSSRT_CUDA_MOE_PIPE_SETS=2 makes it the
-// 64-row default) against the ring kernels at 64 rows, bit for bit, pair by pair: decode batches of
+// The two-sets shapes at 64-row tiles (the launchers' sets = 2 and 3; OSSRT_CUDA_MOE_PIPE_SETS=2 or 3
+// makes one the 64-row default) against the ring kernels at 64 rows, bit for bit, pair by pair: decode batches of
 // 37-64 rows an expert (E = 32 at 384 and 512 tokens), a skewed batch whose expert spans many tiles,
 // and E = 128 at 2,048 tokens (the 120b's 64 rows an expert).
 TEST(Mxfp4Moe, WgmmaPipeTwoSetsAt64RowsAreTheRingBitForBit) {
@@ -981,9 +985,11 @@ TEST(Mxfp4Moe, WgmmaPipeTwoSetsAt64RowsAreTheRingBitForBit) {
     if (k.skewed) {
       skew_slot0_onto_expert5(r, k.tokens);
     }
-    SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) +
-                 (k.skewed ? ", skewed" : ", random"));
-    expect_narrow_pipe_matches_ring(ex, x, r, k.tokens, 64, 2);
+    for (int sets : {2, 3}) {  // two warpgroups of two sets, then three
+      SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) +
+                   (k.skewed ? ", skewed" : ", random") + ", sets " + std::to_string(sets));
+      expect_narrow_pipe_matches_ring(ex, x, r, k.tokens, 64, sets);
+    }
   }
 }
 

@@ -69,11 +69,21 @@ struct PipeShape {
   // the count its code was measured to run in (its row pointers and loop state).
   static constexpr int kProducerRegisters = 56;
   static constexpr int kConsumerRegisters = kWG == 3 ? 152 : 224;
+  // Three warpgroups of two sets: ptxas serializes the wgmmas (C7512) with two A register sets of two
+  // tiles each in the 128 registers it builds a 512-thread kernel for, so each set's 4 MMAs are a commit
+  // group of their own, dequantized into one of two 16-register A sets (one a set) while the other
+  // set's group runs.
+  static constexpr bool kGroupPerSet = kWG == 3 && kSets == 2;
   static_assert(kProducerWarps * 32 * kProducerRegisters + kConsumerWarps * 32 * kConsumerRegisters <= 65536);
-  static_assert(kRowTiles % kProducerWarps == 0 && 2 * kRowTiles <= 32, "scale copies: one lane a half tile");
+  static_assert(kRowTiles % kProducerWarps == 0, "each producer warp copies whole tiles");
 };
 using WideShape = PipeShape<3, 1>;    // 192 rows a unit (as the ring kernels)
 using NarrowShape = PipeShape<2, 2>;  // 256 rows a unit, two sets a consumer warp
+// 384 rows a unit: three consumer warpgroups of two sets each, 152 registers a consumer thread (the
+// one-set shape's budget: 48 accumulators at 48-row tiles + 2 x 2 x 16 A registers). For the narrow
+// tiles of decode batches: a third chain of dequantize-then-MMA beside the two-warpgroup shape's two,
+// and the token tile shared by 384 weight rows (N = 5,760 is 15 units exactly; 2,880 is 7.5).
+using NarrowWideShape = PipeShape<3, 2>;
 
 // Shared memory: kStages stages of token tile (1024-byte aligned for the 128-byte swizzle), weight
 // chunks and scales, then the barriers. 8 stages: 180 KB at 128-row tiles (the ring kernels' deep
@@ -160,11 +170,17 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
     const uint8_t* w_tile0 =
         a.wq + (expert_chunk0 + int64_t(warp_tile0 < tiles_n ? warp_tile0 : 0) * chunks) * kMxChunkBytes;
     const uint8_t* w_src = w_tile0 + lane * 16;
-    // Scales (warp 0): lane l < 2 kRowTiles copies half l % 2 of the unit's tile l / 2's 32 bytes.
-    const int s_tile = tile0 + lane / 2;
-    const bool s_ok = lane < 2 * S::kRowTiles && s_tile < tiles_n;
-    const uint8_t* s_src =
-        a.wscale + (expert_chunk0 + int64_t(s_ok ? s_tile : 0) * chunks) * kMxChunkScaleBytes + (lane % 2) * 16;
+    // Scales (warp 0): half tile h = lane + 32 i (< 2 kRowTiles) is half h % 2 of the unit's tile h / 2's
+    // 32 bytes.
+    constexpr int kScaleRounds = (2 * S::kRowTiles + 31) / 32;
+    bool s_ok[kScaleRounds];
+    const uint8_t* s_src[kScaleRounds];
+#pragma unroll
+    for (int i = 0; i < kScaleRounds; ++i) {
+      const int h = lane + 32 * i, s_tile = tile0 + h / 2;
+      s_ok[i] = h < 2 * S::kRowTiles && s_tile < tiles_n;
+      s_src[i] = a.wscale + (expert_chunk0 + int64_t(s_ok[i] ? s_tile : 0) * chunks) * kMxChunkScaleBytes + (h % 2) * 16;
+    }
     for (int kc = 0; kc < chunks; ++kc) {
       mbar_wait(empty0 + 8 * stage, phase ^ 1);
       uint16_t* x = reinterpret_cast<uint16_t*>(smem + stage * R::kXBytes);
@@ -204,9 +220,11 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
           cp_async_16(wtiles + t * kMxChunkBytes + lane * 16,
                       ok ? w_src + (int64_t(t) * chunks + kc) * kMxChunkBytes : a.wq, ok);
         }
-        if (pw == 0 && lane < 2 * S::kRowTiles && !(a.pipe_ablate & 2))
-          cp_async_16(smem + R::kSOffset + stage * R::kSBytes + lane * 16,
-                      s_ok ? s_src + int64_t(kc) * kMxChunkScaleBytes : a.wscale, s_ok);
+#pragma unroll
+        for (int i = 0; i < kScaleRounds; ++i)
+          if (pw == 0 && lane + 32 * i < 2 * S::kRowTiles && !(a.pipe_ablate & 2))
+            cp_async_16(smem + R::kSOffset + stage * R::kSBytes + (lane + 32 * i) * 16,
+                        s_ok[i] ? s_src[i] + int64_t(kc) * kMxChunkScaleBytes : a.wscale, s_ok[i]);
       }
       mbar_arrive_when_copied(full0 + 8 * stage);
       if (++stage == R::kStages) stage = 0, phase ^= 1;
@@ -264,6 +282,13 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int chunks = a.k / kBK;
   const uint32_t x_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  // cp.async fills a stage through the generic proxy, so its bytes need a proxy fence before the MMAs
+  // (async proxy) read them; TMA boxes are async-proxy writes, shown by the barrier alone (CUTLASS's
+  // TMA mainloops fence nothing there either). The other direction, this warp's ld.shared of a stage's
+  // weights before the producer's next TMA write into it: the fence also sat between the two (the next
+  // chunk's, before the release); without it, the release still comes after wgmma_wait<1> has retired
+  // the MMAs whose A registers those loads produced, so the loads are complete when the slot is freed.
+  const bool proxy_fence = !(a.pipe_tma_tokens && a.pipe_tma_weights) || a.pipe_fence_after_tma;
   int stage = 0;
   uint32_t phase = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
@@ -297,7 +322,7 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
         mx_dequant_word(wv.z, mg, mg8, af[j][2]);
         mx_dequant_word(wv.w, mg, mg8, af[j][3]);
       }
-      fence_proxy_async_smem();  // the producer's copies, seen through the barrier, visible to the MMA's reads
+      if (proxy_fence) fence_proxy_async_smem();  // cp.async copies, seen through the barrier, visible to the MMAs
       const uint32_t x_addr = x_base + stage * R::kXBytes;
       wgmma_fence();
 #pragma unroll
@@ -314,13 +339,58 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
       held = stage;
       if (++stage == R::kStages) stage = 0, phase ^= 1;
     };
-    uint32_t af0[kSets][4][4], af1[kSets][4][4];
-    int kc = 0;
-    for (; kc + 1 < chunks; kc += 2) {
-      run_chunk(af0);
-      run_chunk(af1);
+    if constexpr (S::kGroupPerSet) {
+      // Set j's weights into A set j, its 4 MMAs committed as a group; wgmma_wait<1> after a group
+      // leaves only it running: after set 0's, the previous chunk's set 1 is done (so its stage is
+      // released and A set 1 is free), after set 1's, set 0 (A set 0 free for the next chunk).
+      uint32_t afs[kSets][4][4];
+      for (int kc = 0; kc < chunks; ++kc) {
+        mbar_wait(full0 + 8 * stage, phase);
+        __syncwarp();
+        if (proxy_fence) fence_proxy_async_smem();
+        const uint32_t x_addr = x_base + stage * R::kXBytes;
+#pragma unroll
+        for (int j = 0; j < kSets; ++j) {
+          const int tile = warp + S::kConsumerWarps * j;
+          const uint4 wv = lds_u32x4(x_base + R::kWOffset + stage * R::kWBytes + tile * kMxChunkBytes + lane * 16);
+          const uint32_t sc =
+              lds_u16(x_base + R::kSOffset + stage * R::kSBytes + tile * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2);
+          const uint32_t mg = mx_scale_bf16x2(sc & 0xFF), mg8 = mx_scale_bf16x2(sc >> 8);
+          if (a.pipe_ablate & 4) {  // timing only: the raw words as A
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              afs[j][q][0] = wv.x ^ mg, afs[j][q][1] = wv.y, afs[j][q][2] = wv.z, afs[j][q][3] = wv.w;
+          } else {
+            mx_dequant_word(wv.x, mg, mg8, afs[j][0]);
+            mx_dequant_word(wv.y, mg, mg8, afs[j][1]);
+            mx_dequant_word(wv.z, mg, mg8, afs[j][2]);
+            mx_dequant_word(wv.w, mg, mg8, afs[j][3]);
+          }
+          wgmma_fence();
+#pragma unroll
+          for (int q = 0; q < 4; ++q) wgmma_m64k16_rs<kBM>(acc[j], afs[j][q], wgmma_desc_k128(x_addr + 32 * q));
+          wgmma_commit();
+          wgmma_wait<1>();
+#pragma unroll
+          for (int jj = 0; jj < kSets; ++jj)
+#pragma unroll
+            for (int i = 0; i < kAcc; ++i) wgmma_fence_operand(acc[jj][i]);
+          if (j == 0) {
+            if (held >= 0 && lane == 0) mbar_arrive(empty0 + 8 * held);
+            held = stage;
+          }
+        }
+        if (++stage == R::kStages) stage = 0, phase ^= 1;
+      }
+    } else {
+      uint32_t af0[kSets][4][4], af1[kSets][4][4];
+      int kc = 0;
+      for (; kc + 1 < chunks; kc += 2) {
+        run_chunk(af0);
+        run_chunk(af1);
+      }
+      if (kc < chunks) run_chunk(af0);
     }
-    if (kc < chunks) run_chunk(af0);
     wgmma_wait<0>();
 #pragma unroll
     for (int j = 0; j < kSets; ++j)
@@ -452,7 +522,8 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
 // The shape by tile size, developer switch OSSRT_CUDA_MOE_PIPE_SETS (read once): unset, two 64-row sets a
 // consumer warp (NarrowShape) at the narrow tiles (32, 48 rows) and one (WideShape) beyond; =1 one set
 // everywhere; =2 two sets at 64-row tiles too (compiles without spills or serialized wgmmas, written in
-// session 26, not yet run on a GPU). The narrow default: H100, 1edc330, bench cost at 256 sequences (20b
+// session 26, not yet run on a GPU); =3 three warpgroups of two sets (NarrowWideShape) at 32- to 64-row
+// tiles (session 35). The narrow default: H100, 1edc330, bench cost at 256 sequences (20b
 // mxfp4-fp8, 1k context), interleaved twice: 10.97 / 10.97 ms a step against 11.45 / 11.48 with one
 // set; gate_up at 48 rows under ncu 154 against 167 us.
 char pipe_sets_switch() {
@@ -464,7 +535,8 @@ char pipe_sets_switch() {
 }
 
 // The pipe's developer switches, each read once at first use: OSSRT_CUDA_MOE_PIPE_ABLATE=bits
-// (MoeGemmArgs::pipe_ablate, timing only) and OSSRT_CUDA_MOE_PIPE_TMA=bits (mxfp4_pipe_tma_bits).
+// (MoeGemmArgs::pipe_ablate, timing only), OSSRT_CUDA_MOE_PIPE_TMA=bits (mxfp4_pipe_tma_bits) and
+// OSSRT_CUDA_MOE_PIPE_FENCE=1 (MoeGemmArgs::pipe_fence_after_tma).
 int env_int(const char* name, int unset) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : unset;
@@ -473,10 +545,15 @@ int pipe_ablate_bits() {
   static const int bits = env_int("OSSRT_CUDA_MOE_PIPE_ABLATE", 0);
   return bits;
 }
+bool pipe_fence_after_tma() {
+  static const bool on = env_int("OSSRT_CUDA_MOE_PIPE_FENCE", 0) != 0;
+  return on;
+}
 
 void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cudaStream_t stream) {
   MoeGemmArgs a = args;
   a.pipe_ablate = pipe_ablate_bits();
+  a.pipe_fence_after_tma = a.pipe_fence_after_tma || pipe_fence_after_tma();
   // Rows gathered through pos_to_pair (a box would need a row a token: one-row boxes measured 2.50 ->
   // 4.23 ms at 8k, H100, session 28), no row count, or a base the tensor map cannot take (128-byte
   // aligned): the cp.async copies.
@@ -484,6 +561,14 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
   if (a.num_experts <= 0 || reinterpret_cast<uintptr_t>(a.wq) % 16 != 0 || reinterpret_cast<uintptr_t>(a.wscale) % 16)
     a.pipe_tma_weights = false;
   const char env = pipe_sets_switch();
+  // Three warpgroups of two sets: sets = 3, or OSSRT_CUDA_MOE_PIPE_SETS=3 at 32- to 64-row tiles.
+  if (sets == 3 || (sets == 0 && tile_m <= 64 && env == '3')) {
+    switch (tile_m) {
+      case 32: return launch_pipe_tile<32, NarrowWideShape>(swiglu, a, stream);
+      case 48: return launch_pipe_tile<48, NarrowWideShape>(swiglu, a, stream);
+      default: return launch_pipe_tile<64, NarrowWideShape>(swiglu, a, stream);
+    }
+  }
   const bool two_sets = sets == 2 || (sets == 0 && (tile_m <= 48 ? env != '1' : tile_m == 64 && env == '2'));
   switch (tile_m) {
     case 32:
@@ -500,8 +585,8 @@ void check_pipe_args(const MoeGemmArgs& a, int tile_m, int sets, const char* nam
   OSSRT_CU_CHECK(mxfp4_wgmma_fits(a.n, a.k), name, ": N ", a.n, " must be a positive multiple of ", WideShape::kBN,
                  " and K ", a.k, " of ", kBK);
   OSSRT_CU_CHECK(mxfp4_wgmma_pipe_tile_ok(tile_m), name, ": route tiles of ", tile_m, " rows (32, 48, 64 or 128)");
-  OSSRT_CU_CHECK(sets >= 0 && sets <= 2 && (sets != 2 || tile_m <= 64), name, ": shape ", sets,
-                 " (0 default, 1, or 2 for route tiles of 32, 48 or 64 rows) at tiles of ", tile_m);
+  OSSRT_CU_CHECK(sets >= 0 && sets <= 3 && (sets < 2 || tile_m <= 64), name, ": shape ", sets,
+                 " (0 default, 1, or 2 and 3 for route tiles of 32, 48 or 64 rows) at tiles of ", tile_m);
   OSSRT_CU_CHECK(int64_t(a.max_tiles) * (a.n / WideShape::kBN) < (int64_t(1) << 31), name, ": ", a.max_tiles,
                  " route tiles make too many work units");
   OSSRT_CU_CHECK(a.wq && a.wscale, name, ": null MXFP4 weights or scales");

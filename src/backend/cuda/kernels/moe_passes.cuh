@@ -116,6 +116,12 @@ struct MoeGemmArgs {
   // num_experts): a unit's layout tiles at one chunk are rows of [experts x tiles, chunks x 512 bytes],
   // so a stage's weights are one box and its scales another, instead of 3 + 1 cp.async a producer thread.
   bool pipe_tma_weights = false;
+  // The MXFP4 pipe's consumers order the producer's copies before their MMAs' reads with a
+  // fence.proxy.async a chunk only where some copy is a cp.async (a generic-proxy write); stages filled
+  // wholly by the TMA unit (pipe_tma_tokens and pipe_tma_weights) are async-proxy writes that the
+  // `full` barrier's completion already shows to the wgmma. Developer switch OSSRT_CUDA_MOE_PIPE_FENCE=1
+  // (set by the pipe's launcher, read once) keeps the fence there too, for A/B timing.
+  bool pipe_fence_after_tma = false;
 };
 
 // The checks every MoE launcher makes (moe.cu), by the experts' format (which pointers it needs,
@@ -165,8 +171,9 @@ void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, int tile_m, cuda
 // warpgroup fills an mbarrier-guarded ring, three consumer warpgroups never meet at a CTA barrier,
 // persistent CTAs (one an SM) over the (route tile, 192-row block) units. `sets` picks the shape:
 // 0 the default (two sets for the narrow tiles; developer switch OSSRT_CUDA_MOE_PIPE_SETS=1 one set, =2
-// two at 64-row tiles too; read once), 1 the three consumer warpgroups of one 64-row set each, 2 two
-// warpgroups of two sets (32-, 48- and 64-row tiles).
+// two at 64-row tiles too, =3 the three-warpgroup two-sets shape at 32- to 64-row tiles; read once), 1
+// the three consumer warpgroups of one 64-row set each, 2 two warpgroups of two sets, 3 three of two
+// sets (2 and 3: 32-, 48- and 64-row tiles).
 bool mxfp4_wgmma_pipe_enabled();  // the default; developer switch OSSRT_CUDA_MOE_WGMMA_PIPE=0 (A/B), read once
 bool mxfp4_wgmma_pipe_tile_ok(int tile_m);  // the pipe kernels' route tiles: 32, 48, 64 or 128 rows
 // Which of the pipe's copies moe.cu asks the TMA unit for (MoeGemmArgs::pipe_tma_tokens and
