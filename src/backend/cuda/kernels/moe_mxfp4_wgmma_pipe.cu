@@ -301,28 +301,29 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[j][i] = 0.f;
     int held = -1;  // the stage whose MMAs may still run
+    // Set j's layout tile at the current stage -> its 4 k16 steps' A fragments. Weights and scales by
+    // shared-window address (ld.shared), as the MMAs' descriptors address the ring.
+    auto dequant_set = [&](int j, uint32_t(&af)[4][4]) {
+      const int tile = warp + S::kConsumerWarps * j;  // within the unit
+      const uint4 wv = lds_u32x4(x_base + R::kWOffset + stage * R::kWBytes + tile * kMxChunkBytes + lane * 16);
+      const uint32_t sc =
+          lds_u16(x_base + R::kSOffset + stage * R::kSBytes + tile * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2);
+      const uint32_t mg = mx_scale_bf16x2(sc & 0xFF), mg8 = mx_scale_bf16x2(sc >> 8);
+      if (a.pipe_ablate & 4) {  // timing only: the raw words as A
+#pragma unroll
+        for (int s = 0; s < 4; ++s) af[s][0] = wv.x ^ mg, af[s][1] = wv.y, af[s][2] = wv.z, af[s][3] = wv.w;
+        return;
+      }
+      mx_dequant_word(wv.x, mg, mg8, af[0]);
+      mx_dequant_word(wv.y, mg, mg8, af[1]);
+      mx_dequant_word(wv.z, mg, mg8, af[2]);
+      mx_dequant_word(wv.w, mg, mg8, af[3]);
+    };
     auto run_chunk = [&](uint32_t(&af)[kSets][4][4]) {
       mbar_wait(full0 + 8 * stage, phase);
       __syncwarp();  // lanes leave the polling loop apart; the wgmma instructions need the warp converged
-      // Weights and scales by shared-window address (ld.shared), as the MMAs' descriptors address the ring.
 #pragma unroll
-      for (int j = 0; j < kSets; ++j) {
-        const int tile = warp + S::kConsumerWarps * j;  // within the unit
-        const uint4 wv = lds_u32x4(x_base + R::kWOffset + stage * R::kWBytes + tile * kMxChunkBytes + lane * 16);
-        const uint32_t sc =
-            lds_u16(x_base + R::kSOffset + stage * R::kSBytes + tile * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2);
-        const uint32_t mg = mx_scale_bf16x2(sc & 0xFF), mg8 = mx_scale_bf16x2(sc >> 8);
-        if (a.pipe_ablate & 4) {  // timing only: the raw words as A
-#pragma unroll
-          for (int s = 0; s < 4; ++s)
-            af[j][s][0] = wv.x ^ mg, af[j][s][1] = wv.y, af[j][s][2] = wv.z, af[j][s][3] = wv.w;
-          continue;
-        }
-        mx_dequant_word(wv.x, mg, mg8, af[j][0]);
-        mx_dequant_word(wv.y, mg, mg8, af[j][1]);
-        mx_dequant_word(wv.z, mg, mg8, af[j][2]);
-        mx_dequant_word(wv.w, mg, mg8, af[j][3]);
-      }
+      for (int j = 0; j < kSets; ++j) dequant_set(j, af[j]);
       if (proxy_fence) fence_proxy_async_smem();  // cp.async copies, seen through the barrier, visible to the MMAs
       const uint32_t x_addr = x_base + stage * R::kXBytes;
       wgmma_fence();
@@ -352,21 +353,7 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
         const uint32_t x_addr = x_base + stage * R::kXBytes;
 #pragma unroll
         for (int j = 0; j < kSets; ++j) {
-          const int tile = warp + S::kConsumerWarps * j;
-          const uint4 wv = lds_u32x4(x_base + R::kWOffset + stage * R::kWBytes + tile * kMxChunkBytes + lane * 16);
-          const uint32_t sc =
-              lds_u16(x_base + R::kSOffset + stage * R::kSBytes + tile * kMxChunkScaleBytes + ((c / 2) * 8 + g) * 2);
-          const uint32_t mg = mx_scale_bf16x2(sc & 0xFF), mg8 = mx_scale_bf16x2(sc >> 8);
-          if (a.pipe_ablate & 4) {  // timing only: the raw words as A
-#pragma unroll
-            for (int q = 0; q < 4; ++q)
-              afs[j][q][0] = wv.x ^ mg, afs[j][q][1] = wv.y, afs[j][q][2] = wv.z, afs[j][q][3] = wv.w;
-          } else {
-            mx_dequant_word(wv.x, mg, mg8, afs[j][0]);
-            mx_dequant_word(wv.y, mg, mg8, afs[j][1]);
-            mx_dequant_word(wv.z, mg, mg8, afs[j][2]);
-            mx_dequant_word(wv.w, mg, mg8, afs[j][3]);
-          }
+          dequant_set(j, afs[j]);
           wgmma_fence();
 #pragma unroll
           for (int q = 0; q < 4; ++q) wgmma_m64k16_rs<kBM>(acc[j], afs[j][q], wgmma_desc_k128(x_addr + 32 * q));
