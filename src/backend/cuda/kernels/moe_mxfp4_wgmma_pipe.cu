@@ -519,13 +519,13 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
     bf16_mxfp4w_moe_down_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a, maps);
 }
 
-// The shape by tile size, developer switch OSSRT_CUDA_MOE_PIPE_SETS (read once): unset, two 64-row sets a
-// consumer warp (NarrowShape) at the narrow tiles (32, 48 rows) and one (WideShape) beyond; =1 one set
-// everywhere; =2 two sets at 64-row tiles too (compiles without spills or serialized wgmmas, written in
-// session 26, not yet run on a GPU); =3 three warpgroups of two sets (NarrowWideShape) at 32- to 64-row
-// tiles (session 35). The narrow default: H100, 1edc330, bench cost at 256 sequences (20b
-// mxfp4-fp8, 1k context), interleaved twice: 10.97 / 10.97 ms a step against 11.45 / 11.48 with one
-// set; gate_up at 48 rows under ncu 154 against 167 us.
+// The shape by tile size, developer switch OSSRT_CUDA_MOE_PIPE_SETS (read once): unset, three consumer
+// warpgroups of two 64-row sets (NarrowWideShape) at the narrow tiles (32, 48 rows) and of one set
+// (WideShape) beyond; =1 one set everywhere; =2 two warpgroups of two sets (NarrowShape) at 32- to
+// 64-row tiles; =3 three warpgroups of two sets at 64-row tiles too. Measured at 256 sequences (20b
+// mxfp4-fp8, 1k context, bench cost, interleaved twice): H100, 1edc330: two warpgroups of two sets
+// 10.97 / 10.97 ms a step against 11.45 / 11.48 with one set (gate_up at 48 rows under ncu 154 against
+// 167 us); H100, 20c324f (session 35): three warpgroups 10.74 / 10.78 against two 11.07 / 11.03.
 char pipe_sets_switch() {
   static const char v = [] {
     const char* e = std::getenv("OSSRT_CUDA_MOE_PIPE_SETS");
@@ -561,15 +561,16 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
   if (a.num_experts <= 0 || reinterpret_cast<uintptr_t>(a.wq) % 16 != 0 || reinterpret_cast<uintptr_t>(a.wscale) % 16)
     a.pipe_tma_weights = false;
   const char env = pipe_sets_switch();
-  // Three warpgroups of two sets: sets = 3, or OSSRT_CUDA_MOE_PIPE_SETS=3 at 32- to 64-row tiles.
-  if (sets == 3 || (sets == 0 && tile_m <= 64 && env == '3')) {
+  // Three warpgroups of two sets: sets = 3, by default at the narrow tiles, OSSRT_CUDA_MOE_PIPE_SETS=3 at
+  // 64-row tiles too.
+  if (sets == 3 || (sets == 0 && ((tile_m <= 48 && env != '1' && env != '2') || (tile_m == 64 && env == '3')))) {
     switch (tile_m) {
       case 32: return launch_pipe_tile<32, NarrowWideShape>(swiglu, a, stream);
       case 48: return launch_pipe_tile<48, NarrowWideShape>(swiglu, a, stream);
       default: return launch_pipe_tile<64, NarrowWideShape>(swiglu, a, stream);
     }
   }
-  const bool two_sets = sets == 2 || (sets == 0 && (tile_m <= 48 ? env != '1' : tile_m == 64 && env == '2'));
+  const bool two_sets = sets == 2 || (sets == 0 && tile_m <= 64 && env == '2');
   switch (tile_m) {
     case 32:
       return two_sets ? launch_pipe_tile<32, NarrowShape>(swiglu, a, stream) : launch_pipe_tile<32>(swiglu, a, stream);
