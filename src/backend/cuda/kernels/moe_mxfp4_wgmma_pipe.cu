@@ -289,6 +289,10 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
   // chunk's, before the release); without it, the release still comes after wgmma_wait<1> has retired
   // the MMAs whose A registers those loads produced, so the loads are complete when the slot is freed.
   const bool proxy_fence = !(a.pipe_tma_tokens && a.pipe_tma_weights) || a.pipe_fence_after_tma;
+  // MoeGemmArgs::pipe_skew_ns: warpgroup w starts w steps behind warpgroup 0 (the ring's `empty`
+  // barriers let a warpgroup run up to kStages chunks ahead of the slowest).
+  if (a.pipe_skew_ns > 0)
+    for (int i = 0; i < warp / 4; ++i) __nanosleep(a.pipe_skew_ns);
   int stage = 0;
   uint32_t phase = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
@@ -535,8 +539,9 @@ char pipe_sets_switch() {
 }
 
 // The pipe's developer switches, each read once at first use: OSSRT_CUDA_MOE_PIPE_ABLATE=bits
-// (MoeGemmArgs::pipe_ablate, timing only), OSSRT_CUDA_MOE_PIPE_TMA=bits (mxfp4_pipe_tma_bits) and
-// OSSRT_CUDA_MOE_PIPE_FENCE=1 (MoeGemmArgs::pipe_fence_after_tma).
+// (MoeGemmArgs::pipe_ablate, timing only), OSSRT_CUDA_MOE_PIPE_TMA=bits (mxfp4_pipe_tma_bits),
+// OSSRT_CUDA_MOE_PIPE_FENCE=1 (MoeGemmArgs::pipe_fence_after_tma) and OSSRT_CUDA_MOE_PIPE_SKEW_NS=ns
+// (MoeGemmArgs::pipe_skew_ns).
 int env_int(const char* name, int unset) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : unset;
@@ -549,11 +554,16 @@ bool pipe_fence_after_tma() {
   static const bool on = env_int("OSSRT_CUDA_MOE_PIPE_FENCE", 0) != 0;
   return on;
 }
+int pipe_skew_ns() {
+  static const int ns = std::max(0, env_int("OSSRT_CUDA_MOE_PIPE_SKEW_NS", 0));
+  return ns;
+}
 
 void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cudaStream_t stream) {
   MoeGemmArgs a = args;
   a.pipe_ablate = pipe_ablate_bits();
   a.pipe_fence_after_tma = a.pipe_fence_after_tma || pipe_fence_after_tma();
+  if (a.pipe_skew_ns == 0) a.pipe_skew_ns = pipe_skew_ns();
   // Rows gathered through pos_to_pair (a box would need a row a token: one-row boxes measured 2.50 ->
   // 4.23 ms at 8k, H100, session 28), no row count, or a base the tensor map cannot take (128-byte
   // aligned): the cp.async copies.

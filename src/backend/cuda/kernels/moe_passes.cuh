@@ -122,6 +122,11 @@ struct MoeGemmArgs {
   // `full` barrier's completion already shows to the wgmma. Developer switch OSSRT_CUDA_MOE_PIPE_FENCE=1
   // (set by the pipe's launcher, read once) keeps the fence there too, for A/B timing.
   bool pipe_fence_after_tma = false;
+  // The MXFP4 pipe's consumer warpgroup w sleeps w x pipe_skew_ns before its first chunk (timing
+  // experiment, developer switch OSSRT_CUDA_MOE_PIPE_SKEW_NS, read once; 0 = none): the warpgroups
+  // of a unit then reach its epilogue at different times, so one's stores can run beside the others'
+  // MMAs instead of all three idling the tensor cores at once. Results are the same either way.
+  int pipe_skew_ns = 0;
 };
 
 // The checks every MoE launcher makes (moe.cu), by the experts' format (which pointers it needs,
