@@ -179,7 +179,8 @@ __device__ __forceinline__ void produce(const MoeGemmArgs& a, const CUtensorMap*
     for (int i = 0; i < kScaleRounds; ++i) {
       const int h = lane + 32 * i, s_tile = tile0 + h / 2;
       s_ok[i] = h < 2 * S::kRowTiles && s_tile < tiles_n;
-      s_src[i] = a.wscale + (expert_chunk0 + int64_t(s_ok[i] ? s_tile : 0) * chunks) * kMxChunkScaleBytes + (h % 2) * 16;
+      s_src[i] =
+          a.wscale + (expert_chunk0 + int64_t(s_ok[i] ? s_tile : 0) * chunks) * kMxChunkScaleBytes + (h % 2) * 16;
     }
     for (int kc = 0; kc < chunks; ++kc) {
       mbar_wait(empty0 + 8 * stage, phase ^ 1);
