@@ -80,7 +80,8 @@ struct PipeShape {
 using WideShape = PipeShape<3, 1>;    // 192 rows a unit (as the ring kernels)
 using NarrowShape = PipeShape<2, 2>;  // 256 rows a unit, two sets a consumer warp
 // 384 rows a unit: three consumer warpgroups of two sets each, 152 registers a consumer thread (the
-// one-set shape's budget: 48 accumulators at 48-row tiles + 2 x 2 x 16 A registers). For the narrow
+// one-set shape's budget; ptxas builds it in 128: 48 accumulators at 48-row tiles, 64 at 64, and
+// 2 x 16 A registers, one set's a group, kGroupPerSet). For the narrow
 // tiles of decode batches: a third chain of dequantize-then-MMA beside the two-warpgroup shape's two,
 // and the token tile shared by 384 weight rows (N = 5,760 is 15 units exactly; 2,880 is 7.5).
 using NarrowWideShape = PipeShape<3, 2>;
@@ -290,8 +291,9 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
   // chunk's, before the release); without it, the release still comes after wgmma_wait<1> has retired
   // the MMAs whose A registers those loads produced, so the loads are complete when the slot is freed.
   const bool proxy_fence = !(a.pipe_tma_tokens && a.pipe_tma_weights) || a.pipe_fence_after_tma;
-  // MoeGemmArgs::pipe_skew_ns: warpgroup w starts w steps behind warpgroup 0 (the ring's `empty`
-  // barriers let a warpgroup run up to kStages chunks ahead of the slowest).
+  // MoeGemmArgs::pipe_skew_ns: warpgroup w starts about w x ns behind warpgroup 0 (__nanosleep sleeps
+  // up to twice what it is asked, at most ~1 ms), before its first unit only; the ring's `empty`
+  // barriers (a stage released a chunk late) let a warpgroup run at most kStages - 1 chunks ahead.
   if (a.pipe_skew_ns > 0)
     for (int i = 0; i < warp / 4; ++i) __nanosleep(a.pipe_skew_ns);
   int stage = 0;
@@ -578,7 +580,8 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
     switch (tile_m) {
       case 32: return launch_pipe_tile<32, NarrowWideShape>(swiglu, a, stream);
       case 48: return launch_pipe_tile<48, NarrowWideShape>(swiglu, a, stream);
-      default: return launch_pipe_tile<64, NarrowWideShape>(swiglu, a, stream);
+      case 64: return launch_pipe_tile<64, NarrowWideShape>(swiglu, a, stream);
+      default: OSSRT_CU_CHECK(false, "MXFP4 pipe: three warpgroups of two sets take 32- to 64-row tiles, not ", tile_m);
     }
   }
   const bool two_sets = sets == 2 || (sets == 0 && tile_m <= 64 && env == '2');
