@@ -1020,8 +1020,10 @@ void expect_pipe_switch_matches_ring(PipeSwitches sw) {
     const Experts& ex = experts(32);
     const std::vector<uint16_t> x = random_bf16(size_t(tokens) * kHidden, 295 + tokens, 1.0f);
     const Routing r = random_routing(tokens, 32, 296 + tokens);
-    for (int tile_m : {32, 48})
-      for (int sets : {1, 2}) {
+    // Every narrow shape (one set; two warpgroups of two sets; three of two sets, the narrow tiles'
+    // default) at every decode tile size, so each shape's TMA boxes and unfenced chunks are checked.
+    for (int tile_m : {32, 48, 64})
+      for (int sets : {1, 2, 3}) {
         SCOPED_TRACE("E = 32, T = " + std::to_string(tokens) + ", tile " + std::to_string(tile_m) + ", sets " +
                      std::to_string(sets));
         expect_narrow_pipe_matches_ring(ex, x, r, tokens, tile_m, sets, sw);

@@ -80,7 +80,8 @@ struct PipeShape {
 using WideShape = PipeShape<3, 1>;    // 192 rows a unit (as the ring kernels)
 using NarrowShape = PipeShape<2, 2>;  // 256 rows a unit, two sets a consumer warp
 // 384 rows a unit: three consumer warpgroups of two sets each, 152 registers a consumer thread (the
-// one-set shape's budget: 48 accumulators at 48-row tiles + 2 x 2 x 16 A registers). For the narrow
+// one-set shape's budget; ptxas builds it in 128: 48 accumulators at 48-row tiles, 64 at 64, and
+// 2 x 16 A registers, one set's a group, kGroupPerSet). For the narrow
 // tiles of decode batches: a third chain of dequantize-then-MMA beside the two-warpgroup shape's two,
 // and the token tile shared by 384 weight rows (N = 5,760 is 15 units exactly; 2,880 is 7.5).
 using NarrowWideShape = PipeShape<3, 2>;
@@ -290,6 +291,11 @@ __device__ __forceinline__ void consume(const MoeGemmArgs& a, uint8_t* smem, uin
   // chunk's, before the release); without it, the release still comes after wgmma_wait<1> has retired
   // the MMAs whose A registers those loads produced, so the loads are complete when the slot is freed.
   const bool proxy_fence = !(a.pipe_tma_tokens && a.pipe_tma_weights) || a.pipe_fence_after_tma;
+  // MoeGemmArgs::pipe_skew_ns: warpgroup w starts about w x ns behind warpgroup 0 (__nanosleep sleeps
+  // up to twice what it is asked, at most ~1 ms), before its first unit only; the ring's `empty`
+  // barriers (a stage released a chunk late) let a warpgroup run at most kStages - 1 chunks ahead.
+  if (a.pipe_skew_ns > 0)
+    for (int i = 0; i < warp / 4; ++i) __nanosleep(a.pipe_skew_ns);
   int stage = 0;
   uint32_t phase = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
@@ -507,13 +513,13 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
     bf16_mxfp4w_moe_down_wgmma_pipe<kBM, S><<<grid, S::kThreads, smem, stream>>>(a, maps);
 }
 
-// The shape by tile size, developer switch OSSRT_CUDA_MOE_PIPE_SETS (read once): unset, two 64-row sets a
-// consumer warp (NarrowShape) at the narrow tiles (32, 48 rows) and one (WideShape) beyond; =1 one set
-// everywhere; =2 two sets at 64-row tiles too (compiles without spills or serialized wgmmas, written in
-// session 26, not yet run on a GPU); =3 three warpgroups of two sets (NarrowWideShape) at 32- to 64-row
-// tiles (session 35). The narrow default: H100, 1edc330, bench cost at 256 sequences (20b
-// mxfp4-fp8, 1k context), interleaved twice: 10.97 / 10.97 ms a step against 11.45 / 11.48 with one
-// set; gate_up at 48 rows under ncu 154 against 167 us.
+// The shape by tile size, developer switch OSSRT_CUDA_MOE_PIPE_SETS (read once): unset, three consumer
+// warpgroups of two 64-row sets (NarrowWideShape) at the narrow tiles (32, 48 rows) and of one set
+// (WideShape) beyond; =1 one set everywhere; =2 two warpgroups of two sets (NarrowShape) at 32- to
+// 64-row tiles; =3 three warpgroups of two sets at 64-row tiles too. Measured at 256 sequences (20b
+// mxfp4-fp8, 1k context, bench cost, interleaved twice): H100, 1edc330: two warpgroups of two sets
+// 10.97 / 10.97 ms a step against 11.45 / 11.48 with one set (gate_up at 48 rows under ncu 154 against
+// 167 us); H100, 20c324f (session 35): three warpgroups 10.74 / 10.78 against two 11.07 / 11.03.
 char pipe_sets_switch() {
   static const char v = [] {
     const char* e = std::getenv("OSSRT_CUDA_MOE_PIPE_SETS");
@@ -523,8 +529,9 @@ char pipe_sets_switch() {
 }
 
 // The pipe's developer switches, each read once at first use: OSSRT_CUDA_MOE_PIPE_ABLATE=bits
-// (MoeGemmArgs::pipe_ablate, timing only), OSSRT_CUDA_MOE_PIPE_TMA=bits (mxfp4_pipe_tma_bits) and
-// OSSRT_CUDA_MOE_PIPE_FENCE=1 (MoeGemmArgs::pipe_fence_after_tma).
+// (MoeGemmArgs::pipe_ablate, timing only), OSSRT_CUDA_MOE_PIPE_TMA=bits (mxfp4_pipe_tma_bits),
+// OSSRT_CUDA_MOE_PIPE_FENCE=1 (MoeGemmArgs::pipe_fence_after_tma) and OSSRT_CUDA_MOE_PIPE_SKEW_NS=ns
+// (MoeGemmArgs::pipe_skew_ns).
 int env_int(const char* name, int unset) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : unset;
@@ -537,11 +544,16 @@ bool pipe_fence_after_tma() {
   static const bool on = env_int("OSSRT_CUDA_MOE_PIPE_FENCE", 0) != 0;
   return on;
 }
+int pipe_skew_ns() {
+  static const int ns = std::max(0, env_int("OSSRT_CUDA_MOE_PIPE_SKEW_NS", 0));
+  return ns;
+}
 
 void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cudaStream_t stream) {
   MoeGemmArgs a = args;
   a.pipe_ablate = pipe_ablate_bits();
   a.pipe_fence_after_tma = a.pipe_fence_after_tma || pipe_fence_after_tma();
+  if (a.pipe_skew_ns == 0) a.pipe_skew_ns = pipe_skew_ns();
   // Rows gathered through pos_to_pair (a box would need a row a token: one-row boxes measured 2.50 ->
   // 4.23 ms at 8k, H100, session 28), no row count, or a base the tensor map cannot take (128-byte
   // aligned): the cp.async copies.
@@ -549,15 +561,17 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
   if (a.num_experts <= 0 || reinterpret_cast<uintptr_t>(a.wq) % 16 != 0 || reinterpret_cast<uintptr_t>(a.wscale) % 16)
     a.pipe_tma_weights = false;
   const char env = pipe_sets_switch();
-  // Three warpgroups of two sets: sets = 3, or OSSRT_CUDA_MOE_PIPE_SETS=3 at 32- to 64-row tiles.
-  if (sets == 3 || (sets == 0 && tile_m <= 64 && env == '3')) {
+  // Three warpgroups of two sets: sets = 3, by default at the narrow tiles, OSSRT_CUDA_MOE_PIPE_SETS=3 at
+  // 64-row tiles too.
+  if (sets == 3 || (sets == 0 && ((tile_m <= 48 && env != '1' && env != '2') || (tile_m == 64 && env == '3')))) {
     switch (tile_m) {
       case 32: return launch_pipe_tile<32, NarrowWideShape>(swiglu, a, stream);
       case 48: return launch_pipe_tile<48, NarrowWideShape>(swiglu, a, stream);
-      default: return launch_pipe_tile<64, NarrowWideShape>(swiglu, a, stream);
+      case 64: return launch_pipe_tile<64, NarrowWideShape>(swiglu, a, stream);
+      default: OSSRT_CU_CHECK(false, "MXFP4 pipe: three warpgroups of two sets take 32- to 64-row tiles, not ", tile_m);
     }
   }
-  const bool two_sets = sets == 2 || (sets == 0 && (tile_m <= 48 ? env != '1' : tile_m == 64 && env == '2'));
+  const bool two_sets = sets == 2 || (sets == 0 && tile_m <= 64 && env == '2');
   switch (tile_m) {
     case 32:
       return two_sets ? launch_pipe_tile<32, NarrowShape>(swiglu, a, stream) : launch_pipe_tile<32>(swiglu, a, stream);

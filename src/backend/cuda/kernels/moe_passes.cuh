@@ -122,6 +122,11 @@ struct MoeGemmArgs {
   // `full` barrier's completion already shows to the wgmma. Developer switch OSSRT_CUDA_MOE_PIPE_FENCE=1
   // (set by the pipe's launcher, read once) keeps the fence there too, for A/B timing.
   bool pipe_fence_after_tma = false;
+  // The MXFP4 pipe's consumer warpgroup w sleeps w x pipe_skew_ns before its first chunk (timing
+  // experiment, developer switch OSSRT_CUDA_MOE_PIPE_SKEW_NS, read once; 0 = none): the warpgroups
+  // of a unit then reach its epilogue at different times, so one's stores can run beside the others'
+  // MMAs instead of all three idling the tensor cores at once. Results are the same either way.
+  int pipe_skew_ns = 0;
 };
 
 // The checks every MoE launcher makes (moe.cu), by the experts' format (which pointers it needs,
@@ -170,10 +175,11 @@ void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, int tile_m, cuda
 // The same GEMMs, bit-identical, as a warp-specialized pipeline (moe_mxfp4_wgmma_pipe.cu): a producer
 // warpgroup fills an mbarrier-guarded ring, three consumer warpgroups never meet at a CTA barrier,
 // persistent CTAs (one an SM) over the (route tile, 192-row block) units. `sets` picks the shape:
-// 0 the default (two sets for the narrow tiles; developer switch OSSRT_CUDA_MOE_PIPE_SETS=1 one set, =2
-// two at 64-row tiles too, =3 the three-warpgroup two-sets shape at 32- to 64-row tiles; read once), 1
-// the three consumer warpgroups of one 64-row set each, 2 two warpgroups of two sets, 3 three of two
-// sets (2 and 3: 32-, 48- and 64-row tiles).
+// 0 the default (three warpgroups of two sets for the narrow tiles of 32 and 48 rows, one set beyond;
+// developer switch OSSRT_CUDA_MOE_PIPE_SETS=1 one set everywhere, =2 two warpgroups of two sets at 32- to
+// 64-row tiles, =3 three of two sets at 64-row tiles too; read once), 1 the three consumer warpgroups of
+// one 64-row set each, 2 two warpgroups of two sets, 3 three of two sets (2 and 3: 32-, 48- and 64-row
+// tiles).
 bool mxfp4_wgmma_pipe_enabled();  // the default; developer switch OSSRT_CUDA_MOE_WGMMA_PIPE=0 (A/B), read once
 bool mxfp4_wgmma_pipe_tile_ok(int tile_m);  // the pipe kernels' route tiles: 32, 48, 64 or 128 rows
 // Which of the pipe's copies moe.cu asks the TMA unit for (MoeGemmArgs::pipe_tma_tokens and
