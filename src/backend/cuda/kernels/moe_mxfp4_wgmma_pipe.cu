@@ -549,6 +549,16 @@ int pipe_skew_ns() {
   return ns;
 }
 
+// The shape a launch takes, as the launchers' `sets` (1, 2 or 3): the caller's; else the developer switch's
+// at 32- to 64-row tiles; else three warpgroups of two sets at the narrow tiles (32, 48 rows), one set beyond.
+int pipe_shape(int tile_m, int sets) {
+  if (sets != 0) return sets;
+  const char env = pipe_sets_switch();
+  if (tile_m > 64 || env == '1') return 1;
+  if (env == '2' || env == '3') return env - '0';
+  return tile_m <= 48 ? 3 : 1;
+}
+
 void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cudaStream_t stream) {
   MoeGemmArgs a = args;
   a.pipe_ablate = pipe_ablate_bits();
@@ -560,27 +570,30 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
   if (a.pos_to_pair || a.a_rows <= 0 || reinterpret_cast<uintptr_t>(a.a) % 128 != 0) a.pipe_tma_tokens = false;
   if (a.num_experts <= 0 || reinterpret_cast<uintptr_t>(a.wq) % 16 != 0 || reinterpret_cast<uintptr_t>(a.wscale) % 16)
     a.pipe_tma_weights = false;
-  const char env = pipe_sets_switch();
-  // Three warpgroups of two sets: sets = 3, by default at the narrow tiles, OSSRT_CUDA_MOE_PIPE_SETS=3 at
-  // 64-row tiles too.
-  if (sets == 3 || (sets == 0 && ((tile_m <= 48 && env != '1' && env != '2') || (tile_m == 64 && env == '3')))) {
-    switch (tile_m) {
-      case 32: return launch_pipe_tile<32, NarrowWideShape>(swiglu, a, stream);
-      case 48: return launch_pipe_tile<48, NarrowWideShape>(swiglu, a, stream);
-      case 64: return launch_pipe_tile<64, NarrowWideShape>(swiglu, a, stream);
-      default: OSSRT_CU_CHECK(false, "MXFP4 pipe: three warpgroups of two sets take 32- to 64-row tiles, not ", tile_m);
-    }
+  switch (pipe_shape(tile_m, sets)) {
+    case 3:
+      switch (tile_m) {
+        case 32: return launch_pipe_tile<32, NarrowWideShape>(swiglu, a, stream);
+        case 48: return launch_pipe_tile<48, NarrowWideShape>(swiglu, a, stream);
+        case 64: return launch_pipe_tile<64, NarrowWideShape>(swiglu, a, stream);
+      }
+      break;
+    case 2:
+      switch (tile_m) {
+        case 32: return launch_pipe_tile<32, NarrowShape>(swiglu, a, stream);
+        case 48: return launch_pipe_tile<48, NarrowShape>(swiglu, a, stream);
+        case 64: return launch_pipe_tile<64, NarrowShape>(swiglu, a, stream);
+      }
+      break;
+    default:
+      switch (tile_m) {
+        case 32: return launch_pipe_tile<32>(swiglu, a, stream);
+        case 48: return launch_pipe_tile<48>(swiglu, a, stream);
+        case 64: return launch_pipe_tile<64>(swiglu, a, stream);
+        default: return launch_pipe_tile<128>(swiglu, a, stream);
+      }
   }
-  const bool two_sets = sets == 2 || (sets == 0 && tile_m <= 64 && env == '2');
-  switch (tile_m) {
-    case 32:
-      return two_sets ? launch_pipe_tile<32, NarrowShape>(swiglu, a, stream) : launch_pipe_tile<32>(swiglu, a, stream);
-    case 48:
-      return two_sets ? launch_pipe_tile<48, NarrowShape>(swiglu, a, stream) : launch_pipe_tile<48>(swiglu, a, stream);
-    case 64:
-      return two_sets ? launch_pipe_tile<64, NarrowShape>(swiglu, a, stream) : launch_pipe_tile<64>(swiglu, a, stream);
-    default: return launch_pipe_tile<128>(swiglu, a, stream);
-  }
+  OSSRT_CU_CHECK(false, "MXFP4 pipe: two sets a consumer warp take 32- to 64-row tiles, not ", tile_m);
 }
 
 void check_pipe_args(const MoeGemmArgs& a, int tile_m, int sets, const char* name) {
