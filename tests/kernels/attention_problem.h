@@ -272,7 +272,8 @@ inline std::vector<float> run_attention(const Problem& p, const DeviceProblem& d
                                         int prefill_variant = cuda::kPrefillDefaultVariant, bool fold_merge = true,
                                         int min_keys_per_split = cuda::kAttnDefaultMinKeysPerSplit,
                                         bool kv_after_wait = false, int decode_ring = 0,
-                                        int max_splits = cuda::kAttnMaxDecodeSplits, bool cache_split_blocks = true) {
+                                        int max_splits = cuda::kAttnMaxDecodeSplits, bool cache_split_blocks = true,
+                                        bool decode_plain_form = true) {
   const size_t out_elems = size_t(plan.num_tokens) * size_t(p.hq()) * kAttnD;
   DeviceArray<uint16_t> out(std::vector<uint16_t>(out_elems, kBf16NaN));
   cuda::AttentionArgs a = make_args(p, dev, plan, out.get());
@@ -281,6 +282,7 @@ inline std::vector<float> run_attention(const Problem& p, const DeviceProblem& d
   a.decode_ring = decode_ring;
   a.max_splits = max_splits;
   a.cache_split_blocks = cache_split_blocks;
+  a.decode_plain_form = decode_plain_form;
   a.num_splits = num_splits > 0 ? num_splits
                                 : cuda::attention_decode_splits(plan.num_seqs, p.hkv(), plan.max_context, 132,
                                                                 min_keys_per_split, max_splits);

@@ -770,6 +770,36 @@ TEST(AttentionKernels, DecodeBlockCacheIsTheTableLookup) {
   }
 }
 
+// The decode kernel's plain-step form (16-token blocks, the block cache and the rows before the wait as
+// constants; AttentionArgs::decode_plain_form) is the generic form with those values: bit-identical,
+// on the bf16 and the fp8 cache, every ring, one to 64 splits, full and window tables, one sequence
+// and a batch; and the reference.
+TEST(AttentionKernels, DecodePlainFormIsTheGenericForm) {
+  REQUIRE_GPU();
+  std::vector<SeqSpec> seqs = {{19999, 1}, {200, 1}, {0, 1}, {127, 1}, {128, 1}, {1023, 1}};
+  for (const SeqSpec& s : random_decode_batch(24, 9000, 151)) seqs.push_back(s);
+  for (const Case& c : {full_causal({{1023, 1}}, 152), full_causal(seqs, 153), sliding(seqs, 154)}) {
+    for (cuda::KvCacheElem elem : {cuda::KvCacheElem::Bf16, cuda::KvCacheElem::Fp8E4m3}) {
+      const Problem p = make_problem(c, elem);
+      const DeviceProblem dev(p);
+      for (int splits : {1, 8, 64}) {
+        for (int ring : {2, 4, 6}) {
+          SCOPED_TRACE("splits " + std::to_string(splits) + ", ring " + std::to_string(ring) +
+                       (elem == cuda::KvCacheElem::Fp8E4m3 ? ", fp8" : ", bf16"));
+          const auto run = [&](bool plain) {
+            return run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, kPrefillDefaultVariant, true,
+                                 kAttnDefaultMinKeysPerSplit, false, ring, kAttnMaxDecodeSplits, true, plain);
+          };
+          const std::vector<float> plain = run(true), generic = run(false);
+          ASSERT_EQ(plain.size(), generic.size());
+          ASSERT_EQ(std::memcmp(plain.data(), generic.data(), plain.size() * sizeof(float)), 0);
+          if (elem == cuda::KvCacheElem::Bf16 && splits == 8 && ring == 4) expect_matches_reference(p, plain);
+        }
+      }
+    }
+  }
+}
+
 TEST(AttentionKernels, DecodeIsBatchInvariant) {
   REQUIRE_GPU();
   // Sequence 0 alone and inside a batch of 64 longer ones (which raises the split count): its

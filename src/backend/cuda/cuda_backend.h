@@ -320,6 +320,9 @@ class CudaBackend final : public Backend {
   // The decode attention's block-table entries cached per CTA (AttentionArgs::cache_split_blocks);
   // OSSRT_CUDA_ATTN_BLOCK_CACHE=0 looks them up per tile as before (A/B).
   bool attn_cache_split_blocks_ = true;
+  // The decode attention's plain-step kernel form (AttentionArgs::decode_plain_form);
+  // OSSRT_CUDA_ATTN_DECODE_PLAIN=0 launches the generic form always (A/B).
+  bool attn_decode_plain_form_ = true;
   // Steps of sequences of 2..kTokenSeqsMaxTokens tokens through the decode attention, a row a
   // sequence (CudaBackend::attention); OSSRT_CUDA_ATTN_SHORT_SEQS=0 sends them to the prefill kernel.
   bool attn_short_seqs_as_decode_ = true;

@@ -88,6 +88,10 @@ struct AttentionArgs {
   // PDL wait, instead of an L2 lookup per tile and one for the query's own row after it; the same
   // rows either way (false: the lookups as before, for A/B timing).
   bool cache_split_blocks = true;
+  // Decode only: launch the kernel form built for the plain decode step (16-token blocks,
+  // cache_split_blocks, !kv_after_wait as constants) where the step is one; false: the generic form
+  // always (the same arithmetic, for A/B timing).
+  bool decode_plain_form = true;
 };
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys
