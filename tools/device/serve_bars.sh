@@ -7,7 +7,7 @@
 # then a table of TPOT and tok/s a user, 32k against 1k. Each part is tools/device/bench_h200.sh serve
 # with a deadline of its own, so a slow one cannot take the others' time.
 # Usage (device call from the repo root, carry [".carry/cudaz", ".carry/tokgz"]):
-#   tar -C .carry -xJf .carry/cudaz/cuda.tar.xz; tools/device/serve_bars.sh
+#   tar -C .carry -xJf .carry/cudaz/cuda.tar.xz; [PARTS="20b 120b"] tools/device/serve_bars.sh
 # Results: $OUT/<run>__serve.tar.gz per part; on the CPU machine untar them into bench/results.
 set -uo pipefail
 OUT=${OUT:-/tmp/ossrt-out}
@@ -15,10 +15,18 @@ one() {  # one <deadline s> <env...>: a bench_h200.sh serve run with one stream
   local deadline=$1; shift
   env DEADLINE_S="$deadline" SERVE_CONCURRENCY=1 SERVE_PROMPTS=4 "$@" tools/device/bench_h200.sh serve
 }
-one 150 QUANT=mxfp4-fp8 SERVE_LONG_INPUT=32768 SERVE_CONCURRENCY_8K=1 SERVE_PROMPTS_8K=3
-one 150 QUANT=mxfp4-fp8 SERVE_LONG_INPUT=32768 SERVE_CONCURRENCY_8K=1 SERVE_PROMPTS_8K=3 \
-  SERVE_FLAGS="--kv-cache-dtype fp8" RUN_SUFFIX=_kvfp8
-one 170 MODEL=gpt-oss-120b QUANT=mxfp4 SERVE_PROMPTS_8K=0
+# PARTS picks some of them (default all three), e.g. PARTS=120b after a GPU suite in the same call.
+PARTS=${PARTS:-20b 20b_kvfp8 120b}
+for part in $PARTS; do
+  case $part in
+    20b) one 150 QUANT=mxfp4-fp8 SERVE_LONG_INPUT=32768 SERVE_CONCURRENCY_8K=1 SERVE_PROMPTS_8K=3 ;;
+    20b_kvfp8)
+      one 150 QUANT=mxfp4-fp8 SERVE_LONG_INPUT=32768 SERVE_CONCURRENCY_8K=1 SERVE_PROMPTS_8K=3 \
+        SERVE_FLAGS="--kv-cache-dtype fp8" RUN_SUFFIX=_kvfp8 ;;
+    120b) one 170 MODEL=gpt-oss-120b QUANT=mxfp4 SERVE_PROMPTS_8K=0 ;;
+    *) echo "serve_bars.sh: unknown part '$part' (20b, 20b_kvfp8, 120b)" >&2 ;;
+  esac
+done
 echo "== summary (one stream, through ossrt serve)"
 mkdir -p /tmp/serve_bars && for t in "$OUT"/*__serve.tar.gz; do tar xzf "$t" -C /tmp/serve_bars; done
 python3 - /tmp/serve_bars <<'PY'
