@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,6 +98,10 @@ inline float bf16_value(std::mt19937_64& rng, float lo, float hi) {
 inline Problem make_problem(const Case& c, cuda::KvCacheElem kv_elem = cuda::KvCacheElem::Bf16,
                             std::vector<float> k_scale = {}, std::vector<float> v_scale = {}) {
   const bool fp8 = kv_elem == cuda::KvCacheElem::Fp8E4m3;
+  // The kernels read k_scale[h] / v_scale[h] for every KV head: missing ones would be read past the
+  // device buffer.
+  if (fp8 && (int(k_scale.size()) != c.num_kv_heads || int(v_scale.size()) != c.num_kv_heads))
+    throw std::invalid_argument("make_problem: an fp8 cache needs one K and one V scale per KV head");
   Problem p;
   p.spec = c;
   p.kv_elem = kv_elem;

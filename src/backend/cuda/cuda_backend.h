@@ -318,7 +318,8 @@ class CudaBackend final : public Backend {
   int64_t attn_tickets_capacity_ = 0;
   bool attn_fold_merge_ = true;
   // The decode attention's block-table entries cached per CTA (AttentionArgs::cache_split_blocks);
-  // OSSRT_CUDA_ATTN_BLOCK_CACHE=0 looks them up per tile as before (A/B).
+  // OSSRT_CUDA_ATTN_BLOCK_CACHE=0 looks them up per tile as before (A/B; it also takes the kernel's
+  // generic form: with OSSRT_CUDA_ATTN_DECODE_PLAIN=0 on both sides it times the cache alone).
   bool attn_cache_split_blocks_ = true;
   // The decode attention's plain-step kernel form (AttentionArgs::decode_plain_form);
   // OSSRT_CUDA_ATTN_DECODE_PLAIN=0 launches the generic form always (A/B).

@@ -86,13 +86,18 @@ struct AttentionArgs {
   int decode_ring = 0;
   // Decode only: each CTA reads its split's block-table entries into shared memory once, before the
   // PDL wait, instead of an L2 lookup per tile and one for the query's own row after it; the same
-  // rows either way (false: the lookups as before, for A/B timing).
+  // rows either way (false: the lookups as before, for A/B timing; it also takes the kernel's generic
+  // form, so pair it with decode_plain_form = false to time the cache alone).
   bool cache_split_blocks = true;
   // Decode only: launch the kernel form built for the plain decode step (16-token blocks,
   // cache_split_blocks, !kv_after_wait as constants) where the step is one; false: the generic form
   // always (the same arithmetic, for A/B timing).
   bool decode_plain_form = true;
 };
+
+// Whether the decode launcher takes the plain-step form for these arguments (decode_plain_form, 16-token
+// blocks, cache_split_blocks and !kv_after_wait); otherwise the generic form. Same results either way.
+bool attention_decode_plain_form(const AttentionArgs& a);
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys
 // by its own length, at least min_keys_per_split keys a split, up to max_splits splits, so results do not depend on the

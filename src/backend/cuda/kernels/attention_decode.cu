@@ -217,13 +217,14 @@ struct DecodeSmem {
 };
 
 // The decode kernel is built in two forms. The plain one serves the decode step as the server runs it
-// (16-token pool blocks, the split's block-table entries cached, every cache row but the query's own
-// requested before the PDL wait): those are constants in it, so its block arithmetic folds to shifts and
-// masks and the other forms' branches are gone (bf16, ring 4: ~3,700 SASS instructions against ~8,500
-// for the generic form). At batch 1 a launch is a few microseconds of mostly serial work on a few dozen
-// SMs, after other kernels of the layer, so the instruction stream it fetches is part of its latency
-// (session 36: c55e4cf's smaller kernel was ~1.9 us a layer faster there). The generic form reads
-// them from AttentionArgs: other block sizes (tests), the block cache's A/B switch, verify steps' rows.
+// (16-token pool blocks, the split's block-table entries cached, the prologue's cache rows, which may
+// be any but the query's own, requested before the PDL wait): those are constants in it, so its block
+// arithmetic folds to shifts and masks and the other settings' branches are gone (ring 4: 3,096 SASS
+// instructions against the generic form's 8,616 over a bf16 cache, 2,496 against 5,352 over fp8). At batch 1 a launch
+// is a few microseconds of mostly serial work on a few dozen SMs, after other kernels of the layer, so the instruction
+// stream it fetches is part of its latency (session 36: c55e4cf's smaller kernel was ~1.9 us a layer faster there). The
+// generic form reads them from AttentionArgs: other block sizes (tests), the block cache's A/B switch, verify steps'
+// rows (attention_decode_plain_form says which form a launch takes).
 enum class DecodeForm { kGeneric, kPlainBlock16 };
 constexpr int kDecodePlainBlockSize = 16, kDecodePlainBlockShift = 4;
 static_assert(kDecodePlainBlockSize == 1 << kDecodePlainBlockShift);
@@ -695,17 +696,26 @@ void prepare_decode() {
   prepare_decode_form<kElem, kRing, DecodeForm::kPlainBlock16>();
 }
 
+template <KvCacheElem kElem, int kRing, DecodeForm kForm>
+void launch_decode_form(dim3 grid, cudaStream_t stream, const AttentionArgs& args) {
+  prepare_decode_form<kElem, kRing, kForm>();
+  OSSRT_CUDA_CALL(launch_pdl_smem(bf16_sdpa_sinks_d64_decode<kElem, kRing, kForm>, grid, dim3(kThreads),
+                                  DecodeSmem<kElem, kRing>::kBytes, stream, args));
+}
+
 template <KvCacheElem kElem, int kRing>
 void launch_decode(dim3 grid, cudaStream_t stream, const AttentionArgs& args) {
-  prepare_decode<kElem, kRing>();
-  const bool plain = args.decode_plain_form && args.plan.block_size == kDecodePlainBlockSize &&
-                     args.cache_split_blocks && !args.kv_after_wait;
-  OSSRT_CUDA_CALL(launch_pdl_smem(plain ? bf16_sdpa_sinks_d64_decode<kElem, kRing, DecodeForm::kPlainBlock16>
-                                        : bf16_sdpa_sinks_d64_decode<kElem, kRing, DecodeForm::kGeneric>,
-                                  grid, dim3(kThreads), DecodeSmem<kElem, kRing>::kBytes, stream, args));
+  if (attention_decode_plain_form(args))
+    launch_decode_form<kElem, kRing, DecodeForm::kPlainBlock16>(grid, stream, args);
+  else
+    launch_decode_form<kElem, kRing, DecodeForm::kGeneric>(grid, stream, args);
 }
 
 }  // namespace
+
+bool attention_decode_plain_form(const AttentionArgs& a) {
+  return a.decode_plain_form && a.plan.block_size == kDecodePlainBlockSize && a.cache_split_blocks && !a.kv_after_wait;
+}
 
 void validate_attention_args(const AttentionArgs& a) {
   OSSRT_CU_CHECK(a.num_q_heads > 0 && a.num_kv_heads > 0 && a.num_q_heads == a.num_kv_heads * kGroup,

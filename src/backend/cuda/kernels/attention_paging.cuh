@@ -45,6 +45,7 @@ __device__ __forceinline__ int64_t kv_row_offset(const AttentionArgs& a, const S
                                                  int bs) {
   return kv_row_offset_in(a, kv_head, kv_block_of(a, seq, j / bs), j, bs);
 }
+// The same with the plan's block size read from the arguments.
 __device__ __forceinline__ int64_t kv_row_offset(const AttentionArgs& a, const SeqStep& seq, int kv_head, int j) {
   return kv_row_offset(a, seq, kv_head, j, a.plan.block_size);
 }
