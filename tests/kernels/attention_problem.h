@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,6 +98,10 @@ inline float bf16_value(std::mt19937_64& rng, float lo, float hi) {
 inline Problem make_problem(const Case& c, cuda::KvCacheElem kv_elem = cuda::KvCacheElem::Bf16,
                             std::vector<float> k_scale = {}, std::vector<float> v_scale = {}) {
   const bool fp8 = kv_elem == cuda::KvCacheElem::Fp8E4m3;
+  // The kernels read k_scale[h] / v_scale[h] for every KV head: missing ones would be read past the
+  // device buffer.
+  if (fp8 && (int(k_scale.size()) != c.num_kv_heads || int(v_scale.size()) != c.num_kv_heads))
+    throw std::invalid_argument("make_problem: an fp8 cache needs one K and one V scale per KV head");
   Problem p;
   p.spec = c;
   p.kv_elem = kv_elem;
@@ -272,7 +277,8 @@ inline std::vector<float> run_attention(const Problem& p, const DeviceProblem& d
                                         int prefill_variant = cuda::kPrefillDefaultVariant, bool fold_merge = true,
                                         int min_keys_per_split = cuda::kAttnDefaultMinKeysPerSplit,
                                         bool kv_after_wait = false, int decode_ring = 0,
-                                        int max_splits = cuda::kAttnMaxDecodeSplits, bool cache_split_blocks = true) {
+                                        int max_splits = cuda::kAttnMaxDecodeSplits, bool cache_split_blocks = true,
+                                        bool decode_plain_form = true) {
   const size_t out_elems = size_t(plan.num_tokens) * size_t(p.hq()) * kAttnD;
   DeviceArray<uint16_t> out(std::vector<uint16_t>(out_elems, kBf16NaN));
   cuda::AttentionArgs a = make_args(p, dev, plan, out.get());
@@ -281,6 +287,7 @@ inline std::vector<float> run_attention(const Problem& p, const DeviceProblem& d
   a.decode_ring = decode_ring;
   a.max_splits = max_splits;
   a.cache_split_blocks = cache_split_blocks;
+  a.decode_plain_form = decode_plain_form;
   a.num_splits = num_splits > 0 ? num_splits
                                 : cuda::attention_decode_splits(plan.num_seqs, p.hkv(), plan.max_context, 132,
                                                                 min_keys_per_split, max_splits);

@@ -470,7 +470,8 @@ TEST(AttentionKernels, DISABLED_DecodeTiming) {
     int pos, keys, max_splits, ring;
     bool fold;
     bool grid_of_the_window = false;  // a sliding layer's grid sized for the window (the backend's), not the context
-    bool cache_blocks = true;         // AttentionArgs::cache_split_blocks
+    bool cache_blocks = true;         // AttentionArgs::cache_split_blocks (false: the generic form too)
+    bool plain = true;                // AttentionArgs::decode_plain_form
   };
   const Variant variants[] = {
       {"window 1k", true, 1023, 128, 64, 0, true},
@@ -492,6 +493,10 @@ TEST(AttentionKernels, DISABLED_DecodeTiming) {
       {"full 1k", false, 1023, 1024, 64, 0, true, false, false},
       {"full 32k", false, 32767, 128, 64, 0, true, false, false},
       {"window 1k", true, 1023, 128, 64, 0, true, true, false},
+      {"full 1k", false, 1023, 128, 64, 0, true, false, true, false},
+      {"window 1k", true, 1023, 128, 64, 0, true, true, true, false},
+      {"full 32k", false, 32767, 128, 64, 0, true, false, true, false},
+      {"full 1k", false, 1023, 128, 64, 0, true, false, false, false},
   };
   cudaStream_t stream;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -504,6 +509,7 @@ TEST(AttentionKernels, DISABLED_DecodeTiming) {
     a.max_splits = v.max_splits;
     a.decode_ring = v.ring;
     a.cache_split_blocks = v.cache_blocks;
+    a.decode_plain_form = v.plain;
     // The grid a decode graph of the context's bucket (the next power of two, at least the context) has.
     int bucket = 128;
     while (bucket < v.pos + 1) bucket *= 2;
@@ -519,9 +525,10 @@ TEST(AttentionKernels, DISABLED_DecodeTiming) {
     cuda_ok(cudaStreamSynchronize(stream), "warm-up");
     const double us = decode_launch_us(a, stream, 64);
     for (int32_t t : tickets.download()) EXPECT_EQ(t, 0);
-    std::printf("decode_timing %-10s keys %4d max_splits %3d grid splits %3d ring %d %s: %.2f us a launch\n", v.name,
-                v.keys, v.max_splits, a.num_splits, v.ring,
-                v.fold ? (v.cache_blocks ? "folded" : "folded, table in L2") : "kernel", us);
+    std::printf("decode_timing %-10s keys %4d max_splits %3d grid splits %3d ring %d %s, %s form: %.2f us a launch\n",
+                v.name, v.keys, v.max_splits, a.num_splits, v.ring,
+                v.fold ? (v.cache_blocks ? "folded" : "folded, table in L2") : "kernel",
+                attention_decode_plain_form(a) ? "plain" : "generic", us);
   }
   cudaStreamDestroy(stream);
 }
@@ -765,6 +772,51 @@ TEST(AttentionKernels, DecodeBlockCacheIsTheTableLookup) {
         ASSERT_EQ(cached.size(), looked_up.size());
         ASSERT_EQ(std::memcmp(cached.data(), looked_up.data(), cached.size() * sizeof(float)), 0);
         if (splits == 1 && !after_wait) expect_matches_reference(p, cached);
+      }
+    }
+  }
+}
+
+// The decode kernel's plain-step form (16-token blocks, the block cache and the rows before the wait as
+// constants; AttentionArgs::decode_plain_form) is the generic form with those values: bit-identical,
+// on the bf16 and the fp8 cache (scales that differ by KV head), every ring, one to 64 splits, full and
+// window tables, one sequence and a batch; and the reference (bf16; fp8: finite and not all zero, its
+// accuracy is kv_fp8_kernels_test's). The launcher's choice of form is asserted, so the test cannot pass
+// by running the generic form twice.
+TEST(AttentionKernels, DecodePlainFormIsTheGenericForm) {
+  REQUIRE_GPU();
+  std::vector<SeqSpec> seqs = {{19999, 1}, {200, 1}, {0, 1}, {127, 1}, {128, 1}, {1023, 1}};
+  for (const SeqSpec& s : random_decode_batch(24, 9000, 151)) seqs.push_back(s);
+  std::vector<float> k_scale(kHkv), v_scale(kHkv);
+  for (int h = 0; h < kHkv; ++h) k_scale[h] = 0.25f + 0.125f * h, v_scale[h] = 0.5f - 0.03125f * h;
+  for (const Case& c : {full_causal({{1023, 1}}, 152), full_causal(seqs, 153), sliding(seqs, 154)}) {
+    for (cuda::KvCacheElem elem : {cuda::KvCacheElem::Bf16, cuda::KvCacheElem::Fp8E4m3}) {
+      const bool fp8 = elem == cuda::KvCacheElem::Fp8E4m3;
+      const Problem p = fp8 ? make_problem(c, elem, k_scale, v_scale) : make_problem(c);
+      const DeviceProblem dev(p);
+      AttentionArgs probe = make_args(p, dev, dev.plan.view, nullptr);
+      EXPECT_TRUE(attention_decode_plain_form(probe));
+      probe.decode_plain_form = false;
+      EXPECT_FALSE(attention_decode_plain_form(probe));
+      for (int splits : {1, 8, 64}) {
+        for (int ring : {2, 4, 6}) {
+          SCOPED_TRACE("splits " + std::to_string(splits) + ", ring " + std::to_string(ring) +
+                       (elem == cuda::KvCacheElem::Fp8E4m3 ? ", fp8" : ", bf16"));
+          const auto run = [&](bool plain) {
+            return run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, kPrefillDefaultVariant, true,
+                                 kAttnDefaultMinKeysPerSplit, false, ring, kAttnMaxDecodeSplits, true, plain);
+          };
+          const std::vector<float> plain = run(true), generic = run(false);
+          ASSERT_EQ(plain.size(), generic.size());
+          ASSERT_EQ(std::memcmp(plain.data(), generic.data(), plain.size() * sizeof(float)), 0);
+          size_t nonzero = 0;
+          for (float v : plain) {
+            ASSERT_TRUE(std::isfinite(v));
+            nonzero += v != 0.f;
+          }
+          EXPECT_GT(nonzero, plain.size() / 2);
+          if (!fp8 && splits == 8 && ring == 4) expect_matches_reference(p, plain);
+        }
       }
     }
   }

@@ -52,6 +52,7 @@ class StepTimer;
 struct RopeCacheWriteArgs;
 struct GreedyArgmaxArgs;
 struct RouterFusedArgs;
+enum class DecodeDependents : int8_t;  // kernels/attention.cuh
 }  // namespace cuda
 
 class CudaBackend final : public Backend {
@@ -318,8 +319,15 @@ class CudaBackend final : public Backend {
   int64_t attn_tickets_capacity_ = 0;
   bool attn_fold_merge_ = true;
   // The decode attention's block-table entries cached per CTA (AttentionArgs::cache_split_blocks);
-  // OSSRT_CUDA_ATTN_BLOCK_CACHE=0 looks them up per tile as before (A/B).
+  // OSSRT_CUDA_ATTN_BLOCK_CACHE=0 looks them up per tile as before (A/B; it also takes the kernel's
+  // generic form: with OSSRT_CUDA_ATTN_DECODE_PLAIN=0 on both sides it times the cache alone).
   bool attn_cache_split_blocks_ = true;
+  // The decode attention's plain-step kernel form (AttentionArgs::decode_plain_form);
+  // OSSRT_CUDA_ATTN_DECODE_PLAIN=0 launches the generic form always (A/B).
+  bool attn_decode_plain_form_ = true;
+  // Where the decode attention triggers its successor's launch (AttentionArgs::dependents);
+  // OSSRT_CUDA_ATTN_DEPENDENTS=wait|tiles|exit (timing experiment).
+  cuda::DecodeDependents attn_dependents_{};  // kAfterWait
   // Steps of sequences of 2..kTokenSeqsMaxTokens tokens through the decode attention, a row a
   // sequence (CudaBackend::attention); OSSRT_CUDA_ATTN_SHORT_SEQS=0 sends them to the prefill kernel.
   bool attn_short_seqs_as_decode_ = true;

@@ -38,6 +38,14 @@ inline constexpr int kAttnMaxDecodeSplits = 64;
 // The fewest keys a decode split takes unless AttentionArgs::min_keys_per_split says otherwise.
 inline constexpr int kAttnDefaultMinKeysPerSplit = 256;
 
+// Where the decode attention kernel triggers its successor's launch (programmatic dependent launch).
+// kAfterWait (the default, as every kernel of the step): right after its own wait, so the successor's
+// launch and weight requests overlap the whole tile loop. At batch 1 the successor (the O projection)
+// streams its weights while this kernel's few CTAs wait on their tiles, q and partials, which then queue
+// behind them (alone the kernel takes 3.7 / 5.2 us at 1k, in the step it adds ~11-13): kAfterTiles
+// triggers once every tile has landed, kAtExit at the CTA's exit (timing experiment, session 36).
+enum class DecodeDependents : int8_t { kAfterWait, kAfterTiles, kAtExit };
+
 struct AttentionArgs {
   DevicePlan plan;
   // Which KV group the layer belongs to: selects the plan's full or window block table.
@@ -86,9 +94,20 @@ struct AttentionArgs {
   int decode_ring = 0;
   // Decode only: each CTA reads its split's block-table entries into shared memory once, before the
   // PDL wait, instead of an L2 lookup per tile and one for the query's own row after it; the same
-  // rows either way (false: the lookups as before, for A/B timing).
+  // rows either way (false: the lookups as before, for A/B timing; it also takes the kernel's generic
+  // form, so pair it with decode_plain_form = false to time the cache alone).
   bool cache_split_blocks = true;
+  // Decode only: launch the kernel form built for the plain decode step (16-token blocks,
+  // cache_split_blocks, !kv_after_wait as constants) where the step is one; false: the generic form
+  // always (the same arithmetic, for A/B timing).
+  bool decode_plain_form = true;
+  // Decode only: where the kernel lets its successor launch (PDL's trigger; DecodeDependents).
+  DecodeDependents dependents = DecodeDependents::kAfterWait;
 };
+
+// Whether the decode launcher takes the plain-step form for these arguments (decode_plain_form, 16-token
+// blocks, cache_split_blocks and !kv_after_wait); otherwise the generic form. Same results either way.
+bool attention_decode_plain_form(const AttentionArgs& a);
 
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys
 // by its own length, at least min_keys_per_split keys a split, up to max_splits splits, so results do not depend on the

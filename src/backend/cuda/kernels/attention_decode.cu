@@ -216,6 +216,19 @@ struct DecodeSmem {
   static constexpr size_t kBytes = kBytesRaw > sizeof(DecodeMerge) ? kBytesRaw : sizeof(DecodeMerge);
 };
 
+// The decode kernel is built in two forms. The plain one serves the decode step as the server runs it
+// (16-token pool blocks, the split's block-table entries cached, the prologue's cache rows, which may
+// be any but the query's own, requested before the PDL wait): those are constants in it, so its block
+// arithmetic folds to shifts and masks and the other settings' branches are gone (ring 4: 3,096 SASS
+// instructions against the generic form's 8,616 over a bf16 cache, 2,496 against 5,352 over fp8). At batch 1 a launch
+// is a few microseconds of mostly serial work on a few dozen SMs, after other kernels of the layer, so the instruction
+// stream it fetches is part of its latency (session 36: c55e4cf's smaller kernel was ~1.9 us a layer faster there). The
+// generic form reads them from AttentionArgs: other block sizes (tests), the block cache's A/B switch, verify steps'
+// rows (attention_decode_plain_form says which form a launch takes).
+enum class DecodeForm { kGeneric, kPlainBlock16 };
+constexpr int kDecodePlainBlockSize = 16, kDecodePlainBlockShift = 4;
+static_assert(kDecodePlainBlockSize == 1 << kDecodePlainBlockShift);
+
 // CTAs an SM the kernel is built for at the rings that serve many-CTA grids (many sequences): the
 // 2-tile ring's shared memory (bf16: 37 KB + 0.6 KB static + 1 KB reserved, 38,656 bytes in 128-byte
 // units; fp8: 16 KB of codes) and the fp8 kernel's 4-tile ring (32 KB: it holds three 8 KB tiles in
@@ -225,10 +238,15 @@ struct DecodeSmem {
 template <KvCacheElem kElem, int kRing>
 constexpr int kDecodeCtasPerSm = kRing == 2 || (kElem == KvCacheElem::Fp8E4m3 && kRing == 4) ? 6 : 1;
 
-template <KvCacheElem kElem, int kRing>
+template <KvCacheElem kElem, int kRing, DecodeForm kForm>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
     bf16_sdpa_sinks_d64_decode(AttentionArgs a) {
   constexpr bool kFp8 = kElem == KvCacheElem::Fp8E4m3;
+  // The plain decode step's form (DecodeForm): the block size, the block cache and the rows before
+  // the wait as constants; the generic form reads them from the arguments.
+  constexpr bool kPlain = kForm == DecodeForm::kPlainBlock16;
+  const bool kv_after_wait = !kPlain && a.kv_after_wait;
+  const bool cache_split_blocks = kPlain || a.cache_split_blocks;
   using Smem = DecodeSmem<kElem, kRing>;
   // bf16: the cp.async ring of kRing tiles the MMAs read; fp8: the ring holds codes (k8_s, v8_s,
   // rows and chunks placed by code_tile_offset) that the warps convert into their fragments.
@@ -269,23 +287,23 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
   const int g = lane / 4, c = lane % 4;
   // Key j's logical block and its row in it: a shift and a mask for power-of-two block sizes (the
   // server's 16), which every tile needs for each of its rows; a division only for other sizes.
-  const int bs = a.plan.block_size;
-  const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+  const int bs = kPlain ? kDecodePlainBlockSize : a.plan.block_size;
+  const int bs_shift = kPlain ? kDecodePlainBlockShift : (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
   auto block_of_key = [&](int j) { return bs_shift >= 0 ? j >> bs_shift : j / bs; };
   // The tables are uploaded before the step (no kernel of it writes them): read before the PDL wait.
   const int first_block = block_of_key(begin);
-  const int cached_blocks = a.cache_split_blocks ? min(block_of_key(end - 1) - first_block + 1, kBlockCache) : 0;
+  const int cached_blocks = cache_split_blocks ? min(block_of_key(end - 1) - first_block + 1, kBlockCache) : 0;
   for (int i = tid; i < cached_blocks; i += kThreads) block_s[i] = kv_block_of(a, seq, first_block + i);
   __syncthreads();
   auto row_offset = [&](int j) -> int64_t {
     const int i = block_of_key(j) - first_block;
-    return i < cached_blocks ? kv_row_offset_in(a, kv_head, block_s[i], j) : kv_row_offset(a, seq, kv_head, j);
+    return i < cached_blocks ? kv_row_offset_in(a, kv_head, block_s[i], j, bs) : kv_row_offset(a, seq, kv_head, j, bs);
   };
   // Key j's cache row (its element offset / 64), -1 when masked; the tile loop's form of row_offset:
   // 32-bit arithmetic (a layer's pool holds < 2^31 rows) from the cached block.
   auto row_index = [&](int j) -> int32_t {
     const int b = block_of_key(j), i = b - first_block;
-    if (i >= cached_blocks) return int32_t(kv_row_offset(a, seq, kv_head, j) >> 6);  // -1 >> 6 = -1
+    if (i >= cached_blocks) return int32_t(kv_row_offset(a, seq, kv_head, j, bs) >> 6);  // -1 >> 6 = -1
     const int block = block_s[i];
     return block < 0 ? -1 : (block * a.num_kv_heads + kv_head) * bs + (j - b * bs);
   };
@@ -397,9 +415,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
   const bool has_pos = end == pos + 1;  // the slice ends at the query's own key
   const int pos_tile = (pos - begin) / kTileKeys;
   // Prologue: tiles 0 .. kRing - 2, one cp.async group each, then a group for the row of pos.
-  if (a.kv_after_wait) {  // rows of this step's other tokens may precede pos: all after the wait
+  if (kv_after_wait) {  // rows of this step's other tokens may precede pos: all after the wait
     pdl_wait();
-    pdl_launch_dependents();
+    if (a.dependents == DecodeDependents::kAfterWait) pdl_launch_dependents();
 #pragma unroll
     for (int t = 0; t < kRing - 1; ++t) {
       if (t < tiles) load_tile(t, begin + t * kTileKeys, -1);
@@ -412,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
       cp_async_commit();
     }
     pdl_wait();  // q and the row of `pos` come from the kernel before
-    pdl_launch_dependents();
+    if (a.dependents == DecodeDependents::kAfterWait) pdl_launch_dependents();
     if (has_pos && pos_tile < kRing - 1) load_key_row(pos_tile, begin + pos_tile * kTileKeys, pos);
   }
   cp_async_commit();  // (the row of pos; empty with kv_after_wait) kRing groups either way
@@ -569,7 +587,11 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
     __syncthreads();  // the next iteration's cp.async overwrites this stage
   }
 
-  // Merge the 4 warps' states, then write this split's partial per head.
+  // Every tile has landed and been read: the next kernel's weight requests no longer compete with ours.
+  if (a.dependents == DecodeDependents::kAfterTiles) pdl_launch_dependents();
+    // (kAtExit: the trigger is the CTA's exit.)
+
+    // Merge the 4 warps' states, then write this split's partial per head.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 4);
@@ -663,23 +685,41 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // The ring's shared memory is over the 48 KB a kernel gets without asking: the limit is raised on
 // each device before its first launch there (attention_decode_prepare, called by the backend at
 // start, so never inside a graph capture; the launcher calls it too for direct callers).
-template <KvCacheElem kElem, int kRing>
-void prepare_decode() {
+template <KvCacheElem kElem, int kRing, DecodeForm kForm>
+void prepare_decode_form() {
   static PerDeviceOnce raised;
   OSSRT_CUDA_CALL(raised.run([] {
-    return cudaFuncSetAttribute(bf16_sdpa_sinks_d64_decode<kElem, kRing>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                int(DecodeSmem<kElem, kRing>::kBytes));
+    return cudaFuncSetAttribute(bf16_sdpa_sinks_d64_decode<kElem, kRing, kForm>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, int(DecodeSmem<kElem, kRing>::kBytes));
   }));
 }
 
 template <KvCacheElem kElem, int kRing>
-void launch_decode(dim3 grid, cudaStream_t stream, const AttentionArgs& args) {
-  prepare_decode<kElem, kRing>();
-  OSSRT_CUDA_CALL(launch_pdl_smem(bf16_sdpa_sinks_d64_decode<kElem, kRing>, grid, dim3(kThreads),
+void prepare_decode() {
+  prepare_decode_form<kElem, kRing, DecodeForm::kGeneric>();
+  prepare_decode_form<kElem, kRing, DecodeForm::kPlainBlock16>();
+}
+
+template <KvCacheElem kElem, int kRing, DecodeForm kForm>
+void launch_decode_form(dim3 grid, cudaStream_t stream, const AttentionArgs& args) {
+  prepare_decode_form<kElem, kRing, kForm>();
+  OSSRT_CUDA_CALL(launch_pdl_smem(bf16_sdpa_sinks_d64_decode<kElem, kRing, kForm>, grid, dim3(kThreads),
                                   DecodeSmem<kElem, kRing>::kBytes, stream, args));
 }
 
+template <KvCacheElem kElem, int kRing>
+void launch_decode(dim3 grid, cudaStream_t stream, const AttentionArgs& args) {
+  if (attention_decode_plain_form(args))
+    launch_decode_form<kElem, kRing, DecodeForm::kPlainBlock16>(grid, stream, args);
+  else
+    launch_decode_form<kElem, kRing, DecodeForm::kGeneric>(grid, stream, args);
+}
+
 }  // namespace
+
+bool attention_decode_plain_form(const AttentionArgs& a) {
+  return a.decode_plain_form && a.plan.block_size == kDecodePlainBlockSize && a.cache_split_blocks && !a.kv_after_wait;
+}
 
 void validate_attention_args(const AttentionArgs& a) {
   OSSRT_CU_CHECK(a.num_q_heads > 0 && a.num_kv_heads > 0 && a.num_q_heads == a.num_kv_heads * kGroup,

@@ -33,16 +33,21 @@ __device__ __forceinline__ int kv_block_of(const AttentionArgs& a, const SeqStep
 }
 
 // Element offset of key j's row (K or V, same layout) for KV head kv_head in pool block `block` (its
-// logical block's), or -1 for block -1.
-__device__ __forceinline__ int64_t kv_row_offset_in(const AttentionArgs& a, int kv_head, int block, int j) {
-  const int bs = a.plan.block_size;
+// logical block's), or -1 for block -1. `bs` is the plan's block size (a caller built for one size
+// passes it as a constant, so the division folds away).
+__device__ __forceinline__ int64_t kv_row_offset_in(const AttentionArgs& a, int kv_head, int block, int j, int bs) {
   if (block < 0) return -1;
   return ((int64_t(block) * a.num_kv_heads + kv_head) * bs + j % bs) * kAttnHeadDim;
 }
 
 // Element offset of key j's row for KV head kv_head, or -1 when its block is not in the table or pool.
+__device__ __forceinline__ int64_t kv_row_offset(const AttentionArgs& a, const SeqStep& seq, int kv_head, int j,
+                                                 int bs) {
+  return kv_row_offset_in(a, kv_head, kv_block_of(a, seq, j / bs), j, bs);
+}
+// The same with the plan's block size read from the arguments.
 __device__ __forceinline__ int64_t kv_row_offset(const AttentionArgs& a, const SeqStep& seq, int kv_head, int j) {
-  return kv_row_offset_in(a, kv_head, kv_block_of(a, seq, j / a.plan.block_size), j);
+  return kv_row_offset(a, seq, kv_head, j, a.plan.block_size);
 }
 
 }  // namespace ossrt::cuda

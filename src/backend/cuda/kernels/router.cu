@@ -14,15 +14,21 @@ constexpr int kWarpsPerBlock = 4;
 constexpr int kPerLane = kRouterMaxExperts / 32;
 
 // One warp picks the top k of one token: lane l holds experts l, l+32, ... (logit plus bias;
-// -FLT_MAX past num_experts); k rounds of warp-wide argmax; lane 0 writes ids and softmax weights.
+// -FLT_MAX past num_experts); k rounds of warp-wide argmax, lane r keeping round r's pick; then lanes
+// r < k write ids[r] and the softmax weight of their pick.
+// Written to stay small rather than unrolled: the rounds are a loop (a fully unrolled kRouterMaxTopK
+// rounds made this ~1,500 of the fused router's 2,768 SASS instructions, for work of a few hundred
+// cycles). At batch 1 each launch runs its code once per SM, fetched cold, so a kernel's size is part
+// of its latency (docs/kernels.md, "Known limits": the decode attention's plain form).
+// The arithmetic is the unrolled version's: the same picks, expf(logit_r - logit_0) once per pick,
+// summed in round order by lane 0, each weight its exponential over that sum.
 __device__ __forceinline__ void topk_softmax_warp(float (&v)[kPerLane], int num_experts, int k, int32_t* ids,
                                                   float* weights) {
   const int lane = threadIdx.x % 32;
-  float chosen_logit[kRouterMaxTopK];
-  int chosen_id[kRouterMaxTopK];
-#pragma unroll
-  for (int r = 0; r < kRouterMaxTopK; ++r) {
-    if (r >= k) break;
+  float my_logit = 0.f, top_logit = 0.f;
+  int my_id = 0;
+#pragma unroll 1
+  for (int r = 0; r < k; ++r) {
     float best = -INFINITY;
     int best_id = INT32_MAX;
 #pragma unroll
@@ -33,6 +39,7 @@ __device__ __forceinline__ void topk_softmax_warp(float (&v)[kPerLane], int num_
         best_id = e;
       }
     }
+#pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
       const float ob = __shfl_xor_sync(0xffffffffu, best, off);
       const int oid = __shfl_xor_sync(0xffffffffu, best_id, off);
@@ -45,19 +52,23 @@ __device__ __forceinline__ void topk_softmax_warp(float (&v)[kPerLane], int num_
       best_id = 0;
       best = NAN;
     }
-    chosen_logit[r] = best;
-    chosen_id[r] = best_id;
+    if (r == 0) top_logit = best;  // the max
+    if (lane == r) {
+      my_logit = best;
+      my_id = best_id;
+    }
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       if (lane + 32 * j == best_id) v[j] = -INFINITY;  // never chosen twice
     }
   }
-  if (lane != 0) return;
+  const float my_exp = expf(my_logit - top_logit);
   float sum = 0.f;
-  for (int r = 0; r < k; ++r) sum += expf(chosen_logit[r] - chosen_logit[0]);  // [0] is the max
-  for (int r = 0; r < k; ++r) {
-    ids[r] = chosen_id[r];
-    weights[r] = expf(chosen_logit[r] - chosen_logit[0]) / sum;
+#pragma unroll 1
+  for (int r = 0; r < k; ++r) sum += __shfl_sync(0xffffffffu, my_exp, r);  // every lane: round order
+  if (lane < k) {
+    ids[lane] = my_id;
+    weights[lane] = my_exp / sum;
   }
 }
 
