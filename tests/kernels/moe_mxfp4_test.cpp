@@ -968,9 +968,9 @@ TEST(Mxfp4Moe, WgmmaPipeNarrowTilesAreTheRingBitForBit) {
   }
 }
 
-// The two-sets shapes at 64-row tiles (the launchers' sets = 2 and 3; OSSRT_CUDA_MOE_PIPE_SETS=2 or 3
-// makes one the 64-row default) against the ring kernels at 64 rows, bit for bit, pair by pair: decode batches of
-// 37-64 rows an expert (E = 32 at 384 and 512 tokens), a skewed batch whose expert spans many tiles,
+// The two-sets shapes at 64-row tiles (the launchers' sets = 2 and 3; 3 the 64-row default since session
+// 37, OSSRT_CUDA_MOE_PIPE_SETS=2 picks the other) against the ring kernels at 64 rows, bit for bit, pair by pair:
+// decode batches of 37-64 rows an expert (E = 32 at 384 and 512 tokens), a skewed batch whose expert spans many tiles,
 // and E = 128 at 2,048 tokens (the 120b's 64 rows an expert).
 TEST(Mxfp4Moe, WgmmaPipeTwoSetsAt64RowsAreTheRingBitForBit) {
   REQUIRE_GPU();

@@ -132,14 +132,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   if (const char* fold = std::getenv("OSSRT_CUDA_ATTN_FOLD")) attn_fold_merge_ = fold[0] != '0';
   if (const char* cache = std::getenv("OSSRT_CUDA_ATTN_BLOCK_CACHE")) attn_cache_split_blocks_ = cache[0] != '0';
   if (const char* v = std::getenv("OSSRT_CUDA_ATTN_DECODE_PLAIN")) attn_decode_plain_form_ = v[0] != '0';
-  if (const char* v = std::getenv("OSSRT_CUDA_ATTN_DEPENDENTS")) {
-    const std::string at = v;
-    OSSRT_CHECK(at == "wait" || at == "tiles" || at == "exit",
-                "OSSRT_CUDA_ATTN_DEPENDENTS must be wait, tiles or exit, not '{}'", at);
-    attn_dependents_ = at == "wait"    ? cuda::DecodeDependents::kAfterWait
-                       : at == "tiles" ? cuda::DecodeDependents::kAfterTiles
-                                       : cuda::DecodeDependents::kAtExit;
-  }
   if (const char* v = std::getenv("OSSRT_CUDA_ATTN_SHORT_SEQS")) attn_short_seqs_as_decode_ = v[0] != '0';
   if (const char* keys = std::getenv("OSSRT_CUDA_ATTN_SPLIT_KEYS")) {
     OSSRT_CHECK(std::sscanf(keys, "%d", &attn_min_split_keys_) == 1 && attn_min_split_keys_ >= 64 &&

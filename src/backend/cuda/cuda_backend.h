@@ -52,7 +52,6 @@ class StepTimer;
 struct RopeCacheWriteArgs;
 struct GreedyArgmaxArgs;
 struct RouterFusedArgs;
-enum class DecodeDependents : int8_t;  // kernels/attention.cuh
 }  // namespace cuda
 
 class CudaBackend final : public Backend {
@@ -325,9 +324,6 @@ class CudaBackend final : public Backend {
   // The decode attention's plain-step kernel form (AttentionArgs::decode_plain_form);
   // OSSRT_CUDA_ATTN_DECODE_PLAIN=0 launches the generic form always (A/B).
   bool attn_decode_plain_form_ = true;
-  // Where the decode attention triggers its successor's launch (AttentionArgs::dependents);
-  // OSSRT_CUDA_ATTN_DEPENDENTS=wait|tiles|exit (timing experiment).
-  cuda::DecodeDependents attn_dependents_{};  // kAfterWait
   // Steps of sequences of 2..kTokenSeqsMaxTokens tokens through the decode attention, a row a
   // sequence (CudaBackend::attention); OSSRT_CUDA_ATTN_SHORT_SEQS=0 sends them to the prefill kernel.
   bool attn_short_seqs_as_decode_ = true;

@@ -600,7 +600,6 @@ void CudaBackend::attention(const Tensor& qkv, const Tensor& sinks, const Attent
                       : cuda::attention_decode_ring(a.plan.num_seqs, a.num_kv_heads, a.num_splits, num_sms_, a.kv_elem);
   a.cache_split_blocks = attn_cache_split_blocks_;
   a.decode_plain_form = attn_decode_plain_form_;
-  a.dependents = attn_dependents_;
   if (attn_fold_merge_) {
     a.tickets = attn_tickets_;
     a.tickets_capacity = attn_tickets_capacity_;

@@ -38,14 +38,6 @@ inline constexpr int kAttnMaxDecodeSplits = 64;
 // The fewest keys a decode split takes unless AttentionArgs::min_keys_per_split says otherwise.
 inline constexpr int kAttnDefaultMinKeysPerSplit = 256;
 
-// Where the decode attention kernel triggers its successor's launch (programmatic dependent launch).
-// kAfterWait (the default, as every kernel of the step): right after its own wait, so the successor's
-// launch and weight requests overlap the whole tile loop. At batch 1 the successor (the O projection)
-// streams its weights while this kernel's few CTAs wait on their tiles, q and partials, which then queue
-// behind them (alone the kernel takes 3.7 / 5.2 us at 1k, in the step it adds ~11-13): kAfterTiles
-// triggers once every tile has landed, kAtExit at the CTA's exit (timing experiment, session 36).
-enum class DecodeDependents : int8_t { kAfterWait, kAfterTiles, kAtExit };
-
 struct AttentionArgs {
   DevicePlan plan;
   // Which KV group the layer belongs to: selects the plan's full or window block table.
@@ -101,8 +93,6 @@ struct AttentionArgs {
   // cache_split_blocks, !kv_after_wait as constants) where the step is one; false: the generic form
   // always (the same arithmetic, for A/B timing).
   bool decode_plain_form = true;
-  // Decode only: where the kernel lets its successor launch (PDL's trigger; DecodeDependents).
-  DecodeDependents dependents = DecodeDependents::kAfterWait;
 };
 
 // Whether the decode launcher takes the plain-step form for these arguments (decode_plain_form, 16-token

@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
   // Prologue: tiles 0 .. kRing - 2, one cp.async group each, then a group for the row of pos.
   if (kv_after_wait) {  // rows of this step's other tokens may precede pos: all after the wait
     pdl_wait();
-    if (a.dependents == DecodeDependents::kAfterWait) pdl_launch_dependents();
+    pdl_launch_dependents();
 #pragma unroll
     for (int t = 0; t < kRing - 1; ++t) {
       if (t < tiles) load_tile(t, begin + t * kTileKeys, -1);
@@ -430,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
       cp_async_commit();
     }
     pdl_wait();  // q and the row of `pos` come from the kernel before
-    if (a.dependents == DecodeDependents::kAfterWait) pdl_launch_dependents();
+    pdl_launch_dependents();
     if (has_pos && pos_tile < kRing - 1) load_key_row(pos_tile, begin + pos_tile * kTileKeys, pos);
   }
   cp_async_commit();  // (the row of pos; empty with kv_after_wait) kRing groups either way
@@ -587,11 +587,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
     __syncthreads();  // the next iteration's cp.async overwrites this stage
   }
 
-  // Every tile has landed and been read: the next kernel's weight requests no longer compete with ours.
-  if (a.dependents == DecodeDependents::kAfterTiles) pdl_launch_dependents();
-    // (kAtExit: the trigger is the CTA's exit.)
-
-    // Merge the 4 warps' states, then write this split's partial per head.
+  // Merge the 4 warps' states, then write this split's partial per head.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 4);

@@ -514,12 +514,13 @@ void launch_pipe_tile(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
 }
 
 // The shape by tile size, developer switch OSSRT_CUDA_MOE_PIPE_SETS (read once): unset, three consumer
-// warpgroups of two 64-row sets (NarrowWideShape) at the narrow tiles (32, 48 rows) and of one set
-// (WideShape) beyond; =1 one set everywhere; =2 two warpgroups of two sets (NarrowShape) at 32- to
-// 64-row tiles; =3 three warpgroups of two sets at 64-row tiles too. Measured at 256 sequences (20b
-// mxfp4-fp8, 1k context, bench cost, interleaved twice): H100, 1edc330: two warpgroups of two sets
-// 10.97 / 10.97 ms a step against 11.45 / 11.48 with one set (gate_up at 48 rows under ncu 154 against
-// 167 us); H100, 20c324f (session 35): three warpgroups 10.74 / 10.78 against two 11.07 / 11.03.
+// warpgroups of two 64-row sets (NarrowWideShape) at 32-, 48- and 64-row tiles and of one set
+// (WideShape) at 128; =1 one set everywhere; =2 two warpgroups of two sets (NarrowShape) at 32- to
+// 64-row tiles; =3 the default's shape. Measured at 256 sequences (20b mxfp4-fp8, 1k context, bench
+// cost, interleaved twice): H100, 1edc330: two warpgroups of two sets 10.97 / 10.97 ms a step against
+// 11.45 / 11.48 with one set (gate_up at 48 rows under ncu 154 against 167 us); H100, 20c324f (session
+// 35): three warpgroups 10.74 / 10.78 against two 11.07 / 11.03. At 64 rows (512 sequences, session 37,
+// H100, three runs each): three warpgroups 17.73-17.77 ms against one set's 18.21-18.42.
 char pipe_sets_switch() {
   static const char v = [] {
     const char* e = std::getenv("OSSRT_CUDA_MOE_PIPE_SETS");
@@ -550,13 +551,14 @@ int pipe_skew_ns() {
 }
 
 // The shape a launch takes, as the launchers' `sets` (1, 2 or 3): the caller's; else the developer switch's
-// at 32- to 64-row tiles; else three warpgroups of two sets at the narrow tiles (32, 48 rows), one set beyond.
+// at 32- to 64-row tiles; else three warpgroups of two sets up to 64 rows, one set beyond (at 64 rows since
+// session 37: 512-sequence steps 2.8% and 512-768-token prefills 3-4% faster, H100).
 int pipe_shape(int tile_m, int sets) {
   if (sets != 0) return sets;
   const char env = pipe_sets_switch();
   if (tile_m > 64 || env == '1') return 1;
   if (env == '2' || env == '3') return env - '0';
-  return tile_m <= 48 ? 3 : 1;
+  return tile_m <= 64 ? 3 : 1;
 }
 
 void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cudaStream_t stream) {

@@ -175,9 +175,9 @@ void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, int tile_m, cuda
 // The same GEMMs, bit-identical, as a warp-specialized pipeline (moe_mxfp4_wgmma_pipe.cu): a producer
 // warpgroup fills an mbarrier-guarded ring, three consumer warpgroups never meet at a CTA barrier,
 // persistent CTAs (one an SM) over the (route tile, 192-row block) units. `sets` picks the shape:
-// 0 the default (three warpgroups of two sets for the narrow tiles of 32 and 48 rows, one set beyond;
+// 0 the default (three warpgroups of two sets for route tiles of 32, 48 and 64 rows, one set at 128;
 // developer switch OSSRT_CUDA_MOE_PIPE_SETS=1 one set everywhere, =2 two warpgroups of two sets at 32- to
-// 64-row tiles, =3 three of two sets at 64-row tiles too; read once), 1 the three consumer warpgroups of
+// 64-row tiles; read once), 1 the three consumer warpgroups of
 // one 64-row set each, 2 two warpgroups of two sets, 3 three of two sets (2 and 3: 32-, 48- and 64-row
 // tiles).
 bool mxfp4_wgmma_pipe_enabled();  // the default; developer switch OSSRT_CUDA_MOE_WGMMA_PIPE=0 (A/B), read once
