@@ -122,8 +122,14 @@ MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts) {
   // while the rows are few and lose once a 64-row tile is mostly full: measured on the H200 at 8 rows
   // per expert 228 vs 437 us (E = 32, T = 64), at 32 rows 550 vs 447 us (E = 32, T = 256) and 2256 vs
   // 1717 us (E = 128, T = 1024); docs/kernels.md.
+  // Developer switch OSSRT_CUDA_MOE_SMALL_M_ROWS=n (A/B timing), read once: small M up to n rows an
+  // expert instead of kMoeSmallMMaxRows (0: the wgmma kernels from one row an expert).
+  static const int max_rows = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_SMALL_M_ROWS");
+    return v && v[0] ? std::atoi(v) : kMoeSmallMMaxRows;
+  }();
   const int64_t per_expert = (int64_t(tokens) * top_k + num_experts - 1) / num_experts;
-  return per_expert <= kMoeSmallMMaxRows ? MoeRegime::SmallM : MoeRegime::LargeM;
+  return per_expert <= max_rows ? MoeRegime::SmallM : MoeRegime::LargeM;
 }
 
 static int mxfp4_small_m_tiles(int tokens, int top_k, int num_experts) {
