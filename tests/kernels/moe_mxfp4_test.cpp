@@ -679,13 +679,24 @@ TEST(Mxfp4Moe, CapturedInACudaGraphMatchesEager) {
 }
 
 TEST(Mxfp4Moe, AutoRegimeFollowsRowsPerExpert) {
-  // Host-only.
-  EXPECT_EQ(choose_mxfp4_regime(1, 4, 32), MoeRegime::SmallM);
-  EXPECT_EQ(choose_mxfp4_regime(128, 4, 32), MoeRegime::SmallM);  // 16 rows per expert
-  EXPECT_EQ(choose_mxfp4_regime(129, 4, 32), MoeRegime::LargeM);
-  EXPECT_EQ(choose_mxfp4_regime(512, 4, 128), MoeRegime::SmallM);
-  EXPECT_EQ(choose_mxfp4_regime(1024, 4, 128), MoeRegime::LargeM);
-  EXPECT_EQ(choose_mxfp4_regime(8192, 4, 128), MoeRegime::LargeM);
+  // Host-only. Without the wgmma pipe (other shapes, or switched off): small M up to 16 rows an expert.
+  EXPECT_EQ(choose_mxfp4_regime(1, 4, 32, false), MoeRegime::SmallM);
+  EXPECT_EQ(choose_mxfp4_regime(128, 4, 32, false), MoeRegime::SmallM);  // 16 rows per expert
+  EXPECT_EQ(choose_mxfp4_regime(129, 4, 32, false), MoeRegime::LargeM);
+  EXPECT_EQ(choose_mxfp4_regime(512, 4, 128, false), MoeRegime::SmallM);
+  EXPECT_EQ(choose_mxfp4_regime(1024, 4, 128, false), MoeRegime::LargeM);
+  EXPECT_EQ(choose_mxfp4_regime(8192, 4, 128, false), MoeRegime::LargeM);
+  // Beside the pipe: up to 4.
+  EXPECT_EQ(choose_mxfp4_regime(1, 4, 32, true), MoeRegime::SmallM);
+  EXPECT_EQ(choose_mxfp4_regime(32, 4, 32, true), MoeRegime::SmallM);  // 4 rows per expert
+  EXPECT_EQ(choose_mxfp4_regime(33, 4, 32, true), MoeRegime::LargeM);
+  EXPECT_EQ(choose_mxfp4_regime(128, 4, 128, true), MoeRegime::SmallM);
+  EXPECT_EQ(choose_mxfp4_regime(129, 4, 128, true), MoeRegime::LargeM);
+  // gpt-oss's shapes take the pipe (unless a developer switch turns it off).
+  if (!std::getenv("OSSRT_CUDA_MOE_WGMMA") && !std::getenv("OSSRT_CUDA_MOE_WGMMA_PIPE")) {
+    EXPECT_TRUE(mxfp4_pipe_takes_large_m(2880, 2880));
+  }
+  EXPECT_FALSE(mxfp4_pipe_takes_large_m(64, 64));  // N = 128 is no multiple of the pipe's 192 rows
 }
 
 TEST(Mxfp4Moe, RejectsBadArguments) {

@@ -455,7 +455,9 @@ class ModelBench {
         distinct);
     add(
         "moe_mxfp4",
-        ::ossrt::cuda::choose_mxfp4_regime(int(T), int(K()), int(E())) == ::ossrt::cuda::MoeRegime::SmallM
+        ::ossrt::cuda::choose_mxfp4_regime(int(T), int(K()), int(E()),
+                                           ::ossrt::cuda::mxfp4_pipe_takes_large_m(int(H()), int(I()))) ==
+                ::ossrt::cuda::MoeRegime::SmallM
             ? "moe_count/plan/scatter + bf16_mxfp4w_moe_gate_up_swiglu_decode + _down_decode + moe_combine"
             : "moe_count/plan/scatter + bf16_mxfp4w_moe_gate_up_swiglu + _down + moe_combine",
         moe_cost(T, K(), distinct, H(), I(), kMxfp4),

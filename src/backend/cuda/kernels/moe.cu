@@ -116,14 +116,29 @@ void launch_bf16_bf16w_moe(const MoeArgs& a, cudaStream_t stream) {
   launch_moe_combine(a.weights, a.num_tokens, a.top_k, a.hidden, ws, a.out, a.out_bf16, stream);
 }
 
-MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts) {
+MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts, bool pipe) {
   // Rows per expert on average (the routing itself lives on the device). The small-M kernels stream
   // each weight tile once per 8 * n_tiles rows and dequantize it again for every tile, so they win
-  // while the rows are few and lose once a 64-row tile is mostly full: measured on the H200 at 8 rows
-  // per expert 228 vs 437 us (E = 32, T = 64), at 32 rows 550 vs 447 us (E = 32, T = 256) and 2256 vs
-  // 1717 us (E = 128, T = 1024); docs/kernels.md.
+  // while the rows are few. Against the mma.sync large-M kernels (64-row tiles) that held up to 16 rows
+  // an expert (H200: at 8 rows 228 vs 437 us, E = 32, T = 64; at 32 rows 550 vs 447 us, E = 32,
+  // T = 256). The wgmma pipe's 32-row tiles win from ~5 rows (H100, session 38, the whole MoE alone,
+  // L2 flushed: E = 32, 8 rows 247 vs 213 us, 16 rows 313 vs 218; E = 128, 4 rows 691 vs 705, 8 rows
+  // 866 vs 712; gpt-oss-20b `mxfp4-fp8` decode steps at 64 / 96 / 128 sequences 7.87 / 10.0 / 10.5 ms
+  // small-M against 7.32 / 9.08 / 8.22 on the pipe; at 32 sequences, 4 rows, 6.30 against 6.84).
+  // Developer switch OSSRT_CUDA_MOE_SMALL_M_ROWS=n (A/B timing), read once: small M up to n rows an
+  // expert in both cases (0: the large-M kernels from one row an expert).
+  static const int forced = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_SMALL_M_ROWS");
+    return v && v[0] ? std::atoi(v) : -1;
+  }();
+  const int max_rows = forced >= 0 ? forced : pipe ? kMxfp4SmallMMaxRowsBesidePipe : kMoeSmallMMaxRows;
   const int64_t per_expert = (int64_t(tokens) * top_k + num_experts - 1) / num_experts;
-  return per_expert <= kMoeSmallMMaxRows ? MoeRegime::SmallM : MoeRegime::LargeM;
+  return per_expert <= max_rows ? MoeRegime::SmallM : MoeRegime::LargeM;
+}
+
+bool mxfp4_pipe_takes_large_m(int hidden, int intermediate) {
+  return mxfp4_wgmma_enabled() && mxfp4_wgmma_pipe_enabled() && mxfp4_wgmma_fits(2 * intermediate, hidden) &&
+         mxfp4_wgmma_fits(hidden, intermediate);
 }
 
 static int mxfp4_small_m_tiles(int tokens, int top_k, int num_experts) {
@@ -138,7 +153,9 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
       carve_moe_workspace(a.workspace, a.num_tokens, a.top_k, a.num_experts, a.hidden, a.intermediate);
   const int pairs = a.num_tokens * a.top_k;
   const MoeRegime regime =
-      a.regime == MoeRegime::Auto ? choose_mxfp4_regime(a.num_tokens, a.top_k, a.num_experts) : a.regime;
+      a.regime == MoeRegime::Auto
+          ? choose_mxfp4_regime(a.num_tokens, a.top_k, a.num_experts, mxfp4_pipe_takes_large_m(a.hidden, a.intermediate))
+          : a.regime;
   const int n_tiles = mxfp4_small_m_tiles(a.num_tokens, a.top_k, a.num_experts);
   // Large M on wgmma where the shapes fit it (gpt-oss's do), else on the mma.sync kernels.
   // (Their route tiles are the grid's y: at most 65,535, i.e. some 4 million pairs.)

@@ -95,8 +95,15 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& args, cudaStream_t stream);
 void launch_bf16_fp8w_moe(const MoeArgs& args, cudaStream_t stream);
 size_t moe_fp8_workspace_bytes(int max_tokens, int top_k, int num_experts, int hidden, int intermediate);
 
-// MoeRegime::Auto: small M while the average rows per expert, ceil(T * k / E), is at most this.
+// MoeRegime::Auto: small M while the average rows per expert, ceil(T * k / E), is at most
+// kMoeSmallMMaxRows; for MXFP4 experts where the wgmma pipe takes large M (`pipe`: gpt-oss's shapes,
+// mxfp4_pipe_takes_large_m), only up to kMxfp4SmallMMaxRowsBesidePipe: the pipe's narrow tiles beat
+// the small-M kernels from ~5 rows an expert (docs/kernels.md, "Where small M hands over").
 inline constexpr int kMoeSmallMMaxRows = 16;
-MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts);
+inline constexpr int kMxfp4SmallMMaxRowsBesidePipe = 4;
+MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts, bool pipe);
+// Whether large M on MXFP4 experts of these sizes runs on the wgmma pipe (the default switches and
+// shapes whose N and K it tiles).
+bool mxfp4_pipe_takes_large_m(int hidden, int intermediate);
 
 }  // namespace ossrt::cuda
