@@ -695,6 +695,17 @@ TEST(Mxfp4Moe, AutoRegimeFollowsRowsPerExpert) {
   // gpt-oss's shapes take the pipe (unless a developer switch turns it off).
   if (!std::getenv("OSSRT_CUDA_MOE_WGMMA") && !std::getenv("OSSRT_CUDA_MOE_WGMMA_PIPE")) {
     EXPECT_TRUE(mxfp4_pipe_takes_large_m(2880, 2880));
+    // ... on route tiles by rows an expert (mxfp4_wgmma_tile_m), unless its switches force another.
+    if (!std::getenv("OSSRT_CUDA_MOE_WGMMA_TILE") && !std::getenv("OSSRT_CUDA_MOE_NARROW_TILES")) {
+      EXPECT_EQ(mxfp4_wgmma_tile_m(160, 4, 128), 16);  // 5 rows an expert, 128 experts
+      EXPECT_EQ(mxfp4_wgmma_tile_m(256, 4, 128), 16);  // 8
+      EXPECT_EQ(mxfp4_wgmma_tile_m(40, 4, 32), 32);    // 5 rows, 32 experts: 16 lost there
+      EXPECT_EQ(mxfp4_wgmma_tile_m(288, 4, 128), 32);  // 9
+      EXPECT_EQ(mxfp4_wgmma_tile_m(72, 4, 32), 32);   // 9
+      EXPECT_EQ(mxfp4_wgmma_tile_m(256, 4, 32), 48);  // 32
+      EXPECT_EQ(mxfp4_wgmma_tile_m(512, 4, 32), 64);  // 64
+      EXPECT_EQ(mxfp4_wgmma_tile_m(1024, 4, 32), 128);
+    }
   }
   EXPECT_FALSE(mxfp4_pipe_takes_large_m(64, 64));  // N = 128 is no multiple of the pipe's 192 rows
 }
@@ -1001,6 +1012,33 @@ TEST(Mxfp4Moe, WgmmaPipeTwoSetsAt64RowsAreTheRingBitForBit) {
                    (k.skewed ? ", skewed" : ", random") + ", sets " + std::to_string(sets));
       expect_narrow_pipe_matches_ring(ex, x, r, k.tokens, 64, sets);
     }
+  }
+}
+
+// The 16-row route tiles (decode batches of 5-8 rows an expert, session 38) against the ring kernels at
+// 64 rows, bit for bit, pair by pair: every shape (sets 1-3), with cp.async copies and with the model's
+// copies (gate_up's tokens grouped, tokens and weights by TMA boxes): E = 32 at 40 and 64 tokens (5 and 8
+// rows an expert: some experts over 16 rows, so two tiles), 48 with slot 0 on one expert (its rows span
+// many tiles), E = 128 at 256 tokens (8 rows).
+TEST(Mxfp4Moe, WgmmaPipe16RowTilesAreTheRingBitForBit) {
+  REQUIRE_GPU();
+  struct Case {
+    int experts, tokens;
+    bool skewed;
+  };
+  for (const Case& k : std::vector<Case>{{32, 40, false}, {32, 64, false}, {32, 48, true}, {128, 256, false}}) {
+    const Experts& ex = experts(k.experts);
+    const std::vector<uint16_t> x = random_bf16(size_t(k.tokens) * kHidden, 491 + k.tokens, 1.0f);
+    Routing r = random_routing(k.tokens, k.experts, 492 + k.tokens);
+    if (k.skewed) {
+      skew_slot0_onto_expert5(r, k.tokens);
+    }
+    for (const PipeSwitches& sw : {PipeSwitches{}, PipeSwitches{.tma_tokens = true, .grouped_x = true, .tma_weights = true}})
+      for (int sets : {1, 2, 3}) {
+        SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) +
+                     (k.skewed ? ", skewed" : ", random") + ", sets " + std::to_string(sets) + sw.label());
+        expect_narrow_pipe_matches_ring(ex, x, r, k.tokens, 16, sets, sw);
+      }
   }
 }
 

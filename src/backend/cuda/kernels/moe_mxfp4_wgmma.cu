@@ -290,8 +290,8 @@ void launch_wgmma_ring(bool swiglu, const MoeGemmArgs& a, cudaStream_t stream) {
 bool mxfp4_wgmma_fits(int n, int k) { return n > 0 && n % kBN == 0 && k > 0 && k % kBK == 0; }
 
 int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts) {
-  // Developer switches (A/B timing), read once: OSSRT_CUDA_MOE_WGMMA_TILE=32|48|64|128 forces the
-  // tile (32 and 48 only where the pipe kernels run: the ring kernels take 64 or 128);
+  // Developer switches (A/B timing), read once: OSSRT_CUDA_MOE_WGMMA_TILE=16|32|48|64|128 forces the
+  // tile (16, 32 and 48 only where the pipe kernels run: the ring kernels take 64 or 128);
   // OSSRT_CUDA_MOE_NARROW_TILES=0 keeps the choice below at 64 and over.
   static const int forced = [] {
     const char* v = std::getenv("OSSRT_CUDA_MOE_WGMMA_TILE");
@@ -302,7 +302,7 @@ int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts) {
     return !(v && v[0] == '0');
   }();
   const bool pipe = mxfp4_wgmma_pipe_enabled();
-  if (forced == 64 || forced == 128 || (pipe && (forced == 32 || forced == 48))) return forced;
+  if (forced == 64 || forced == 128 || (pipe && (forced == 16 || forced == 32 || forced == 48))) return forced;
   const int64_t per_expert = (int64_t(tokens) * top_k + num_experts - 1) / num_experts;
   if (per_expert >= 128) return 128;
   // Narrow tiles, by rows an expert on average: a 64-row tile at 32 rows an expert (20b, 256
@@ -312,6 +312,13 @@ int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts) {
   // dequantizes its weights again. On the H200 (session 24, 20b mxfp4-fp8, 256 sequences: 48-row
   // tiles) a decode step took 10.88 ms against 11.48-11.51 with 64 (forced 32: 12.40); the 32-row
   // choice below 22 rows follows the same argument, untimed.
+  // 16-row tiles up to 8 rows an expert (16 hold a mean of 8 + 2.8 sd; below 5 small M runs,
+  // choose_mxfp4_regime): half the MMAs of a 32-row tile on the same weight stream. Where measured to
+  // win (H100, session 38, bench cost decode steps, ms, 16 against 32): 120b (128 experts, 256-token
+  // context) at 5 / 6 / 8 rows 32.97 / 31.75 / 29.50 against 32.93 / 33.01 / 31.78; the 20b's 32 experts
+  // at 5 / 6 / 7 / 8 rows lost or tied (7.97 / 8.10 / 7.26 / 7.20 against 7.01 / 7.09 / 7.18 / 7.26),
+  // not yet explained (docs/kernels.md, "Where small M hands over"), so 32 experts keep 32-row tiles.
+  if (narrow && pipe && per_expert <= 8 && num_experts >= 128) return 16;
   if (narrow && pipe && per_expert <= 22) return 32;
   if (narrow && pipe && per_expert <= 36) return 48;
   return 64;

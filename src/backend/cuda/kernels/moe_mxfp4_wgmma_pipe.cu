@@ -575,6 +575,7 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
   switch (pipe_shape(tile_m, sets)) {
     case 3:
       switch (tile_m) {
+        case 16: return launch_pipe_tile<16, NarrowWideShape>(swiglu, a, stream);
         case 32: return launch_pipe_tile<32, NarrowWideShape>(swiglu, a, stream);
         case 48: return launch_pipe_tile<48, NarrowWideShape>(swiglu, a, stream);
         case 64: return launch_pipe_tile<64, NarrowWideShape>(swiglu, a, stream);
@@ -582,6 +583,7 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
       break;
     case 2:
       switch (tile_m) {
+        case 16: return launch_pipe_tile<16, NarrowShape>(swiglu, a, stream);
         case 32: return launch_pipe_tile<32, NarrowShape>(swiglu, a, stream);
         case 48: return launch_pipe_tile<48, NarrowShape>(swiglu, a, stream);
         case 64: return launch_pipe_tile<64, NarrowShape>(swiglu, a, stream);
@@ -589,21 +591,22 @@ void launch_pipe(bool swiglu, const MoeGemmArgs& args, int tile_m, int sets, cud
       break;
     default:
       switch (tile_m) {
+        case 16: return launch_pipe_tile<16>(swiglu, a, stream);
         case 32: return launch_pipe_tile<32>(swiglu, a, stream);
         case 48: return launch_pipe_tile<48>(swiglu, a, stream);
         case 64: return launch_pipe_tile<64>(swiglu, a, stream);
         default: return launch_pipe_tile<128>(swiglu, a, stream);
       }
   }
-  OSSRT_CU_CHECK(false, "MXFP4 pipe: two sets a consumer warp take 32- to 64-row tiles, not ", tile_m);
+  OSSRT_CU_CHECK(false, "MXFP4 pipe: two sets a consumer warp take 16- to 64-row tiles, not ", tile_m);
 }
 
 void check_pipe_args(const MoeGemmArgs& a, int tile_m, int sets, const char* name) {
   OSSRT_CU_CHECK(mxfp4_wgmma_fits(a.n, a.k), name, ": N ", a.n, " must be a positive multiple of ", WideShape::kBN,
                  " and K ", a.k, " of ", kBK);
-  OSSRT_CU_CHECK(mxfp4_wgmma_pipe_tile_ok(tile_m), name, ": route tiles of ", tile_m, " rows (32, 48, 64 or 128)");
+  OSSRT_CU_CHECK(mxfp4_wgmma_pipe_tile_ok(tile_m), name, ": route tiles of ", tile_m, " rows (16, 32, 48, 64 or 128)");
   OSSRT_CU_CHECK(sets >= 0 && sets <= 3 && (sets < 2 || tile_m <= 64), name, ": shape ", sets,
-                 " (0 default, 1, or 2 and 3 for route tiles of 32, 48 or 64 rows) at tiles of ", tile_m);
+                 " (0 default, 1, or 2 and 3 for route tiles of 16 to 64 rows) at tiles of ", tile_m);
   OSSRT_CU_CHECK(int64_t(a.max_tiles) * (a.n / WideShape::kBN) < (int64_t(1) << 31), name, ": ", a.max_tiles,
                  " route tiles make too many work units");
   OSSRT_CU_CHECK(a.wq && a.wscale, name, ": null MXFP4 weights or scales");
@@ -622,7 +625,9 @@ bool mxfp4_wgmma_pipe_enabled() {
   return on;
 }
 
-bool mxfp4_wgmma_pipe_tile_ok(int tile_m) { return tile_m == 32 || tile_m == 48 || tile_m == 64 || tile_m == 128; }
+bool mxfp4_wgmma_pipe_tile_ok(int tile_m) {
+  return tile_m == 16 || tile_m == 32 || tile_m == 48 || tile_m == 64 || tile_m == 128;
+}
 
 // Measured (docs/kernels.md, "Copies by the TMA unit"; ncu, one launch, caches flushed): bit 1 alone,
 // down 8k 1.22 -> 1.03 ms (H100, bacf68a); bit 4 on top (H100, 008391d) gate_up 8k 2.23 -> 2.07 ms,

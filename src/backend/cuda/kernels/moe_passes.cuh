@@ -151,7 +151,7 @@ void launch_bf16_bf16w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe_gate_up_swiglu(const MoeGemmArgs& args, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe_down(const MoeGemmArgs& args, cudaStream_t stream);
 // MXFP4 weights, large M on wgmma (moe_mxfp4_wgmma.cu): 192 weight rows x the route's tiles of
-// tile_m = 64 or 128 rows (mxfp4_wgmma_tile_m; the pipe kernels below also take 32 and 48).
+// tile_m = 64 or 128 rows (mxfp4_wgmma_tile_m; the pipe kernels below also take 16, 32 and 48).
 // Their activations are in the column order of mx_wgmma_perm_col: x permuted by
 // launch_mx_permute_cols, act written so by the gate_up GEMM (and read so only by this down GEMM).
 bool mxfp4_wgmma_fits(int n, int k);  // N a multiple of 192, K of 64
@@ -166,8 +166,8 @@ void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, c
 // whose pos_to_pair the route leaves unwritten) are zeros.
 void launch_mx_gather_permute_cols(const uint16_t* x, const int32_t* pos_to_pair, const int32_t* routed, int top_k,
                                    int pairs, int k, uint16_t* out, cudaStream_t stream);
-// The route tile: 128 rows from 128 rows an expert on average, else 64; with the pipe kernels 32 up
-// to 22 rows an expert and 48 up to 36 (decode batches of 20b: 256 sequences are 32 rows an expert),
+// The route tile: 128 rows from 128 rows an expert on average, else 64; with the pipe kernels 16 up
+// to 8 rows an expert where there are 128 experts or more, 32 up to 22 and 48 up to 36 (decode batches of 20b: 256 sequences are 32 rows an expert),
 // unless the developer switch OSSRT_CUDA_MOE_NARROW_TILES=0 (A/B timing, read once).
 int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts);
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
@@ -175,13 +175,13 @@ void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, int tile_m, cuda
 // The same GEMMs, bit-identical, as a warp-specialized pipeline (moe_mxfp4_wgmma_pipe.cu): a producer
 // warpgroup fills an mbarrier-guarded ring, three consumer warpgroups never meet at a CTA barrier,
 // persistent CTAs (one an SM) over the (route tile, 192-row block) units. `sets` picks the shape:
-// 0 the default (three warpgroups of two sets for route tiles of 32, 48 and 64 rows, one set at 128;
-// developer switch OSSRT_CUDA_MOE_PIPE_SETS=1 one set everywhere, =2 two warpgroups of two sets at 32- to
+// 0 the default (three warpgroups of two sets for route tiles of 16 to 64 rows, one set at 128;
+// developer switch OSSRT_CUDA_MOE_PIPE_SETS=1 one set everywhere, =2 two warpgroups of two sets at 16- to
 // 64-row tiles; read once), 1 the three consumer warpgroups of
 // one 64-row set each, 2 two warpgroups of two sets, 3 three of two sets (2 and 3: 32-, 48- and 64-row
 // tiles).
 bool mxfp4_wgmma_pipe_enabled();  // the default; developer switch OSSRT_CUDA_MOE_WGMMA_PIPE=0 (A/B), read once
-bool mxfp4_wgmma_pipe_tile_ok(int tile_m);  // the pipe kernels' route tiles: 32, 48, 64 or 128 rows
+bool mxfp4_wgmma_pipe_tile_ok(int tile_m);  // the pipe kernels' route tiles: 16, 32, 48, 64 or 128 rows
 // Which of the pipe's copies moe.cu asks the TMA unit for (MoeGemmArgs::pipe_tma_tokens and
 // pipe_tma_weights; the launchers take the arguments as given, but for what a map cannot serve):
 // developer switch OSSRT_CUDA_MOE_PIPE_TMA=bits, read once, default 7: 1 the down GEMM's token tiles,

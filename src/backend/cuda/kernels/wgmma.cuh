@@ -130,8 +130,22 @@ __device__ __forceinline__ void wgmma_m64k16_rs<128>(float (&d)[64], const uint3
       : "memory");
 }
 
-// The narrow token tiles of the MoE pipe kernels (route tiles of 32 and 48 rows, decode batches of
-// 17-36 rows an expert): the same A, B and D layouts with N / 8 column groups.
+// The narrow token tiles of the MoE pipe kernels (route tiles of 16, 32 and 48 rows, decode batches of
+// 5-36 rows an expert): the same A, B and D layouts with N / 8 column groups.
+template <>
+__device__ __forceinline__ void wgmma_m64k16_rs<16>(float (&d)[8], const uint32_t (&a)[4], uint64_t b_desc) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc)
+      : "memory");
+}
+
 template <>
 __device__ __forceinline__ void wgmma_m64k16_rs<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc) {
   asm volatile(
