@@ -701,9 +701,9 @@ TEST(Mxfp4Moe, AutoRegimeFollowsRowsPerExpert) {
       EXPECT_EQ(mxfp4_wgmma_tile_m(256, 4, 128), 16);  // 8
       EXPECT_EQ(mxfp4_wgmma_tile_m(40, 4, 32), 32);    // 5 rows, 32 experts: 16 lost there
       EXPECT_EQ(mxfp4_wgmma_tile_m(288, 4, 128), 32);  // 9
-      EXPECT_EQ(mxfp4_wgmma_tile_m(72, 4, 32), 32);   // 9
-      EXPECT_EQ(mxfp4_wgmma_tile_m(256, 4, 32), 48);  // 32
-      EXPECT_EQ(mxfp4_wgmma_tile_m(512, 4, 32), 64);  // 64
+      EXPECT_EQ(mxfp4_wgmma_tile_m(72, 4, 32), 32);    // 9
+      EXPECT_EQ(mxfp4_wgmma_tile_m(256, 4, 32), 48);   // 32
+      EXPECT_EQ(mxfp4_wgmma_tile_m(512, 4, 32), 64);   // 64
       EXPECT_EQ(mxfp4_wgmma_tile_m(1024, 4, 32), 128);
     }
   }
@@ -1033,7 +1033,8 @@ TEST(Mxfp4Moe, WgmmaPipe16RowTilesAreTheRingBitForBit) {
     if (k.skewed) {
       skew_slot0_onto_expert5(r, k.tokens);
     }
-    for (const PipeSwitches& sw : {PipeSwitches{}, PipeSwitches{.tma_tokens = true, .grouped_x = true, .tma_weights = true}})
+    for (const PipeSwitches& sw :
+         {PipeSwitches{}, PipeSwitches{.tma_tokens = true, .grouped_x = true, .tma_weights = true}})
       for (int sets : {1, 2, 3}) {
         SCOPED_TRACE("E = " + std::to_string(k.experts) + ", T = " + std::to_string(k.tokens) +
                      (k.skewed ? ", skewed" : ", random") + ", sets " + std::to_string(sets) + sw.label());

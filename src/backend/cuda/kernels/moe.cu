@@ -152,10 +152,10 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
   const MoeWorkspace ws =
       carve_moe_workspace(a.workspace, a.num_tokens, a.top_k, a.num_experts, a.hidden, a.intermediate);
   const int pairs = a.num_tokens * a.top_k;
-  const MoeRegime regime =
-      a.regime == MoeRegime::Auto
-          ? choose_mxfp4_regime(a.num_tokens, a.top_k, a.num_experts, mxfp4_pipe_takes_large_m(a.hidden, a.intermediate))
-          : a.regime;
+  const MoeRegime regime = a.regime == MoeRegime::Auto
+                               ? choose_mxfp4_regime(a.num_tokens, a.top_k, a.num_experts,
+                                                     mxfp4_pipe_takes_large_m(a.hidden, a.intermediate))
+                               : a.regime;
   const int n_tiles = mxfp4_small_m_tiles(a.num_tokens, a.top_k, a.num_experts);
   // Large M on wgmma where the shapes fit it (gpt-oss's do), else on the mma.sync kernels.
   // (Their route tiles are the grid's y: at most 65,535, i.e. some 4 million pairs.)

@@ -167,8 +167,9 @@ void launch_mx_permute_cols(const uint16_t* x, int rows, int k, uint16_t* out, c
 void launch_mx_gather_permute_cols(const uint16_t* x, const int32_t* pos_to_pair, const int32_t* routed, int top_k,
                                    int pairs, int k, uint16_t* out, cudaStream_t stream);
 // The route tile: 128 rows from 128 rows an expert on average, else 64; with the pipe kernels 16 up
-// to 8 rows an expert where there are 128 experts or more, 32 up to 22 and 48 up to 36 (decode batches of 20b: 256 sequences are 32 rows an expert),
-// unless the developer switch OSSRT_CUDA_MOE_NARROW_TILES=0 (A/B timing, read once).
+// to 8 rows an expert where there are 128 experts or more, 32 up to 22 and 48 up to 36 (decode
+// batches of 20b: 256 sequences are 32 rows an expert), unless the developer switch
+// OSSRT_CUDA_MOE_NARROW_TILES=0 (A/B timing, read once).
 int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts);
 void launch_bf16_mxfp4w_moe_gate_up_swiglu_wgmma(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
 void launch_bf16_mxfp4w_moe_down_wgmma(const MoeGemmArgs& args, int tile_m, cudaStream_t stream);
