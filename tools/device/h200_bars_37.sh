@@ -4,7 +4,7 @@
 #      a user at least; issue 16: 20b `mxfp4-fp8` decode at 32k within 15% of 1k)
 #   2. serve_c256_knobs.sh with the defaults and `--kv-cache-dtype fp8` (issue 16: 20,000 out tok/s at 256
 #      concurrent 1k/1k requests)
-# Prefix a developer switch to measure it everywhere, e.g. OSSRT_CUDA_ATTN_DEPENDENTS=tiles.
+# Prefix a developer switch to measure it everywhere, e.g. OSSRT_CUDA_MOE_SMALL_M_ROWS=16.
 # Device call from the repo root (carry [".carry/cudaz", ".carry/tokgz"]):
 #   tar -C .carry -xJf .carry/cudaz/cuda.tar.xz && tools/device/h200_bars_37.sh
 set -uo pipefail
