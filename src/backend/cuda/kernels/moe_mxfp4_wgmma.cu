@@ -317,7 +317,9 @@ int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts) {
   // win (H100, session 38, bench cost decode steps, ms, 16 against 32): 120b (128 experts, 256-token
   // context) at 5 / 6 / 8 rows 32.97 / 31.75 / 29.50 against 32.93 / 33.01 / 31.78; the 20b's 32 experts
   // at 5 / 6 / 7 / 8 rows lost or tied (7.97 / 8.10 / 7.26 / 7.20 against 7.01 / 7.09 / 7.18 / 7.26),
-  // not yet explained (docs/kernels.md, "Where small M hands over"), so 32 experts keep 32-row tiles.
+  // so 32 experts keep 32-row tiles. Those steps were graph bucket 64 with 24 / 16 / 8 / 0 padding rows
+  // on the same 4 experts (two 16-row tiles each), since routed nowhere (StepPlan::padding_tokens): to
+  // be measured again (docs/kernels.md, "Where small M hands over").
   if (narrow && pipe && per_expert <= 8 && num_experts >= 128) return 16;
   if (narrow && pipe && per_expert <= 22) return 32;
   if (narrow && pipe && per_expert <= 36) return 48;
