@@ -681,7 +681,8 @@ void CudaBackend::add_rmsnorm_router_topk(Tensor& residual, const Tensor& delta,
   bind_device();
   constexpr const char* kOp = "add_rmsnorm_router_topk";
   // One-token steps on the fused router: the norm in its prologue (router.cu, RouterFusedArgs::fold_norm),
-  // the same bits as the norm kernel then the router.
+  // the same bits as the norm kernel then the router. (One row is graph bucket 1: never padding, so
+  // no real_tokens.)
   if (router_norm_fold_ && !ablated(kAblateNorm) && !ablated(kAblateRouter) && residual.dim(0) == 1 &&
       gemv_max_rows_ >= 1) {
     cuda::RouterFusedArgs f = router_args(normed, router_w, router_b, k, ids, weights, kOp);
