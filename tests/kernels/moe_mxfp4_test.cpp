@@ -728,7 +728,8 @@ TEST(Mxfp4Moe, AutoRegimeFollowsRowsPerExpert) {
     if (!std::getenv("OSSRT_CUDA_MOE_WGMMA_TILE") && !std::getenv("OSSRT_CUDA_MOE_NARROW_TILES")) {
       EXPECT_EQ(mxfp4_wgmma_tile_m(160, 4, 128), 16);  // 5 rows an expert, 128 experts
       EXPECT_EQ(mxfp4_wgmma_tile_m(256, 4, 128), 16);  // 8
-      EXPECT_EQ(mxfp4_wgmma_tile_m(40, 4, 32), 32);    // 5 rows, 32 experts: 16 lost there
+      EXPECT_EQ(mxfp4_wgmma_tile_m(40, 4, 32), 16);    // 5 rows, 32 experts
+      EXPECT_EQ(mxfp4_wgmma_tile_m(64, 4, 32), 16);    // 8
       EXPECT_EQ(mxfp4_wgmma_tile_m(288, 4, 128), 32);  // 9
       EXPECT_EQ(mxfp4_wgmma_tile_m(72, 4, 32), 32);    // 9
       EXPECT_EQ(mxfp4_wgmma_tile_m(256, 4, 32), 48);   // 32
