@@ -282,6 +282,9 @@ class Backend {
   // router_topk(normed, ...). A backend may fold the norm into the router (the CUDA backend can for
   // one-token steps: each CTA normalizes the row it reads, one writes normed, the last writes the sum
   // once all have read the residual), with the same bits as the two ops, which the default runs.
+  // Its rows are the step's (the model calls it so): a backend that pads a step (the CUDA backend's
+  // graph buckets, StepPlan::padding_tokens) may route the padding rows to no expert (ids -1, weights
+  // 0), which the MoE drops; every real row is routed as router_topk routes it.
   virtual void add_rmsnorm_router_topk(Tensor& residual, const Tensor& delta, const Tensor& norm_w, float eps,
                                        Tensor& normed, const Tensor& router_w, const Tensor& router_b, int k,
                                        Tensor& ids, Tensor& weights) {

@@ -45,6 +45,7 @@ StepPlan pad_plan_to_bucket(const StepPlan& plan, int bucket, int full_scratch, 
               "cannot pad to {}",
               plan.num_seqs(), t, bucket);
   StepPlan p = plan;
+  p.padding_tokens = plan.padding_tokens + (bucket - plan.num_seqs()) * t;
   const int bs = plan.block_size;
   const int blocks = (t + bs - 1) / bs;  // the scratch block stands in for each block positions 0..T-1 span
   for (int i = plan.num_seqs(); i < bucket; ++i) {

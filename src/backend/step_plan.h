@@ -48,6 +48,11 @@ struct StepPlan {
   // only_greedy_ids). A backend may then find the ids without writing all the logits (the CUDA
   // backend's greedy screen, docs/cuda_backend.md); the logits it returns must then not be read.
   bool greedy_ids_only = false;
+  // Rows at the end that no caller asked for: pad_plan_to_bucket's scratch sequences, which fill a
+  // CUDA graph's batch bucket. Every op still computes them (their outputs are never read), but the
+  // MoE routes them to no expert: identical rows, they would all pick the same top-k experts and
+  // crowd those experts' tiles (docs/cuda_backend.md, "CUDA graphs").
+  int32_t padding_tokens = 0;
 
   int num_tokens() const { return int(token_ids.size()); }
   int num_seqs() const { return int(seqs.size()); }

@@ -402,6 +402,60 @@ TEST(CudaOps, RouterTopkSoftmax) {
   }
 }
 
+// A CUDA graph's padding rows (StepPlan::padding_tokens, the tail of the step's rows) pick no expert
+// in add_rmsnorm_router_topk (ids -1, weights 0, so the MoE drops them), while every real row is routed
+// as router_topk routes it, bit for bit: the fused router (3 rows) and cuBLASLt + the top-k kernel (40).
+// The count is uploaded with each step: the same rows with no padding route every row.
+TEST(CudaOps, NormRouterRoutesAPaddedPlansTailNowhere) {
+  OSSRT_SKIP_WITHOUT_GPU();
+  auto gpu = make_backend("cuda", BackendOptions{});
+  std::mt19937_64 rng(12);
+  const int k = 4, experts = 32;
+  const float eps = 1e-5f;
+  auto w = test::host_bf16(random_floats(rng, size_t(experts * kHidden), 0.05f), {experts, kHidden}, "router.w");
+  auto bias = test::host_bf16(random_floats(rng, size_t(experts), 0.3f), {experts}, "router.b");
+  auto norm_w = test::host_bf16(random_floats(rng, size_t(kHidden), 0.2f, 1.0f), {kHidden}, "mlp_norm.w");
+  Tensor wt = gpu->upload(w->view), bt = gpu->upload(bias->view), nt = gpu->upload(norm_w->view);
+  for (const auto& [t, padding] : std::vector<std::pair<int, int>>{{3, 1}, {40, 24}, {40, 0}}) {
+    const std::string where = fmt::format("T={} padding {}", t, padding);
+    StepPlan plan;  // t one-token sequences, the last `padding` of them a bucket's padding
+    for (int i = 0; i < t; ++i) {
+      plan.token_ids.push_back(i);
+      plan.positions.push_back(0);
+      plan.token_seq.push_back(i);
+      plan.full_slots.push_back(0);
+      plan.window_slots.push_back(0);
+      plan.seqs.push_back(SeqStep{i, 1, 0, 0, 1, 0, 1, 0});
+      plan.logit_rows.push_back(i);
+    }
+    plan.full_block_table = {0};
+    plan.window_block_table = {0};
+    plan.padding_tokens = padding;
+    gpu->begin_step(plan);
+    Tensor residual = put(*gpu, DType::F32, {t, kHidden}, random_floats(rng, size_t(t * kHidden), 3.0f));
+    Tensor delta = put(*gpu, DType::F32, {t, kHidden}, random_floats(rng, size_t(t * kHidden), 1.0f));
+    Tensor normed = gpu->alloc(DType::BF16, {t, kHidden});
+    Tensor ids = gpu->alloc(DType::I32, {t, k}), weights = gpu->alloc(DType::F32, {t, k});
+    gpu->add_rmsnorm_router_topk(residual, delta, nt, eps, normed, wt, bt, k, ids, weights);
+    Tensor all_ids = gpu->alloc(DType::I32, {t, k}), all_weights = gpu->alloc(DType::F32, {t, k});
+    gpu->router_topk(normed, wt, bt, k, all_ids, all_weights);  // no plan: every row routed
+    const auto got_ids = gpu->to_host_f32(ids), want_ids = gpu->to_host_f32(all_ids);
+    const auto got_w = float_bits(gpu->to_host_f32(weights)), want_w = float_bits(gpu->to_host_f32(all_weights));
+    for (int r = 0; r < t; ++r)
+      for (int j = 0; j < k; ++j) {
+        const size_t i = size_t(r * k + j);
+        if (r < t - padding) {
+          EXPECT_EQ(got_ids[i], want_ids[i]) << where << " row " << r;
+          EXPECT_EQ(got_w[i], want_w[i]) << where << " row " << r;
+          EXPECT_GE(got_ids[i], 0.0f) << where << " row " << r;
+        } else {
+          EXPECT_EQ(got_ids[i], -1.0f) << where << ": padding row " << r << " routed";
+          EXPECT_EQ(got_w[i], 0u) << where << " row " << r;  // +0.0f
+        }
+      }
+  }
+}
+
 // The norm before the MoE folded into the one-token router (add_rmsnorm_router_topk,
 // OSSRT_CUDA_ROUTER_NORM_FOLD=1) against the same op on a backend without the fold (the
 // norm kernel, then router_topk): the in-place residual, the normed row, the ids and the weights bit

@@ -170,6 +170,9 @@ void expect_padded(const StepPlan& plan, int bucket, int full_scratch, int windo
   std::vector<int32_t> rows(size_t(bucket * t));
   std::iota(rows.begin(), rows.end(), 0);
   EXPECT_EQ(p.logit_rows, rows);
+  // The padding rows are the tail, and the plan says how many (the MoE routes them nowhere).
+  EXPECT_EQ(plan.padding_tokens, 0);
+  EXPECT_EQ(p.padding_tokens, (bucket - n) * t);
 }
 
 TEST(GraphPlan, PaddingAddsScratchSequencesOfTheSameLength) {

@@ -159,6 +159,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
   if (const char* fold = std::getenv("OSSRT_CUDA_QKV_NORM_FOLD")) qkv_norm_fold_ = fold[0] == '1';
   if (const char* codes = std::getenv("OSSRT_CUDA_FP8_NORM_CODES")) fp8_norm_codes_ = codes[0] != '0';
   if (const char* fold = std::getenv("OSSRT_CUDA_ROUTER_NORM_FOLD")) router_norm_fold_ = fold[0] == '1';
+  if (const char* drop = std::getenv("OSSRT_CUDA_MOE_DROP_PADDING")) moe_drop_padding_ = drop[0] != '0';
   if (const char* greedy = std::getenv("OSSRT_CUDA_FUSED_GREEDY")) fused_greedy_enabled_ = greedy[0] == '1';
   if (const char* screen = std::getenv("OSSRT_CUDA_GREEDY_SCREEN")) greedy_screen_enabled_ = screen[0] == '1';
   // OSSRT_CUDA_GRAPHS=0: every step eager (vLLM's --enforce-eager), to tell a graph problem from a kernel one.

@@ -113,7 +113,9 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& qkv, const Tensor& sinks, const AttentionParams& params, Tensor& out) override;
   void router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) override;
   // With OSSRT_CUDA_ROUTER_NORM_FOLD=1, one-token steps: the norm folded into the fused router (one
-  // launch, router.cu); otherwise the norm kernel then router_topk.
+  // launch, router.cu); otherwise the norm kernel then router_topk. Its rows are the step's (the
+  // model's MoE block calls it so), so a graph bucket's padding rows (StepPlan::padding_tokens) pick
+  // no expert here and the MoE drops them.
   void add_rmsnorm_router_topk(Tensor& residual, const Tensor& delta, const Tensor& norm_w, float eps, Tensor& normed,
                                const Tensor& router_w, const Tensor& router_b, int k, Tensor& ids,
                                Tensor& weights) override;
@@ -195,6 +197,11 @@ class CudaBackend final : public Backend {
   // The fused router's arguments after router_topk's checks (op names the caller in errors).
   cuda::RouterFusedArgs router_args(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids,
                                     Tensor& weights, const char* op) const;
+  // router_topk with RouterTopkArgs::real_tokens (null: every row routed).
+  void route_rows(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights,
+                  const int32_t* real_tokens);
+  // DevicePlan::real_tokens where `rows` are the current step's rows, else null.
+  const int32_t* step_real_tokens(int64_t rows) const;
   // linear() with an FP8 weight (upload_linear in Fp8 / Mxfp4Fp8): decode sizes on our GEMV, larger
   // ones on cuBLASLt's block-scaled matmul where it has an algorithm (cuda_ops.cpp).
   // greedy (or null): the fused argmax's buffers for the GEMV paths; returns whether a GEMV took them.
@@ -257,6 +264,9 @@ class CudaBackend final : public Backend {
   // norm before the MoE into the one-token fused router (the same bits). Off by default until its tests
   // have run on the H200 and it is measured (written in session 22 without a device; docs/kernels.md).
   bool router_norm_fold_ = false;
+  // OSSRT_CUDA_MOE_DROP_PADDING=0 (developer switch, read at start; A/B timing): a graph bucket's padding
+  // rows are routed like the others instead of to no expert (add_rmsnorm_router_topk).
+  bool moe_drop_padding_ = true;
   // The one-token-row FP8 GEMVs (the linear and the fused QKV + RoPE) split K of each 16-row tile over
   // 2 CTAs, summed by the last by a ticket (docs/kernels.md, "FP8 linears"): the workspace, planned in
   // the constructor (partials; tickets 0 between launches). OSSRT_CUDA_FP8_GEMV_SPLIT=0 (developer

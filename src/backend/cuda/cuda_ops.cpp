@@ -642,11 +642,21 @@ cuda::RouterFusedArgs CudaBackend::router_args(const Tensor& x, const Tensor& w,
 }
 
 void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights) {
+  route_rows(x, w, b, k, ids, weights, nullptr);
+}
+
+const int32_t* CudaBackend::step_real_tokens(int64_t rows) const {
+  return moe_drop_padding_ && rows == plan_->host_plan().num_tokens() ? plan_->device_plan().real_tokens : nullptr;
+}
+
+void CudaBackend::route_rows(const Tensor& x, const Tensor& w, const Tensor& b, int k, Tensor& ids, Tensor& weights,
+                             const int32_t* real_tokens) {
   bind_device();
   if (ablated(kAblateRouter)) return;
   // Router logits in fp32 (docs/reference/SPEC.md 2.6 recommends fp32 logits and softmax); the bias joins in the top-k
   // kernel. Decode sizes: one fused launch.
-  const cuda::RouterFusedArgs f = router_args(x, w, b, k, ids, weights, "router_topk");
+  cuda::RouterFusedArgs f = router_args(x, w, b, k, ids, weights, "router_topk");
+  f.real_tokens = real_tokens;
   const int64_t t = f.num_tokens, e = f.num_experts;
   if (t <= gemv_max_rows_ && cuda::router_fused_supported(f)) {
     cuda::launch_bf16_router_fused(f, stream_);
@@ -660,7 +670,8 @@ void CudaBackend::router_topk(const Tensor& x, const Tensor& w, const Tensor& b,
                          weights.ptr<float>(),
                          int(t),
                          int(e),
-                         k};
+                         k,
+                         real_tokens};
   OSSRT_CUDA_CHECK(cuda::launch_f32_router_topk_softmax(a, stream_));
 }
 
@@ -670,7 +681,8 @@ void CudaBackend::add_rmsnorm_router_topk(Tensor& residual, const Tensor& delta,
   bind_device();
   constexpr const char* kOp = "add_rmsnorm_router_topk";
   // One-token steps on the fused router: the norm in its prologue (router.cu, RouterFusedArgs::fold_norm),
-  // the same bits as the norm kernel then the router.
+  // the same bits as the norm kernel then the router. (One row is graph bucket 1: never padding, so
+  // no real_tokens.)
   if (router_norm_fold_ && !ablated(kAblateNorm) && !ablated(kAblateRouter) && residual.dim(0) == 1 &&
       gemv_max_rows_ >= 1) {
     cuda::RouterFusedArgs f = router_args(normed, router_w, router_b, k, ids, weights, kOp);
@@ -686,7 +698,7 @@ void CudaBackend::add_rmsnorm_router_topk(Tensor& residual, const Tensor& delta,
     }
   }
   add_rmsnorm(residual, delta, norm_w, eps, normed);
-  router_topk(normed, router_w, router_b, k, ids, weights);
+  route_rows(normed, router_w, router_b, k, ids, weights, step_real_tokens(normed.dim(0)));
 }
 
 void CudaBackend::moe(const Tensor& x, const ExpertWeights& ex, const Tensor& ids, const Tensor& weights,

@@ -14,7 +14,7 @@ namespace {
 // Byte offsets of each array inside the one device (and staging) block.
 struct Layout {
   size_t token_ids, positions, token_seq, full_slots, window_slots, logit_rows, seqs, token_seqs, full_table,
-      window_table, total;
+      window_table, real_tokens, total;
 };
 
 Layout layout_for(const PlanCapacity& c) {
@@ -32,6 +32,7 @@ Layout layout_for(const PlanCapacity& c) {
   l.token_seqs = off, off += round(size_t(c.max_tokens) * sizeof(SeqStep));
   l.full_table = off, off += round(size_t(c.max_table_entries) * 4);
   l.window_table = off, off += round(size_t(c.max_table_entries) * 4);
+  l.real_tokens = off, off += round(4);
   l.total = off;
   return l;
 }
@@ -54,6 +55,8 @@ void validate_step_plan(const StepPlan& p, const PlanCapacity& cap, const KvCach
               "step plan: block tables ({} / {} entries) exceed the planned capacity of {}", p.full_block_table.size(),
               p.window_block_table.size(), cap.max_table_entries);
   OSSRT_CHECK(p.logit_rows.size() <= t, "step plan: {} logit rows for {} tokens", p.logit_rows.size(), t);
+  OSSRT_CHECK(p.padding_tokens >= 0 && size_t(p.padding_tokens) <= t, "step plan: {} padding rows of {} tokens",
+              p.padding_tokens, t);
   for (int32_t r : p.logit_rows)
     OSSRT_CHECK(r >= 0 && size_t(r) < t, "step plan: logit row {} out of range [0, {})", r, t);
   OSSRT_CHECK(p.block_size > 0, "step plan: block_size {}", p.block_size);
@@ -121,6 +124,7 @@ StepPlanUploader::StepPlanUploader(DeviceBuffers& buffers, const PlanCapacity& c
   plan_.token_seqs = reinterpret_cast<const SeqStep*>(device_ + l.token_seqs);
   plan_.full_block_table = i32(l.full_table);
   plan_.window_block_table = i32(l.window_table);
+  plan_.real_tokens = i32(l.real_tokens);
 }
 
 StepPlanUploader::~StepPlanUploader() {
@@ -170,6 +174,8 @@ const DevicePlan& StepPlanUploader::upload(const StepPlan& p, CUstream_st* strea
   }
   put(l.full_table, p.full_block_table.data(), p.full_block_table.size() * 4);
   put(l.window_table, p.window_block_table.data(), p.window_block_table.size() * 4);
+  const int32_t real_tokens = p.num_tokens() - p.padding_tokens;
+  put(l.real_tokens, &real_tokens, 4);
   OSSRT_CUDA_CHECK(cudaEventRecord(copied_, stream));
   return plan_;
 }

@@ -39,6 +39,9 @@ struct DevicePlan {
   // attention serves them (CudaBackend::attention). num_token_seqs = num_tokens then, else 0.
   const SeqStep* token_seqs = nullptr;  // [num_tokens]
   int num_token_seqs = 0;
+  // [1]: num_tokens - StepPlan::padding_tokens, the rows before a graph bucket's padding (uploaded
+  // every step, so a graph captured at one count replays at another).
+  const int32_t* real_tokens = nullptr;
 };
 
 inline constexpr int kTokenSeqsMaxTokens = 8;

@@ -136,9 +136,13 @@ MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts, bool pipe)
   return per_expert <= max_rows ? MoeRegime::SmallM : MoeRegime::LargeM;
 }
 
+// Large M on the wgmma kernels (ring or pipe) for these sizes: the switch on, N and K tiled by them.
+static bool mxfp4_wgmma_takes_large_m(int hidden, int intermediate) {
+  return mxfp4_wgmma_enabled() && mxfp4_wgmma_fits(2 * intermediate, hidden) && mxfp4_wgmma_fits(hidden, intermediate);
+}
+
 bool mxfp4_pipe_takes_large_m(int hidden, int intermediate) {
-  return mxfp4_wgmma_enabled() && mxfp4_wgmma_pipe_enabled() && mxfp4_wgmma_fits(2 * intermediate, hidden) &&
-         mxfp4_wgmma_fits(hidden, intermediate);
+  return mxfp4_wgmma_takes_large_m(hidden, intermediate) && mxfp4_wgmma_pipe_enabled();
 }
 
 static int mxfp4_small_m_tiles(int tokens, int top_k, int num_experts) {
@@ -160,8 +164,7 @@ void launch_bf16_mxfp4w_moe(const MoeArgs& a, cudaStream_t stream) {
   // Large M on wgmma where the shapes fit it (gpt-oss's do), else on the mma.sync kernels.
   // (Their route tiles are the grid's y: at most 65,535, i.e. some 4 million pairs.)
   const int wgmma_tile_m = mxfp4_wgmma_tile_m(a.num_tokens, a.top_k, a.num_experts);
-  const bool wgmma = regime == MoeRegime::LargeM && mxfp4_wgmma_enabled() &&
-                     mxfp4_wgmma_fits(2 * a.intermediate, a.hidden) && mxfp4_wgmma_fits(a.hidden, a.intermediate) &&
+  const bool wgmma = regime == MoeRegime::LargeM && mxfp4_wgmma_takes_large_m(a.hidden, a.intermediate) &&
                      moe_max_tiles(pairs, a.num_experts, wgmma_tile_m) <= 65535;
   const int tile_m = regime == MoeRegime::SmallM ? 8 * n_tiles : wgmma ? wgmma_tile_m : kMoeTileM;
   // A few pairs (one or two decoding tokens): no route pass and no tile lookups. Each pair streams

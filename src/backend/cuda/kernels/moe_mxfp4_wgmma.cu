@@ -313,12 +313,14 @@ int mxfp4_wgmma_tile_m(int tokens, int top_k, int num_experts) {
   // tiles) a decode step took 10.88 ms against 11.48-11.51 with 64 (forced 32: 12.40); the 32-row
   // choice below 22 rows follows the same argument, untimed.
   // 16-row tiles up to 8 rows an expert (16 hold a mean of 8 + 2.8 sd; below 5 small M runs,
-  // choose_mxfp4_regime): half the MMAs of a 32-row tile on the same weight stream. Where measured to
-  // win (H100, session 38, bench cost decode steps, ms, 16 against 32): 120b (128 experts, 256-token
-  // context) at 5 / 6 / 8 rows 32.97 / 31.75 / 29.50 against 32.93 / 33.01 / 31.78; the 20b's 32 experts
-  // at 5 / 6 / 7 / 8 rows lost or tied (7.97 / 8.10 / 7.26 / 7.20 against 7.01 / 7.09 / 7.18 / 7.26),
-  // not yet explained (docs/kernels.md, "Where small M hands over"), so 32 experts keep 32-row tiles.
-  if (narrow && pipe && per_expert <= 8 && num_experts >= 128) return 16;
+  // choose_mxfp4_regime): half the MMAs of a 32-row tile on the same weight stream. Measured (H100,
+  // bench cost decode steps, ms, 16 against 32): 120b (128 experts, 256-token context) at 5 / 6 / 8 rows
+  // 32.97 / 31.75 / 29.50 against 32.93 / 33.01 / 31.78 (session 38); the 20b (32 experts, graph bucket
+  // 64) at 40 / 48 / 56 sequences 7.00 / 7.06 / 7.20 against 7.11-7.14 / 7.19-7.20 / 7.30-7.36 (session
+  // 39). In session 38 the 20b's 16-row tiles had lost by 14% at 40-48 sequences: the bucket's padding
+  // rows were then routed, all to the same 4 experts, which took two 16-row tiles each; padding now
+  // routes nowhere (StepPlan::padding_tokens).
+  if (narrow && pipe && per_expert <= 8) return 16;
   if (narrow && pipe && per_expert <= 22) return 32;
   if (narrow && pipe && per_expert <= 36) return 48;
   return 64;

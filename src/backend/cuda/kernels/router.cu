@@ -72,6 +72,18 @@ __device__ __forceinline__ void topk_softmax_warp(float (&v)[kPerLane], int num_
   }
 }
 
+// A padding row (at or past *real_tokens, where given): no expert, weight 0, for the MoE to drop.
+__device__ __forceinline__ bool route_padding_row(const int32_t* real_tokens, int t, int k, int32_t* ids,
+                                                  float* weights) {
+  if (real_tokens == nullptr || t < *real_tokens) return false;
+  const int lane = threadIdx.x % 32;
+  if (lane < k) {
+    ids[lane] = -1;
+    weights[lane] = 0.f;
+  }
+  return true;
+}
+
 __device__ __forceinline__ float router_bias(const void* bias, bool bias_f32, int e) {
   return bias_f32 ? static_cast<const float*>(bias)[e] : __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[e]);
 }
@@ -83,6 +95,7 @@ __global__ void f32_router_topk_softmax(RouterTopkArgs a) {
   const int t = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (t >= a.num_tokens) return;
+  if (route_padding_row(a.real_tokens, t, a.k, a.ids + int64_t(t) * a.k, a.weights + int64_t(t) * a.k)) return;
   float v[kPerLane];
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
@@ -144,15 +157,17 @@ __global__ void __launch_bounds__(kFusedWarps * 32) bf16_router_fused(RouterFuse
   __threadfence();
   const int t = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (t < a.num_tokens) {
-    float v[kPerLane];
+    if (!route_padding_row(a.real_tokens, t, a.k, a.ids + int64_t(t) * a.k, a.weights + int64_t(t) * a.k)) {
+      float v[kPerLane];
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int ex = lane + 32 * j;
-      v[j] = ex < a.num_experts
-                 ? __ldcg(a.logits + int64_t(t) * a.num_experts + ex) + router_bias(a.bias, a.bias_f32, ex)
-                 : -FLT_MAX;
+      for (int j = 0; j < kPerLane; ++j) {
+        const int ex = lane + 32 * j;
+        v[j] = ex < a.num_experts
+                   ? __ldcg(a.logits + int64_t(t) * a.num_experts + ex) + router_bias(a.bias, a.bias_f32, ex)
+                   : -FLT_MAX;
+      }
+      topk_softmax_warp(v, a.num_experts, a.k, a.ids + int64_t(t) * a.k, a.weights + int64_t(t) * a.k);
     }
-    topk_softmax_warp(v, a.num_experts, a.k, a.ids + int64_t(t) * a.k, a.weights + int64_t(t) * a.k);
   } else if constexpr (kFoldNorm) {
     // The other warps: residual += delta, in place (every other CTA is past its reads). The same f32
     // add as the norm kernel's, so the same bits whatever thread does it.

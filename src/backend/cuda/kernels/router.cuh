@@ -21,6 +21,9 @@ struct RouterTopkArgs {
   int num_tokens;
   int num_experts;
   int k;
+  // Device [1] (DevicePlan::real_tokens) or null: rows from *real_tokens on are a CUDA graph's padding
+  // and pick no expert (ids -1, weights 0), so the MoE drops them (CudaBackend::add_rmsnorm_router_topk).
+  const int32_t* real_tokens = nullptr;
 };
 
 cudaError_t launch_f32_router_topk_softmax(const RouterTopkArgs& args, cudaStream_t stream);
@@ -49,6 +52,7 @@ struct RouterFusedArgs {
   // has read the residual.
   bool fold_norm = false;
   RmsNormArgs norm{};
+  const int32_t* real_tokens = nullptr;  // as RouterTopkArgs::real_tokens
 };
 
 bool router_fused_supported(const RouterFusedArgs& args);
