@@ -485,6 +485,14 @@ TEST(AttentionKernels, DISABLED_DecodeTiming) {
       {"full 1050", false, 1049, 128, 64, 0, true},
       {"full 32k", false, 32767, 128, 64, 0, true},
       {"full 32k", false, 32767, 128, 32, 0, true},
+      // The ring at 32k (session 40): 64 splits are 512 CTAs, past attention_decode_ring's 3 an SM, so
+      // the default ring there is 2 tiles; these time the deeper rings and the caps between.
+      {"full 32k", false, 32767, 128, 64, 3, true},
+      {"full 32k", false, 32767, 128, 64, 4, true},
+      {"full 32k", false, 32767, 128, 64, 6, true},
+      {"full 32k", false, 32767, 128, 48, 0, true},
+      {"full 32k", false, 32767, 128, 32, 6, true},
+      {"full 32k", false, 32767, 128, 16, 6, true},
       {"full 32k", false, 32767, 256, 64, 0, true},
       {"window 32k", true, 32767, 128, 64, 0, true},
       {"window 32k", true, 32767, 128, 64, 0, true, true},
@@ -799,7 +807,7 @@ TEST(AttentionKernels, DecodePlainFormIsTheGenericForm) {
       probe.decode_plain_form = false;
       EXPECT_FALSE(attention_decode_plain_form(probe));
       for (int splits : {1, 8, 64}) {
-        for (int ring : {2, 4, 6}) {
+        for (int ring : {2, 3, 4, 6}) {
           SCOPED_TRACE("splits " + std::to_string(splits) + ", ring " + std::to_string(ring) +
                        (elem == cuda::KvCacheElem::Fp8E4m3 ? ", fp8" : ", bf16"));
           const auto run = [&](bool plain) {
@@ -842,7 +850,20 @@ TEST(AttentionKernels, DecodeIsBatchInvariant) {
   expect_matches_reference(p, batched);
 }
 
-// The decode kernel's cp.async ring of 2, 4 or 6 tiles (AttentionArgs::decode_ring) changes only how
+// The ring the launcher picks (host only): 4 tiles up to 3 CTAs an SM, 3 tiles up to 4 (what the
+// 3-tile ring's shared memory keeps resident), 2 beyond; an fp8 cache always 4 (its tiles are half the bytes).
+TEST(AttentionKernels, DecodeRingFollowsCtasPerSm) {
+  EXPECT_EQ(attention_decode_ring(1, 8, 8, 132, KvCacheElem::Bf16), 4);   // 1k context: 64 CTAs
+  EXPECT_EQ(attention_decode_ring(1, 8, 48, 132, KvCacheElem::Bf16), 4);  // 384 CTAs
+  EXPECT_EQ(attention_decode_ring(1, 8, 64, 132, KvCacheElem::Bf16), 3);  // 32k context: 512 CTAs
+  EXPECT_EQ(attention_decode_ring(1, 8, 66, 132, KvCacheElem::Bf16), 3);  // 528: 4 an SM
+  EXPECT_EQ(attention_decode_ring(1, 8, 67, 132, KvCacheElem::Bf16), 2);
+  EXPECT_EQ(attention_decode_ring(256, 8, 1, 132, KvCacheElem::Bf16), 2);  // 2,048 CTAs
+  EXPECT_EQ(attention_decode_ring(1, 8, 64, 132, KvCacheElem::Fp8E4m3), 4);
+  EXPECT_EQ(attention_decode_ring(256, 8, 1, 132, KvCacheElem::Fp8E4m3), 4);
+}
+
+// The decode kernel's cp.async ring of 2, 3, 4 or 6 tiles (AttentionArgs::decode_ring) changes only how
 // many tiles are in flight, never the arithmetic: bit-identical outputs, and the reference, with the
 // query's own row in the prologue's tiles or after them (pos at tile 0..5 of its split and beyond),
 // slices shorter than the ring, one and 32 splits, and keys requested before or after the PDL wait.
@@ -862,7 +883,7 @@ TEST(AttentionKernels, DecodeRingDepthsAreBitIdentical) {
         };
         const std::vector<float> two = run(2);
         expect_matches_reference(p, two);
-        for (int ring : {4, 6}) {
+        for (int ring : {3, 4, 6}) {
           const std::vector<float> deep = run(ring);
           ASSERT_EQ(deep.size(), two.size());
           ASSERT_EQ(std::memcmp(deep.data(), two.data(), two.size() * sizeof(float)), 0) << "ring " << ring;

@@ -81,7 +81,7 @@ struct AttentionArgs {
   // (DevicePlan::token_seqs), so keys before a row's own position may be this step's too, written by
   // the kernel before: the CTA then requests no cache row before its PDL wait.
   bool kv_after_wait = false;
-  // Decode only: tiles in the decode kernel's cp.async ring (2, 4 or 6; 0 = attention_decode_ring's
+  // Decode only: tiles in the decode kernel's cp.async ring (2, 3, 4 or 6; 0 = attention_decode_ring's
   // choice). Deeper rings keep more of a CTA's keys in flight; the arithmetic is the same.
   int decode_ring = 0;
   // Decode only: each CTA reads its split's block-table entries into shared memory once, before the

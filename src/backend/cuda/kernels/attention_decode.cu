@@ -234,9 +234,17 @@ static_assert(kDecodePlainBlockSize == 1 << kDecodePlainBlockShift);
 // units; fp8: 16 KB of codes) and the fp8 kernel's 4-tile ring (32 KB: it holds three 8 KB tiles in
 // flight where bf16's 2-tile ring holds one of 16 KB) allow 6 in the SM's 233,472, if a thread keeps
 // to 80 registers (65,536 / (6 x 128) = 85, allocated 8 at a time). The other rings serve grids of at
-// most 3 CTAs an SM (attention_decode_ring), so registers do not limit them.
+// most 3 CTAs an SM (attention_decode_ring), so registers do not limit them, but the 3-tile ring's:
+// built for 4 CTAs an SM (bf16: 55 KB + 0.7 + 1 reserved, four in 233,472 bytes; 128 registers), it
+// keeps a grid of up to 4 CTAs an SM resident with two tiles in flight each (one long sequence's 64
+// splits: 512 CTAs on 132 SMs).
 template <KvCacheElem kElem, int kRing>
-constexpr int kDecodeCtasPerSm = kRing == 2 || (kElem == KvCacheElem::Fp8E4m3 && kRing == 4) ? 6 : 1;
+constexpr int decode_ctas_per_sm() {
+  if (kRing == 2 || (kElem == KvCacheElem::Fp8E4m3 && kRing == 4)) return 6;
+  return kRing == 3 ? 4 : 1;
+}
+template <KvCacheElem kElem, int kRing>
+constexpr int kDecodeCtasPerSm = decode_ctas_per_sm<kElem, kRing>();
 
 template <KvCacheElem kElem, int kRing, DecodeForm kForm>
 __global__ void __launch_bounds__(kThreads, kDecodeCtasPerSm<kElem, kRing>)
@@ -768,15 +776,22 @@ int attention_decode_ring(int num_seqs, int num_kv_heads, int num_splits, int nu
   // long sequence: each CTA's loads in flight set the bandwidth); with more CTAs than 3 an SM, the
   // 5-6 CTAs an SM that a 2-tile ring's shared memory allows beat 3 CTAs of 4 tiles. An fp8 tile is
   // half a bf16 one's bytes, and its 4-tile ring is built for 6 CTAs an SM too (kDecodeCtasPerSm).
+  // Between 3 and 4 CTAs an SM (one long bf16 sequence's 64 splits: 512 CTAs on 132 SMs) the 3-tile
+  // ring keeps every CTA resident with two tiles in flight: a 32k full layer alone 29.7 us against
+  // 35.6 (2 tiles) and 34.1 (4 tiles, a second wave); a 20b `mxfp4-fp8` decode step at 32k 2.04-2.05
+  // ms against 2.08-2.10 (H100, session 40, bench/results/20261207_session40_h100_ring3/).
   const int64_t ctas = int64_t(num_seqs) * num_kv_heads * num_splits;
-  return ctas <= 3 * int64_t(num_sms) || elem == KvCacheElem::Fp8E4m3 ? 4 : 2;
+  if (ctas <= 3 * int64_t(num_sms) || elem == KvCacheElem::Fp8E4m3) return 4;
+  return ctas <= 4 * int64_t(num_sms) ? 3 : 2;
 }
 
 void attention_decode_prepare() {
   prepare_decode<KvCacheElem::Bf16, 2>();
+  prepare_decode<KvCacheElem::Bf16, 3>();
   prepare_decode<KvCacheElem::Bf16, 4>();
   prepare_decode<KvCacheElem::Bf16, 6>();
   prepare_decode<KvCacheElem::Fp8E4m3, 2>();
+  prepare_decode<KvCacheElem::Fp8E4m3, 3>();
   prepare_decode<KvCacheElem::Fp8E4m3, 4>();
   prepare_decode<KvCacheElem::Fp8E4m3, 6>();
 }
@@ -797,8 +812,9 @@ void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& a, cudaStream_t stre
   OSSRT_CU_CHECK(a.min_keys_per_split >= kTileKeys && a.min_keys_per_split % kTileKeys == 0,
                  "attention decode: min_keys_per_split ", a.min_keys_per_split, " must be a positive multiple of ",
                  kTileKeys);
-  OSSRT_CU_CHECK(a.decode_ring == 0 || a.decode_ring == 2 || a.decode_ring == 4 || a.decode_ring == 6,
-                 "attention decode: decode_ring ", a.decode_ring, " is not 0 (auto), 2, 4 or 6");
+  OSSRT_CU_CHECK(
+      a.decode_ring == 0 || a.decode_ring == 2 || a.decode_ring == 3 || a.decode_ring == 4 || a.decode_ring == 6,
+      "attention decode: decode_ring ", a.decode_ring, " is not 0 (auto), 2, 3, 4 or 6");
   const size_t need = attention_decode_workspace_bytes(a.plan.num_seqs, a.num_q_heads, a.num_splits);
   OSSRT_CU_CHECK(a.workspace && a.workspace_bytes >= need && aligned16(a.workspace), "attention decode: workspace of ",
                  need, " bytes (16-byte aligned) needed, ", a.workspace_bytes, " given");
@@ -811,12 +827,14 @@ void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& a, cudaStream_t stre
   if (a.kv_elem == KvCacheElem::Fp8E4m3) {
     switch (ring) {
       case 2: launch_decode<KvCacheElem::Fp8E4m3, 2>(grid, stream, args); break;
+      case 3: launch_decode<KvCacheElem::Fp8E4m3, 3>(grid, stream, args); break;
       case 4: launch_decode<KvCacheElem::Fp8E4m3, 4>(grid, stream, args); break;
       default: launch_decode<KvCacheElem::Fp8E4m3, 6>(grid, stream, args); break;
     }
   } else {
     switch (ring) {
       case 2: launch_decode<KvCacheElem::Bf16, 2>(grid, stream, args); break;
+      case 3: launch_decode<KvCacheElem::Bf16, 3>(grid, stream, args); break;
       case 4: launch_decode<KvCacheElem::Bf16, 4>(grid, stream, args); break;
       default: launch_decode<KvCacheElem::Bf16, 6>(grid, stream, args); break;
     }
