@@ -7,22 +7,33 @@
 # so the split count is worth measuring on each card in the model, where the neighbours' traffic counts:
 #   1. one launch alone: DISABLED_DecodeTiming's 32k rows
 #   2. `bench cost` decode steps, 20b `mxfp4-fp8`, batch 1 at 1k and 32k, the cap on splits at 64
-#      (default), 32 and 48 (OSSRT_CUDA_ATTN_MAX_SPLITS), alternating; then the same with an fp8 KV cache
+#      (default), 32 and 48 (OSSRT_CUDA_ATTN_MAX_SPLITS), 64 with the 3- and 4-tile rings (64 splits
+#      are 512 CTAs, past attention_decode_ring's 3 an SM: the default ring there is 2 tiles, one in
+#      flight; the 3-tile ring keeps all 512 resident with two in flight; OSSRT_CUDA_ATTN_DECODE_RING)
+#      and 32 with the 6-tile ring, alternating; then the caps with an
+#      fp8 KV cache (whose ring is always 4)
 # If one cap wins on both cards, attention_decode_splits' cap (kAttnMaxDecodeSplits) is the place.
 # Device call from the repo root (carry [".carry/cudaz"]):
-#   tar -C .carry -xJf .carry/cudaz/cuda.tar.xz && tools/device/long_ctx_splits_40.sh
+#   tar -C .carry -xJf .carry/cudaz/cuda.tar.xz && [KV=bf16|fp8] tools/device/long_ctx_splits_40.sh
 set -uo pipefail
 T0=$(date +%s)
 PACK=.carry/cuda
 echo "== $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 source tools/device/pack_env.sh
 for i in 1 2; do
+  [ "${KV:-both}" = fp8 ] && break
   timeout 60 "$PACK/bin/attention_test" --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_DecodeTiming' 2>&1 |
     grep -E "decode_timing full (32k|1k +keys  128 max_splits  64 grid splits   8 ring 0)" | grep "folded, plain"
 done
-for flags in "" "--kv-cache-dtype fp8"; do
-  BATCHES=1 CONTEXT=1024,32768 MODEL=gpt-oss-20b QUANT=mxfp4-fp8 DEADLINE_S=110 FLAGS="$flags" tools/device/decode_ab.sh \
-    s64= s32=OSSRT_CUDA_ATTN_MAX_SPLITS=32 s48=OSSRT_CUDA_ATTN_MAX_SPLITS=48 s64b= s32b=OSSRT_CUDA_ATTN_MAX_SPLITS=32 \
-    2>&1 | grep -E "^==|^ *mxfp4|exit [^0]"
-done
+if [ "${KV:-both}" != fp8 ]; then
+BATCHES=1 CONTEXT=1024,32768 MODEL=gpt-oss-20b QUANT=mxfp4-fp8 DEADLINE_S=210 tools/device/decode_ab.sh \
+  s64= r3=OSSRT_CUDA_ATTN_DECODE_RING=3 r4=OSSRT_CUDA_ATTN_DECODE_RING=4 s48=OSSRT_CUDA_ATTN_MAX_SPLITS=48 s32=OSSRT_CUDA_ATTN_MAX_SPLITS=32 \
+  s32r6=OSSRT_CUDA_ATTN_MAX_SPLITS=32,OSSRT_CUDA_ATTN_DECODE_RING=6 s64b= r3b=OSSRT_CUDA_ATTN_DECODE_RING=3 \
+  2>&1 | grep -E "^==|^ *mxfp4|exit [^0]"
+fi
+if [ "${KV:-both}" != bf16 ]; then
+BATCHES=1 CONTEXT=1024,32768 MODEL=gpt-oss-20b QUANT=mxfp4-fp8 DEADLINE_S=100 FLAGS="--kv-cache-dtype fp8" \
+  tools/device/decode_ab.sh s64= s48=OSSRT_CUDA_ATTN_MAX_SPLITS=48 s32=OSSRT_CUDA_ATTN_MAX_SPLITS=32 s64b= \
+  2>&1 | grep -E "^==|^ *mxfp4|exit [^0]"
+fi
 echo "== done after $(( $(date +%s) - T0 )) s"
