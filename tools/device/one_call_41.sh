@@ -2,8 +2,8 @@
 # The next session's first call (written in session 40): what runs depends on the card that comes.
 #   H200: the issue bars on main's pack (h200_bars_37.sh, ~8 min: 120b and 20b one stream, the 20b at
 #         32k against 1k, 256 concurrent with and without an fp8 KV cache); the suite in the next call.
-#   else: the whole GPU suite on main's pack (the FP8 experts' bound of 12 rows has run only
-#         fp8_moe_test and fp8_linear_test), then the ring where session 40's rule changed it without
+#   else: the whole GPU suite on main's pack (pack branch next/fp8-small-m instead to run its suite:
+#         the FP8 experts' bound of 12 rows has run only fp8_moe_test and fp8_linear_test), then the ring where session 40's rule changed it without
 #         a measurement or might pay: 4 sequences at 1-2k contexts (4 x 8 KV heads x 16 splits = 512
 #         CTAs: now the 3-tile ring, was 2) and 2-4 long ones (2 x 8 x 64 = 1,024 CTAs: the 2-tile
 #         ring, 6 an SM, 1.3 waves; forced 3: 4 an SM, 2 waves), `bench cost` 20b `mxfp4-fp8`, ~8 min.
