@@ -252,7 +252,7 @@ TEST(CudaKvFp8, DecodeAttentionMatchesTheCpuOpOnTheSameCodes) {
           run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, cuda::kPrefillDefaultVariant, false);
       EXPECT_EQ(std::memcmp(folded.data(), apart.data(), folded.size() * sizeof(float)), 0)
           << what << ": the folded merge differs from the merge kernel";
-      for (const int ring : {2, 3, 4, 6}) {  // the cp.async ring's depth: same arithmetic, same bits
+      for (const int ring : cuda::kDecodeRings) {  // the cp.async ring's depth: same arithmetic, same bits
         const std::vector<float> ringed =
             run_attention(p, dev, dev.plan.view, Kernel::Decode, splits, cuda::kPrefillDefaultVariant, true,
                           cuda::kAttnDefaultMinKeysPerSplit, false, ring);
@@ -288,7 +288,7 @@ TEST(CudaKvFp8, DecodeAttentionMatchesTheCpuOpOnTheSameCodes) {
       if (p.k8[i] != kNaNCode) p.k8[i] = 0;
     const DeviceProblem dev(p);
     const std::vector<float> want = cpu_attention(p);
-    for (const int ring : {2, 3, 4, 6})
+    for (const int ring : cuda::kDecodeRings)
       expect_close_to_cpu(run_attention(p, dev, dev.plan.view, Kernel::Decode, 0, cuda::kPrefillDefaultVariant, true,
                                         cuda::kAttnDefaultMinKeysPerSplit, false, ring),
                           want, fmt::format("{}, ring {}", p.spec.name, ring));

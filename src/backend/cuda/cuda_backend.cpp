@@ -139,8 +139,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options), dev
                 "OSSRT_CUDA_ATTN_SPLIT_KEYS must be a positive multiple of 64, not '{}'", keys);
   }
   if (const char* ring = std::getenv("OSSRT_CUDA_ATTN_DECODE_RING")) {
-    OSSRT_CHECK(std::sscanf(ring, "%d", &attn_decode_ring_) == 1 && (attn_decode_ring_ == 2 || attn_decode_ring_ == 3 ||
-                                                                     attn_decode_ring_ == 4 || attn_decode_ring_ == 6),
+    OSSRT_CHECK(std::sscanf(ring, "%d", &attn_decode_ring_) == 1 && cuda::is_decode_ring(attn_decode_ring_),
                 "OSSRT_CUDA_ATTN_DECODE_RING must be 2, 3, 4 or 6, not '{}'", ring);
   }
   if (const char* splits = std::getenv("OSSRT_CUDA_ATTN_MAX_SPLITS")) {

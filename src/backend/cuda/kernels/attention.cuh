@@ -99,6 +99,14 @@ struct AttentionArgs {
 // blocks, cache_split_blocks and !kv_after_wait); otherwise the generic form. Same results either way.
 bool attention_decode_plain_form(const AttentionArgs& a);
 
+// The decode kernel's cp.async ring depths (AttentionArgs::decode_ring, OSSRT_CUDA_ATTN_DECODE_RING):
+// the launcher, the backend's switch and the tests take this one list.
+inline constexpr int kDecodeRings[] = {2, 3, 4, 6};
+constexpr bool is_decode_ring(int ring) {
+  for (const int r : kDecodeRings)
+    if (r == ring) return true;
+  return false;
+}
 // Splits the decode grid needs for contexts up to max_context (each sequence slices its own keys
 // by its own length, at least min_keys_per_split keys a split, up to max_splits splits, so results do not depend on the
 // batch). For CUDA graphs pass the largest context the graph may ever replay with (or simply kAttnMaxDecodeSplits): a

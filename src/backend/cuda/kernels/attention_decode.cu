@@ -812,9 +812,8 @@ void launch_bf16_sdpa_sinks_d64_decode(const AttentionArgs& a, cudaStream_t stre
   OSSRT_CU_CHECK(a.min_keys_per_split >= kTileKeys && a.min_keys_per_split % kTileKeys == 0,
                  "attention decode: min_keys_per_split ", a.min_keys_per_split, " must be a positive multiple of ",
                  kTileKeys);
-  OSSRT_CU_CHECK(
-      a.decode_ring == 0 || a.decode_ring == 2 || a.decode_ring == 3 || a.decode_ring == 4 || a.decode_ring == 6,
-      "attention decode: decode_ring ", a.decode_ring, " is not 0 (auto), 2, 3, 4 or 6");
+  OSSRT_CU_CHECK(a.decode_ring == 0 || is_decode_ring(a.decode_ring), "attention decode: decode_ring ", a.decode_ring,
+                 " is not 0 (auto), 2, 3, 4 or 6");
   const size_t need = attention_decode_workspace_bytes(a.plan.num_seqs, a.num_q_heads, a.num_splits);
   OSSRT_CU_CHECK(a.workspace && a.workspace_bytes >= need && aligned16(a.workspace), "attention decode: workspace of ",
                  need, " bytes (16-byte aligned) needed, ", a.workspace_bytes, " given");
