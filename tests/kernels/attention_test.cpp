@@ -485,8 +485,8 @@ TEST(AttentionKernels, DISABLED_DecodeTiming) {
       {"full 1050", false, 1049, 128, 64, 0, true},
       {"full 32k", false, 32767, 128, 64, 0, true},
       {"full 32k", false, 32767, 128, 32, 0, true},
-      // The ring at 32k (session 40): 64 splits are 512 CTAs, past attention_decode_ring's 3 an SM, so
-      // the default ring there is 2 tiles; these time the deeper rings and the caps between.
+      // The ring at 32k (session 40): 64 splits are 512 CTAs, between 3 and 4 an SM, where
+      // attention_decode_ring picks 3 tiles (2 before session 40); these time the other rings and caps.
       {"full 32k", false, 32767, 128, 64, 3, true},
       {"full 32k", false, 32767, 128, 64, 4, true},
       {"full 32k", false, 32767, 128, 64, 6, true},
