@@ -408,9 +408,10 @@ TEST(CudaFp8Moe, MoeMatchesAHostEmulationOfTheScheme) {
     int checks;  // tokens checked a batch (all of them when the batch is no larger)
   };
   // gpt-oss's shapes (both GEMMs' K = 2,880: 22.5 blocks; the down GEMM's 2,880 rows: its last unit
-  // of the wgmma pipeline has one warpgroup), and small ones every token of which is checked: K below
-  // one block, a down GEMM of one row block with its second warpgroup idle, 17 to 150 rows an expert.
-  const std::vector<Shape> shapes = {{32, 2880, 2880, {1, 2, 5, 64, 256, 700, 1100}, 6},
+  // of the wgmma pipeline has one warpgroup; T = 100 is 13 rows an expert, just past the small-M bound),
+  // and small ones every token of which is checked: K below one block, a down GEMM of one row block
+  // with its second warpgroup idle, 17 to 150 rows an expert.
+  const std::vector<Shape> shapes = {{32, 2880, 2880, {1, 2, 5, 64, 100, 256, 700, 1100}, 6},
                                      {128, 2880, 2880, {1, 7, 600}, 5},
                                      {8, 64, 64, {3, 40, 300}, 300},
                                      {8, 128, 192, {40, 300}, 300},
@@ -462,7 +463,7 @@ TEST(CudaFp8Moe, MoeMatchesAHostEmulationOfTheScheme) {
         }
       const int64_t per_expert = (int64_t(T) * kTopK + E - 1) / E;
       for (bool wgmma : {false, true}) {
-        if (wgmma && per_expert <= 16) continue;  // the mma.sync kernel either way
+        if (wgmma && per_expert <= cuda::kFp8SmallMMaxRowsBesidePipe) continue;  // the small-M kernel either way
         const MoeRun r = run_fp8_moe(w, E, H, I, T, x, ids, wts, wgmma);
         std::vector<TokenErrors> errs(check.size());
         pool().parallel_for(int64_t(check.size()), [&](int64_t b, int64_t e) {

@@ -116,6 +116,14 @@ void launch_bf16_bf16w_moe(const MoeArgs& a, cudaStream_t stream) {
   launch_moe_combine(a.weights, a.num_tokens, a.top_k, a.hidden, ws, a.out, a.out_bf16, stream);
 }
 
+int moe_small_m_rows_forced() {
+  static const int forced = [] {
+    const char* v = std::getenv("OSSRT_CUDA_MOE_SMALL_M_ROWS");
+    return v && v[0] ? std::atoi(v) : -1;
+  }();
+  return forced;
+}
+
 MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts, bool pipe) {
   // Rows per expert on average (the routing itself lives on the device). The small-M kernels stream
   // each weight tile once per 8 * n_tiles rows and dequantize it again for every tile, so they win
@@ -125,12 +133,7 @@ MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts, bool pipe)
   // L2 flushed: E = 32, 8 rows 247 vs 213 us, 16 rows 313 vs 218; E = 128, 4 rows 691 vs 705, 8 rows
   // 866 vs 712; gpt-oss-20b `mxfp4-fp8` decode steps at 64 / 96 / 128 sequences 7.87 / 10.0 / 10.5 ms
   // small-M against 7.32 / 9.08 / 8.22 on the pipe; at 32 sequences, 4 rows, 6.30 against 6.84).
-  // Developer switch OSSRT_CUDA_MOE_SMALL_M_ROWS=n (A/B timing), read once: small M up to n rows an
-  // expert in both cases (0: the large-M kernels from one row an expert).
-  static const int forced = [] {
-    const char* v = std::getenv("OSSRT_CUDA_MOE_SMALL_M_ROWS");
-    return v && v[0] ? std::atoi(v) : -1;
-  }();
+  const int forced = moe_small_m_rows_forced();
   const int max_rows = forced >= 0 ? forced : pipe ? kMxfp4SmallMMaxRowsBesidePipe : kMoeSmallMMaxRows;
   const int64_t per_expert = (int64_t(tokens) * top_k + num_experts - 1) / num_experts;
   return per_expert <= max_rows ? MoeRegime::SmallM : MoeRegime::LargeM;

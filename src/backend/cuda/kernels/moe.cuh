@@ -51,7 +51,7 @@ struct MoeArgs {
   const float* gate_up_fp8_scales = nullptr;  // [E, ceil(2I / 128), ceil(H / 128)]
   const uint8_t* down_fp8 = nullptr;          // [E, H, fp8_expert_k_pad(I)]
   const float* down_fp8_scales = nullptr;     // [E, ceil(H / 128), ceil(I / 128)]
-  // FP8, more than kMoeSmallMMaxRows rows an expert: the wgmma pipeline (moe_fp8_wgmma_pipe.cu)
+  // FP8, more than kFp8SmallMMaxRowsBesidePipe rows an expert: the wgmma pipeline (moe_fp8_wgmma_pipe.cu)
   // instead of the mma.sync kernel.
   bool fp8_large_m_wgmma = false;
   MoeRegime regime = MoeRegime::Auto;
@@ -101,7 +101,15 @@ size_t moe_fp8_workspace_bytes(int max_tokens, int top_k, int num_experts, int h
 // the small-M kernels from ~5 rows an expert (docs/kernels.md, "Where small M hands over").
 inline constexpr int kMoeSmallMMaxRows = 16;
 inline constexpr int kMxfp4SmallMMaxRowsBesidePipe = 4;
+// FP8 experts where their wgmma pipe takes large M (MoeArgs::fp8_large_m_wgmma): small M up to 12 rows
+// an expert. gpt-oss-20b `--quantization fp8` decode steps (H100, session 40, one run each, 1k): 96
+// sequences (12 rows) 10.69 ms small M against 11.01-11.23 on the pipe, 128 (16 rows) 12.52 against
+// 11.73-11.80, 32 and 64 within 1% (bench/results/20261207_session40_h100_ring3/fp8_small_m/).
+inline constexpr int kFp8SmallMMaxRowsBesidePipe = 12;
 MoeRegime choose_mxfp4_regime(int tokens, int top_k, int num_experts, bool pipe);
+// Developer switch OSSRT_CUDA_MOE_SMALL_M_ROWS=n (A/B timing), read once: small M up to n rows an
+// expert for MXFP4 and FP8 experts alike (0: the large-M kernels from one row an expert); -1 unset.
+int moe_small_m_rows_forced();
 // Whether large M on MXFP4 experts of these sizes runs on the wgmma pipe (the default switches and
 // shapes whose N and K it tiles).
 bool mxfp4_pipe_takes_large_m(int hidden, int intermediate);

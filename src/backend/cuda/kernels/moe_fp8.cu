@@ -258,8 +258,13 @@ void launch_bf16_fp8w_moe(const MoeArgs& a, cudaStream_t stream) {
   const int n_tiles = fp8_token_tiles(a.num_tokens, a.top_k, a.num_experts);
   // Large M on wgmma where asked for and the shapes fit (gpt-oss's do): route tiles of 128 rows from
   // 128 rows an expert on average, else 64.
+  // Small M up to kFp8SmallMMaxRowsBesidePipe rows an expert where the wgmma pipe takes large M, else
+  // up to kMoeSmallMMaxRows (chosen against the mma.sync large-M kernels); OSSRT_CUDA_MOE_SMALL_M_ROWS
+  // moves it for A/B timing.
   const int64_t per_expert = (int64_t(pairs) + a.num_experts - 1) / a.num_experts;
-  const bool wgmma = a.fp8_large_m_wgmma && per_expert > kMoeSmallMMaxRows && fp8_moe_wgmma_fits(2 * a.intermediate) &&
+  const int forced = moe_small_m_rows_forced();
+  const int small_m_rows = forced >= 0 ? forced : a.fp8_large_m_wgmma ? kFp8SmallMMaxRowsBesidePipe : kMoeSmallMMaxRows;
+  const bool wgmma = a.fp8_large_m_wgmma && per_expert > small_m_rows && fp8_moe_wgmma_fits(2 * a.intermediate) &&
                      fp8_moe_wgmma_fits(a.hidden);
   const int tile_m = wgmma ? (per_expert >= 128 ? 128 : 64) : 8 * n_tiles;
   const int max_tiles = moe_max_tiles(pairs, a.num_experts, tile_m);
